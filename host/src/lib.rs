@@ -1,0 +1,1 @@
+//! pincer host library.

@@ -1,0 +1,328 @@
+//! Requests and replies. Each request travels on its own bidirectional stream as one frame
+//! (see [`codec`](crate::codec)); some carry a bulk body after the header, and some replies
+//! do.
+
+use crate::action::{Action, Point};
+use crate::observe::{ScreenInfo, ScreenshotMeta, ScreenshotRequest, TreeRequest};
+use crate::probe::{FileStat, Probe, ProbeReply};
+use crate::setup::{ExecOutput, Setup};
+use crate::tree::UiTree;
+use crate::version::ProtocolVersion;
+use serde::{Deserialize, Serialize};
+
+/// Privilege classes. A guest grants classes per connection; agents reach only `Action`
+/// (and the observations the harness hands them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum RequestClass {
+    /// Liveness (`Ping`): always allowed after authentication.
+    Control,
+    /// Input.
+    Action,
+    /// Screen, UI tree, cursor.
+    Observe,
+    /// Read-only state.
+    Probe,
+    /// Privileged writes and execution; refused by read-only guests.
+    Setup,
+}
+
+impl std::fmt::Display for RequestClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Control => "control",
+            Self::Action => "action",
+            Self::Observe => "observe",
+            Self::Probe => "probe",
+            Self::Setup => "setup",
+        })
+    }
+}
+
+/// A request from the host to a guest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// Liveness check; answered with [`Response::Pong`].
+    Ping,
+    /// Inject input; answered with [`Response::Done`].
+    Action(Action),
+    /// Capture the screen; answered with [`Response::Screenshot`] and the image as body.
+    Screenshot(ScreenshotRequest),
+    /// Walk the accessibility tree; answered with [`Response::UiTree`].
+    UiTree(TreeRequest),
+    /// Screen geometry; answered with [`Response::ScreenInfo`].
+    ScreenInfo,
+    /// Pointer position; answered with [`Response::Cursor`].
+    Cursor,
+    /// One read-only probe; answered with [`Response::Probe`].
+    Probe(Probe),
+    /// Many probes in one round trip; answered with [`Response::Batch`], one result each.
+    Batch(Vec<Probe>),
+    /// A file as a bulk body (for large files); answered with [`Response::File`] and the
+    /// bytes as body.
+    ReadFile {
+        /// The file.
+        path: String,
+        /// Skip this many bytes.
+        offset: u64,
+        /// Send at most this many bytes (`None`: to the end).
+        max_len: Option<u64>,
+    },
+    /// A privileged change; `WriteFile` carries the file as body.
+    Setup(Setup),
+}
+
+/// Number of [`Request`] variants this build knows; a higher variant index is a request
+/// from a newer peer and gets [`WireError::Unsupported`].
+pub const REQUEST_KINDS: u32 = 10;
+
+impl Request {
+    /// The privilege class the request needs.
+    pub fn class(&self) -> RequestClass {
+        match self {
+            Self::Ping => RequestClass::Control,
+            Self::Action(_) => RequestClass::Action,
+            Self::Screenshot(_) | Self::UiTree(_) | Self::ScreenInfo | Self::Cursor => {
+                RequestClass::Observe
+            }
+            // Commands run a program: they need the same trust as setup.
+            Self::Probe(Probe::Command { .. }) => RequestClass::Setup,
+            Self::Batch(probes) if probes.iter().any(|p| matches!(p, Probe::Command { .. })) => {
+                RequestClass::Setup
+            }
+            Self::Probe(_) | Self::Batch(_) | Self::ReadFile { .. } => RequestClass::Probe,
+            Self::Setup(_) => RequestClass::Setup,
+        }
+    }
+
+    /// The first protocol version that carries this request.
+    pub fn since(&self) -> ProtocolVersion {
+        ProtocolVersion::V1
+    }
+
+    /// A short name for logs and errors.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Self::Ping => "ping",
+            Self::Action(_) => "action",
+            Self::Screenshot(_) => "screenshot",
+            Self::UiTree(_) => "ui-tree",
+            Self::ScreenInfo => "screen-info",
+            Self::Cursor => "cursor",
+            Self::Probe(_) => "probe",
+            Self::Batch(_) => "batch",
+            Self::ReadFile { .. } => "read-file",
+            Self::Setup(_) => "setup",
+        }
+    }
+
+    /// Whether a bulk body follows the header.
+    pub fn has_body(&self) -> bool {
+        matches!(self, Self::Setup(Setup::WriteFile { .. }))
+    }
+}
+
+/// A reply from a guest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    /// Reply to `Ping`.
+    Pong {
+        /// Guest's monotonic clock in microseconds (for latency accounting).
+        guest_us: u64,
+    },
+    /// The action or setup step finished.
+    Done,
+    /// Screenshot metadata; the image follows as body.
+    Screenshot(ScreenshotMeta),
+    /// The UI tree.
+    UiTree(UiTree),
+    /// Screen geometry.
+    ScreenInfo(ScreenInfo),
+    /// Pointer position.
+    Cursor(Point),
+    /// Answer to one probe.
+    Probe(ProbeReply),
+    /// Answers to a batch, in order; one failing probe does not fail the others.
+    Batch(Vec<Result<ProbeReply, WireError>>),
+    /// File metadata; `len` bytes of content follow as body.
+    File {
+        /// Metadata of the whole file.
+        stat: FileStat,
+        /// Bytes that follow.
+        len: u64,
+    },
+    /// A program ran to completion.
+    Exec(ExecOutput),
+    /// A program was started.
+    Launched {
+        /// Its process id.
+        pid: u32,
+    },
+    /// The request failed.
+    Error(WireError),
+}
+
+/// Why a guest could not do what was asked. Carried on the wire, so every variant says
+/// enough for a person to act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum WireError {
+    /// The request kind is not known to this guest (a newer host), or not available on it.
+    #[error("unsupported: {what}")]
+    Unsupported {
+        /// What was not supported.
+        what: String,
+    },
+    /// The request could not be decoded.
+    #[error("malformed request: {reason}")]
+    Malformed {
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// A length exceeded a protocol limit.
+    #[error("{what} of {got} bytes exceeds the limit of {limit}")]
+    TooLarge {
+        /// What was too large.
+        what: String,
+        /// The limit.
+        limit: u64,
+        /// The size received.
+        got: u64,
+    },
+    /// A request arrived before the handshake completed.
+    #[error("not authenticated: complete the handshake first")]
+    Unauthenticated,
+    /// The guest does not grant this class on this connection.
+    #[error("{class} requests are disabled on this guest: {reason}")]
+    Forbidden {
+        /// The class refused.
+        class: RequestClass,
+        /// Why (for example "started with --read-only").
+        reason: String,
+    },
+    /// The request is well-formed but its values are not usable.
+    #[error("invalid argument: {message}")]
+    InvalidArgument {
+        /// What was wrong.
+        message: String,
+    },
+    /// A path does not exist.
+    #[error("not found: {path}")]
+    NotFound {
+        /// The path.
+        path: String,
+    },
+    /// The guest may not access a path.
+    #[error("permission denied: {path}")]
+    PermissionDenied {
+        /// The path.
+        path: String,
+    },
+    /// An I/O error on the guest.
+    #[error("i/o error: {message}")]
+    Io {
+        /// The OS error text.
+        message: String,
+    },
+    /// The display server is not reachable.
+    #[error("display unavailable: {message}")]
+    Display {
+        /// What failed.
+        message: String,
+    },
+    /// The accessibility bus is not reachable or an app misbehaved.
+    #[error("accessibility unavailable: {message}")]
+    Accessibility {
+        /// What failed.
+        message: String,
+    },
+    /// Input injection failed.
+    #[error("input failed: {message}")]
+    Input {
+        /// What failed.
+        message: String,
+    },
+    /// The operation did not finish in time.
+    #[error("timed out after {after_ms} ms")]
+    Timeout {
+        /// How long the guest waited.
+        after_ms: u64,
+    },
+    /// The guest is at a concurrency limit; try again.
+    #[error("busy: {message}")]
+    Busy {
+        /// Which limit.
+        message: String,
+    },
+    /// A bug in the guest.
+    #[error("internal error: {message}")]
+    Internal {
+        /// Details.
+        message: String,
+    },
+}
+
+impl WireError {
+    /// An I/O error for `path`, mapped to `NotFound` / `PermissionDenied` where it is one.
+    pub fn from_io(path: &str, e: &std::io::Error) -> Self {
+        match e.kind() {
+            std::io::ErrorKind::NotFound => Self::NotFound { path: path.into() },
+            std::io::ErrorKind::PermissionDenied => Self::PermissionDenied { path: path.into() },
+            _ => Self::Io {
+                message: format!("{path}: {e}"),
+            },
+        }
+    }
+}
+
+/// Well-known capability names a guest lists in its handshake. Strings, so that a host can
+/// read the handshake of any guest version.
+pub mod capability {
+    /// Mouse and keyboard input.
+    pub const INPUT: &str = "input";
+    /// Touch gestures and system keys.
+    pub const TOUCH: &str = "touch";
+    /// Screenshots.
+    pub const SCREENSHOT: &str = "screenshot";
+    /// Accessibility tree.
+    pub const UI_TREE: &str = "ui-tree";
+    /// Read-only probes.
+    pub const PROBE: &str = "probe";
+    /// Active-window probe.
+    pub const WINDOW: &str = "window";
+    /// Clipboard probe and setup.
+    pub const CLIPBOARD: &str = "clipboard";
+    /// Setup class (writes, exec, launch).
+    pub const SETUP: &str = "setup";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_probes_need_setup_trust() {
+        let cmd = Probe::Command {
+            argv: vec!["true".into()],
+            timeout_ms: 1000,
+            max_output: 10,
+        };
+        assert_eq!(Request::Probe(cmd.clone()).class(), RequestClass::Setup);
+        assert_eq!(
+            Request::Batch(vec![Probe::Processes, cmd]).class(),
+            RequestClass::Setup
+        );
+        assert_eq!(
+            Request::Batch(vec![Probe::Processes]).class(),
+            RequestClass::Probe
+        );
+        assert_eq!(
+            Request::action_click_for_test().class(),
+            RequestClass::Action
+        );
+    }
+
+    impl Request {
+        fn action_click_for_test() -> Self {
+            Self::Action(Action::click(1, 2))
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! The observe class: what the screen shows. Screenshots come back as a bulk body after the
+//! reply header; UI trees inside it.
+
+use crate::action::Point;
+use serde::{Deserialize, Serialize};
+
+/// A rectangle in screen pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Rect {
+    /// Left edge.
+    pub x: i32,
+    /// Top edge.
+    pub y: i32,
+    /// Width.
+    pub width: u32,
+    /// Height.
+    pub height: u32,
+}
+
+impl Rect {
+    /// A rectangle.
+    pub fn new(x: i32, y: i32, width: u32, height: u32) -> Self {
+        Self {
+            x,
+            y,
+            width,
+            height,
+        }
+    }
+
+    /// The centre point.
+    pub fn center(&self) -> Point {
+        Point::new(
+            self.x + (self.width / 2) as i32,
+            self.y + (self.height / 2) as i32,
+        )
+    }
+
+    /// Whether the point lies inside.
+    pub fn contains(&self, p: Point) -> bool {
+        p.x >= self.x
+            && p.y >= self.y
+            && i64::from(p.x) < i64::from(self.x) + i64::from(self.width)
+            && i64::from(p.y) < i64::from(self.y) + i64::from(self.height)
+    }
+
+    /// The overlap of two rectangles, if any.
+    pub fn intersect(&self, other: &Self) -> Option<Self> {
+        let x0 = i64::from(self.x).max(i64::from(other.x));
+        let y0 = i64::from(self.y).max(i64::from(other.y));
+        let x1 = (i64::from(self.x) + i64::from(self.width))
+            .min(i64::from(other.x) + i64::from(other.width));
+        let y1 = (i64::from(self.y) + i64::from(self.height))
+            .min(i64::from(other.y) + i64::from(other.height));
+        (x1 > x0 && y1 > y0)
+            .then(|| Self::new(x0 as i32, y0 as i32, (x1 - x0) as u32, (y1 - y0) as u32))
+    }
+
+    /// Area in pixels.
+    pub fn area(&self) -> u64 {
+        u64::from(self.width) * u64::from(self.height)
+    }
+}
+
+/// How a screenshot is encoded on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ImageFormat {
+    /// PNG with fast compression.
+    Png,
+    /// JPEG at this quality (1..=100).
+    Jpeg {
+        /// Quality, 1 (smallest) to 100 (best).
+        quality: u8,
+    },
+    /// Uncompressed pixels, optionally zstd-compressed.
+    Raw {
+        /// zstd level (1 is fast and good for desktops); `None` sends the pixels as they are.
+        zstd: Option<i8>,
+    },
+}
+
+impl Default for ImageFormat {
+    fn default() -> Self {
+        Self::Png
+    }
+}
+
+/// Memory layout of raw pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PixelLayout {
+    /// 4 bytes per pixel: blue, green, red, unused (X11's native order on little-endian).
+    Bgrx8,
+    /// 4 bytes per pixel: red, green, blue, alpha.
+    Rgba8,
+    /// 3 bytes per pixel: red, green, blue.
+    Rgb8,
+}
+
+impl PixelLayout {
+    /// Bytes per pixel.
+    pub fn bytes_per_pixel(self) -> usize {
+        match self {
+            Self::Bgrx8 | Self::Rgba8 => 4,
+            Self::Rgb8 => 3,
+        }
+    }
+}
+
+/// A screenshot request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ScreenshotRequest {
+    /// Encoding.
+    pub format: ImageFormat,
+    /// Capture only this part of the screen.
+    pub region: Option<Rect>,
+    /// Downscale so that the image fits in this width and height, keeping the aspect ratio.
+    pub max_size: Option<(u32, u32)>,
+}
+
+/// What comes before a screenshot's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScreenshotMeta {
+    /// Width of the image sent.
+    pub width: u32,
+    /// Height of the image sent.
+    pub height: u32,
+    /// Encoding of the body.
+    pub format: ImageFormat,
+    /// Pixel layout of raw images (before zstd, if any).
+    pub layout: PixelLayout,
+    /// The screen area the image shows, in screen pixels.
+    pub source: Rect,
+    /// Microseconds the guest spent grabbing the pixels.
+    pub grab_us: u32,
+    /// Microseconds the guest spent scaling and encoding.
+    pub encode_us: u32,
+}
+
+/// Geometry of the guest's screen.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ScreenInfo {
+    /// Width of the whole screen in pixels.
+    pub width: u32,
+    /// Height of the whole screen in pixels.
+    pub height: u32,
+    /// Monitors, if the guest can tell them apart.
+    pub monitors: Vec<Rect>,
+    /// How the guest captures the screen ("x11-shm", "xcap", ...).
+    pub capture: String,
+}
+
+/// Which part of the accessibility tree to walk.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum TreeScope {
+    /// Every application on the desktop.
+    #[default]
+    Desktop,
+    /// The application that owns the active window.
+    ActiveApp,
+    /// Applications whose name contains this text (case-insensitive).
+    App(String),
+}
+
+/// Filters applied while the tree is walked, so skipped nodes cost nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeRequest {
+    /// Which applications.
+    pub scope: TreeScope,
+    /// Keep only nodes that are showing (mapped on screen) and their ancestors.
+    pub showing_only: bool,
+    /// Keep only nodes whose bounds overlap the screen.
+    pub visible_only: bool,
+    /// Deepest level walked below the scope root (`None`: no limit).
+    pub max_depth: Option<u32>,
+    /// Stop after this many nodes (`None`: the protocol limit).
+    pub max_nodes: Option<u32>,
+}
+
+impl Default for TreeRequest {
+    fn default() -> Self {
+        Self {
+            scope: TreeScope::Desktop,
+            showing_only: true,
+            visible_only: false,
+            max_depth: None,
+            max_nodes: None,
+        }
+    }
+}

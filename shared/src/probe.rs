@@ -1,0 +1,158 @@
+//! The probe class: read-only questions about a guest's state, for evaluators and the
+//! harness. Replies are inline in the header; a [`Batch`](crate::Request::Batch) carries many
+//! probes in one round trip.
+
+use crate::observe::Rect;
+use crate::setup::ExecOutput;
+use serde::{Deserialize, Serialize};
+
+/// A read-only question about the guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Probe {
+    /// Metadata of a path; a missing path is an answer (`exists: false`), not an error.
+    Stat {
+        /// Absolute path (or relative to the guest's home).
+        path: String,
+    },
+    /// Up to `max_len` bytes of a file, inline (capped at [`MAX_INLINE_FILE`](crate::limits::MAX_INLINE_FILE)).
+    ReadFile {
+        /// The file.
+        path: String,
+        /// Most bytes to return.
+        max_len: u64,
+    },
+    /// Entries of a directory.
+    ListDir {
+        /// The directory.
+        path: String,
+    },
+    /// Running processes.
+    Processes,
+    /// The window with input focus.
+    ActiveWindow,
+    /// Text on the clipboard.
+    Clipboard,
+    /// Output of a command run for the harness. Runs a program, so a guest started
+    /// read-only refuses it like the setup class.
+    Command {
+        /// Program and arguments.
+        argv: Vec<String>,
+        /// Kill the command after this long.
+        timeout_ms: u64,
+        /// Keep at most this many bytes of stdout and of stderr.
+        max_output: u64,
+    },
+    /// A value from the guest's environment variables (the agent's own).
+    EnvVar {
+        /// Variable name.
+        name: String,
+    },
+}
+
+/// What a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FileKind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link (not followed).
+    Symlink,
+    /// Anything else (socket, device, fifo).
+    Other,
+}
+
+/// Metadata of a path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStat {
+    /// The path as asked.
+    pub path: String,
+    /// Whether anything is there.
+    pub exists: bool,
+    /// What it is (when it exists).
+    pub kind: Option<FileKind>,
+    /// Size in bytes.
+    pub size: u64,
+    /// Unix permission bits.
+    pub mode: u32,
+    /// Modification time, milliseconds since the Unix epoch.
+    pub modified_ms: i64,
+}
+
+/// File bytes returned inline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileContent {
+    /// The path as asked.
+    pub path: String,
+    /// The bytes (at most the requested length).
+    #[serde(with = "serde_bytes")]
+    pub bytes: Vec<u8>,
+    /// Size of the whole file.
+    pub total_size: u64,
+}
+
+/// One directory entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    /// File name within the directory.
+    pub name: String,
+    /// What it is.
+    pub kind: FileKind,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// A running process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// Short name (`comm`).
+    pub name: String,
+    /// Command line.
+    pub cmdline: Vec<String>,
+    /// Owner's user id.
+    pub uid: u32,
+}
+
+/// The window with input focus.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowInfo {
+    /// Window-system id.
+    pub id: u64,
+    /// Title.
+    pub title: String,
+    /// Owning process, when the window says.
+    pub pid: Option<u32>,
+    /// Name of the owning process.
+    pub process_name: Option<String>,
+    /// Window class (X11 `WM_CLASS` class part).
+    pub class: Option<String>,
+    /// Window instance (X11 `WM_CLASS` instance part).
+    pub instance: Option<String>,
+    /// Position and size on screen.
+    pub bounds: Option<Rect>,
+}
+
+/// The answer to one probe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProbeReply {
+    /// For [`Probe::Stat`].
+    Stat(FileStat),
+    /// For [`Probe::ReadFile`]; `None` when the file does not exist.
+    File(Option<FileContent>),
+    /// For [`Probe::ListDir`]; `None` when the directory does not exist.
+    Dir(Option<Vec<DirEntry>>),
+    /// For [`Probe::Processes`].
+    Processes(Vec<ProcessInfo>),
+    /// For [`Probe::ActiveWindow`]; `None` when no window has focus.
+    ActiveWindow(Option<WindowInfo>),
+    /// For [`Probe::Clipboard`]; `None` when the clipboard holds no text.
+    Clipboard(Option<String>),
+    /// For [`Probe::Command`].
+    Command(ExecOutput),
+    /// For [`Probe::EnvVar`].
+    EnvVar(Option<String>),
+}

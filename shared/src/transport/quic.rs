@@ -1,0 +1,369 @@
+//! QUIC endpoints for pincer: TLS 1.3 with the ring provider, ALPN `pincer/1`, self-signed
+//! certificates checked by pinned SHA-256 fingerprint (no CA, no platform verifier), and
+//! transport settings sized for screenshots and files on a LAN.
+
+use super::TransportError;
+use crate::identity::{Fingerprint, Identity};
+use crate::version::ALPN;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The name put in SNI. Certificates are pinned, so the name is never checked.
+pub const SERVER_NAME: &str = "pincer";
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Transport settings: many concurrent requests, windows big enough for a raw 4K frame in
+/// flight, keep-alives so NAT bindings and idle guests stay reachable.
+fn transport_config() -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    t.max_concurrent_bidi_streams(1024u32.into())
+        .max_concurrent_uni_streams(0u32.into())
+        .stream_receive_window((64u32 << 20).into())
+        .receive_window((256u32 << 20).into())
+        .send_window(256 << 20)
+        .keep_alive_interval(Some(Duration::from_secs(4)))
+        .initial_rtt(Duration::from_millis(10));
+    t.max_idle_timeout(Some(
+        Duration::from_secs(20)
+            .try_into()
+            .expect("20 s is a valid idle timeout"),
+    ));
+    t
+}
+
+/// Which server certificate a dialling side accepts.
+#[derive(Debug, Clone, Copy)]
+pub enum ServerPin {
+    /// Only a certificate with this fingerprint.
+    Pinned(Fingerprint),
+    /// Any certificate; the caller reads [`SeenCert`] and decides (trust on first use, or
+    /// a guest dialling a host whose token proof authenticates it).
+    Any,
+}
+
+/// The fingerprint a peer presented during the last handshake on a config, so a mismatch
+/// can be reported with both values.
+#[derive(Debug, Default)]
+pub struct SeenCert(Mutex<Option<Fingerprint>>);
+
+impl SeenCert {
+    /// The fingerprint presented, if a handshake got that far.
+    pub fn get(&self) -> Option<Fingerprint> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[derive(Debug)]
+struct PinVerifier {
+    pin: ServerPin,
+    seen: Arc<SeenCert>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for PinVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let got = Fingerprint::of(end_entity);
+        *self.seen.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(got);
+        match self.pin {
+            ServerPin::Any => Ok(ServerCertVerified::assertion()),
+            ServerPin::Pinned(want) if want.matches(&got) => Ok(ServerCertVerified::assertion()),
+            ServerPin::Pinned(_) => Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            )),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// Accepts any client certificate that proves possession of its key; the application
+/// then checks the fingerprint against its registry ([`super::Link::peer_fingerprint`]).
+#[derive(Debug)]
+struct AnyClientCert {
+    provider: Arc<CryptoProvider>,
+}
+
+impl ClientCertVerifier for AnyClientCert {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+fn cert_chain(id: &Identity) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+    (
+        vec![CertificateDer::from(id.cert_der.clone())],
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(id.key_der.clone())),
+    )
+}
+
+fn endpoint_err(e: impl std::fmt::Display) -> TransportError {
+    TransportError::Endpoint(e.to_string())
+}
+
+/// A server configuration presenting `id`. With `require_client_cert`, dialling peers must
+/// present a certificate (a host listening for guests); the fingerprint is checked by the
+/// application after the handshake.
+pub fn server_config(
+    id: &Identity,
+    require_client_cert: bool,
+) -> Result<quinn::ServerConfig, TransportError> {
+    let provider = provider();
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(endpoint_err)?;
+    let (chain, key) = cert_chain(id);
+    let mut tls = if require_client_cert {
+        builder
+            .with_client_cert_verifier(Arc::new(AnyClientCert { provider }))
+            .with_single_cert(chain, key)
+    } else {
+        builder.with_no_client_auth().with_single_cert(chain, key)
+    }
+    .map_err(endpoint_err)?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.max_early_data_size = 0;
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(endpoint_err)?;
+    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    cfg.transport_config(Arc::new(transport_config()));
+    Ok(cfg)
+}
+
+/// A client configuration that accepts the server certificate allowed by `pin` and, if
+/// given, presents `id` as client certificate. The returned [`SeenCert`] records what the
+/// server presented.
+pub fn client_config(
+    pin: ServerPin,
+    id: Option<&Identity>,
+) -> Result<(quinn::ClientConfig, Arc<SeenCert>), TransportError> {
+    let provider = provider();
+    let seen = Arc::new(SeenCert::default());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(endpoint_err)?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(PinVerifier {
+            pin,
+            seen: seen.clone(),
+            provider,
+        }));
+    let mut tls = match id {
+        Some(id) => {
+            let (chain, key) = cert_chain(id);
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(endpoint_err)?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(endpoint_err)?;
+    let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
+    cfg.transport_config(Arc::new(transport_config()));
+    Ok((cfg, seen))
+}
+
+/// An endpoint that accepts connections on `addr` (and can also dial).
+pub fn server_endpoint(
+    addr: SocketAddr,
+    config: quinn::ServerConfig,
+) -> Result<quinn::Endpoint, TransportError> {
+    quinn::Endpoint::server(config, addr)
+        .map_err(|e| TransportError::Endpoint(format!("cannot listen on {addr}: {e}")))
+}
+
+/// An endpoint that only dials, bound to an ephemeral port of the right address family.
+pub fn client_endpoint(for_peer: SocketAddr) -> Result<quinn::Endpoint, TransportError> {
+    let bind: SocketAddr = if for_peer.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    quinn::Endpoint::client(bind)
+        .map_err(|e| TransportError::Endpoint(format!("cannot bind a UDP socket: {e}")))
+}
+
+/// Dials `addr` with `config`. A pinned-certificate mismatch is reported with both
+/// fingerprints.
+pub async fn connect(
+    endpoint: &quinn::Endpoint,
+    addr: SocketAddr,
+    config: quinn::ClientConfig,
+    seen: &SeenCert,
+    pin: ServerPin,
+) -> Result<quinn::Connection, TransportError> {
+    let connecting = endpoint.connect_with(config, addr, SERVER_NAME)?;
+    match connecting.await {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            if let (ServerPin::Pinned(expected), Some(got)) = (pin, seen.get())
+                && !expected.matches(&got)
+            {
+                return Err(TransportError::FingerprintMismatch { expected, got });
+            }
+            Err(e.into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::Link;
+
+    fn loopback() -> SocketAddr {
+        "127.0.0.1:0".parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn pinned_connection_works_and_exporters_agree() {
+        let id = Identity::generate("guest").unwrap();
+        let server = server_endpoint(loopback(), server_config(&id, false).unwrap()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let accept = tokio::spawn(async move {
+            let c = server.accept().await.unwrap().await.unwrap();
+            let link = Link::Quic(c);
+            let ex = link.exporter().unwrap();
+            (ex, server)
+        });
+        let pin = ServerPin::Pinned(id.fingerprint());
+        let (cfg, seen) = client_config(pin, None).unwrap();
+        let client = client_endpoint(addr).unwrap();
+        let c = connect(&client, addr, cfg, &seen, pin).await.unwrap();
+        let link = Link::Quic(c);
+        let (server_ex, _server) = accept.await.unwrap();
+        assert_eq!(link.exporter().unwrap(), server_ex);
+        assert_eq!(link.peer_fingerprint(), Some(id.fingerprint()));
+    }
+
+    #[tokio::test]
+    async fn wrong_pin_names_both_fingerprints() {
+        let id = Identity::generate("guest").unwrap();
+        let server = server_endpoint(loopback(), server_config(&id, false).unwrap()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let _accept = tokio::spawn(async move {
+            let _ = server.accept().await.unwrap().await;
+        });
+        let wrong = Fingerprint::of(b"not it");
+        let pin = ServerPin::Pinned(wrong);
+        let (cfg, seen) = client_config(pin, None).unwrap();
+        let client = client_endpoint(addr).unwrap();
+        match connect(&client, addr, cfg, &seen, pin).await {
+            Err(TransportError::FingerprintMismatch { expected, got }) => {
+                assert_eq!(expected, wrong);
+                assert_eq!(got, id.fingerprint());
+            }
+            other => panic!("expected a mismatch, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn client_certificates_are_visible_to_a_listening_host() {
+        let host = Identity::generate("host").unwrap();
+        let guest = Identity::generate("guest").unwrap();
+        let server = server_endpoint(loopback(), server_config(&host, true).unwrap()).unwrap();
+        let addr = server.local_addr().unwrap();
+        let accept = tokio::spawn(async move {
+            let c = server.accept().await.unwrap().await.unwrap();
+            (Link::Quic(c).peer_fingerprint(), server)
+        });
+        let (cfg, seen) = client_config(ServerPin::Any, Some(&guest)).unwrap();
+        let client = client_endpoint(addr).unwrap();
+        let _c = connect(&client, addr, cfg, &seen, ServerPin::Any)
+            .await
+            .unwrap();
+        assert_eq!(seen.get(), Some(host.fingerprint()));
+        let (fp, _server) = accept.await.unwrap();
+        assert_eq!(fp, Some(guest.fingerprint()));
+    }
+}
