@@ -1,1 +1,9 @@
-//! pincer host library.
+//! The pincer host: environments reached over authenticated QUIC ([`env`]), local X11
+//! desktops ([`desktop`]), latency benchmarks ([`bench`]) and, in later layers, tasks, the
+//! graph evaluator, agents and the benchmark runner. The `pincer` binary is a thin CLI
+//! over this library.
+
+pub mod bench;
+pub mod desktop;
+pub mod env;
+pub mod paths;

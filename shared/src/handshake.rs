@@ -41,6 +41,8 @@ pub struct GuestInfo {
     pub capabilities: Vec<String>,
     /// Whether setup and command probes are disabled.
     pub read_only: bool,
+    /// Process id of the agent (for resource monitoring through probes).
+    pub pid: u32,
 }
 
 impl GuestInfo {
@@ -161,6 +163,7 @@ mod tests {
             screen: ScreenInfo::default(),
             capabilities: vec!["input".into()],
             read_only: false,
+            pid: 1,
         }
     }
 

@@ -303,8 +303,7 @@ mod tests {
         let fp = Fingerprint::of(b"cert");
         let s = fp.to_string();
         assert_eq!(s.parse::<Fingerprint>().unwrap(), fp);
-        let colons: String = s[7..]
-            .as_bytes()
+        let colons: String = s.as_bytes()[7..]
             .chunks(2)
             .map(|c| std::str::from_utf8(c).unwrap().to_uppercase())
             .collect::<Vec<_>>()

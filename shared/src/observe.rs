@@ -63,9 +63,10 @@ impl Rect {
 }
 
 /// How a screenshot is encoded on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum ImageFormat {
     /// PNG with fast compression.
+    #[default]
     Png,
     /// JPEG at this quality (1..=100).
     Jpeg {
@@ -77,12 +78,6 @@ pub enum ImageFormat {
         /// zstd level (1 is fast and good for desktops); `None` sends the pixels as they are.
         zstd: Option<i8>,
     },
-}
-
-impl Default for ImageFormat {
-    fn default() -> Self {
-        Self::Png
-    }
 }
 
 /// Memory layout of raw pixels.

@@ -29,7 +29,7 @@ pub struct UiNode {
     /// Toolkit attributes (`toolkit`, `id`, `class`, Android `resource-id`, ...).
     pub attributes: BTreeMap<String, String>,
     /// Children in order.
-    pub children: Vec<UiNode>,
+    pub children: Vec<Self>,
 }
 
 /// A UI tree as a guest returns it.

@@ -1,0 +1,419 @@
+//! `pincer bench`: round-trip latency of each kind of call against a live environment,
+//! measured from the host (so it includes QUIC, encoding and the guest's work), with the
+//! targets pincer is held to and the medians OSWorld's in-VM server reaches on the same
+//! kind of machine. Also a soak mode that takes thousands of screenshots in a row and
+//! watches the agent's memory and file descriptors.
+
+use crate::env::{ClientError, Environment};
+use pincer_shared::Action;
+use pincer_shared::action::{MouseButton, Point};
+use pincer_shared::observe::{ImageFormat, ScreenshotRequest, TreeRequest};
+use pincer_shared::probe::{Probe, ProbeReply};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+/// Latency summary of one operation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    /// What was measured.
+    pub name: String,
+    /// Samples taken.
+    pub n: usize,
+    /// Milliseconds.
+    pub min: f64,
+    /// Milliseconds.
+    pub p50: f64,
+    /// Milliseconds.
+    pub p95: f64,
+    /// Milliseconds.
+    pub p99: f64,
+    /// Milliseconds.
+    pub max: f64,
+    /// pincer's target for the median, in milliseconds, if it has one.
+    pub target_ms: Option<f64>,
+    /// What OSWorld's server takes for this (median range), for comparison.
+    pub osworld: Option<&'static str>,
+    /// Extra facts (image size, node count).
+    pub note: String,
+}
+
+impl Stats {
+    fn from_samples(
+        name: &str,
+        mut s: Vec<Duration>,
+        target_ms: Option<f64>,
+        osworld: Option<&'static str>,
+        note: String,
+    ) -> Self {
+        s.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let pick = |q: f64| ms(s[((s.len() as f64 - 1.0) * q).round() as usize]);
+        Self {
+            name: name.into(),
+            n: s.len(),
+            min: ms(s[0]),
+            p50: pick(0.5),
+            p95: pick(0.95),
+            p99: pick(0.99),
+            max: ms(s[s.len() - 1]),
+            target_ms,
+            osworld,
+            note,
+        }
+    }
+
+    /// Whether the median meets the target (true when there is none).
+    pub fn meets_target(&self) -> bool {
+        self.target_ms.is_none_or(|t| self.p50 <= t)
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Samples per operation (UI trees and big files use a fifth of it, at least 5).
+    pub iterations: usize,
+    /// Include typing (it types into whatever has focus).
+    pub typing: bool,
+}
+
+async fn measure<F, Fut, T>(n: usize, mut f: F) -> Result<(Vec<Duration>, T), ClientError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ClientError>>,
+{
+    // Two untimed runs warm caches and connections.
+    let mut last = f().await?;
+    last = f().await.map(|_| last)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        last = f().await?;
+        out.push(t.elapsed());
+    }
+    Ok((out, last))
+}
+
+/// Runs every measurement; operations the guest refuses (read-only) are skipped with a note.
+pub async fn run(
+    env: &Environment,
+    opts: &BenchOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Stats>, ClientError> {
+    let n = opts.iterations.max(5);
+    let few = (n / 5).max(5);
+    let mut out = Vec::new();
+    let screen = env.screen_info().await?;
+    let corner = Point::new(
+        screen.width.saturating_sub(1) as i32,
+        screen.height.saturating_sub(1) as i32,
+    );
+
+    progress("ping");
+    let (s, _) = measure(n, || env.ping()).await?;
+    out.push(Stats::from_samples(
+        "ping",
+        s,
+        Some(0.3),
+        None,
+        String::new(),
+    ));
+
+    progress("click");
+    let click = Action::Click {
+        at: Some(corner),
+        button: MouseButton::Left,
+        count: 1,
+    };
+    let (s, _) = measure(n, || env.act(click.clone())).await?;
+    out.push(Stats::from_samples(
+        "click",
+        s,
+        Some(1.0),
+        Some("269-358 ms"),
+        format!("left click at ({}, {})", corner.x, corner.y),
+    ));
+
+    if opts.typing {
+        progress("type 20 chars");
+        let text = Action::TypeText {
+            text: "pincer types twenty!".into(),
+        };
+        let (s, _) = measure(few, || env.act(text.clone())).await?;
+        out.push(Stats::from_samples(
+            "type 20 ASCII chars",
+            s,
+            Some(5.0),
+            Some("252-383 ms"),
+            "into the focused window".into(),
+        ));
+    }
+
+    for (name, format, target, osworld) in [
+        (
+            "screenshot PNG",
+            ImageFormat::Png,
+            Some(15.0),
+            Some("58-84 ms"),
+        ),
+        (
+            "screenshot JPEG q80",
+            ImageFormat::Jpeg { quality: 80 },
+            None,
+            None,
+        ),
+        (
+            "screenshot raw+zstd",
+            ImageFormat::Raw { zstd: Some(1) },
+            Some(8.0),
+            None,
+        ),
+        (
+            "screenshot raw",
+            ImageFormat::Raw { zstd: None },
+            None,
+            None,
+        ),
+    ] {
+        progress(name);
+        let req = ScreenshotRequest {
+            format,
+            ..Default::default()
+        };
+        let (s, shot) = measure(n, || env.screenshot(req)).await?;
+        let note = format!(
+            "{}x{}, {} KiB, guest grab {} us + encode {} us",
+            shot.meta.width,
+            shot.meta.height,
+            shot.bytes.len() / 1024,
+            shot.meta.grab_us,
+            shot.meta.encode_us
+        );
+        out.push(Stats::from_samples(name, s, target, osworld, note));
+    }
+
+    progress("ui tree");
+    let (s, tree) = measure(few, || env.tree(TreeRequest::default())).await?;
+    out.push(Stats::from_samples(
+        "UI tree (desktop, showing)",
+        s,
+        None,
+        Some("0.6-0.74 s (small app), 6.1 s (Calc)"),
+        format!("{} nodes", tree.node_count),
+    ));
+
+    progress("screen info");
+    let (s, _) = measure(n, || env.screen_info()).await?;
+    out.push(Stats::from_samples(
+        "screen info",
+        s,
+        None,
+        None,
+        String::new(),
+    ));
+
+    let info = env.info();
+    let writable = info.as_ref().is_some_and(|i| !i.read_only);
+    let dir = "/tmp/pincer-bench";
+    if writable {
+        progress("files");
+        let big: Vec<u8> = (0..10 * 1024 * 1024u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+            .collect();
+        env.write_file(&format!("{dir}/10mib.bin"), &big, 0o644)
+            .await?;
+        for i in 0..3 {
+            env.write_file(&format!("{dir}/small{i}.txt"), b"hello pincer\n", 0o644)
+                .await?;
+        }
+        let path = format!("{dir}/10mib.bin");
+        let (s, (_, bytes)) = measure(few, || env.read_file(&path)).await?;
+        if bytes != big {
+            return Err(ClientError::Protocol {
+                env: env.name().into(),
+                message: "the 10 MiB file came back different".into(),
+            });
+        }
+        out.push(Stats::from_samples(
+            "read 10 MiB file",
+            s,
+            Some(30.0),
+            Some("21-43 ms"),
+            String::new(),
+        ));
+
+        progress("batch of 10 probes");
+        let probes: Vec<Probe> = (0..4)
+            .map(|i| Probe::Stat {
+                path: format!("{dir}/small{}.txt", i % 3),
+            })
+            .chain((0..3).map(|i| Probe::ReadFile {
+                path: format!("{dir}/small{i}.txt"),
+                max_len: 4096,
+            }))
+            .chain([
+                Probe::ActiveWindow,
+                Probe::ListDir { path: dir.into() },
+                Probe::EnvVar {
+                    name: "DISPLAY".into(),
+                },
+            ])
+            .collect();
+        let (s, _) = measure(n, || env.batch(probes.clone())).await?;
+        out.push(Stats::from_samples(
+            "batch of 10 probes",
+            s,
+            Some(2.0),
+            None,
+            "4 stat, 3 read, window, list dir, env var".into(),
+        ));
+        let _ = env.remove(dir).await;
+    } else {
+        progress("read-only guest: skipping file benchmarks");
+    }
+    Ok(out)
+}
+
+/// Resource use of the agent process, read through probes.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct AgentUsage {
+    /// Resident memory in KiB.
+    pub rss_kib: u64,
+    /// Open file descriptors.
+    pub fds: usize,
+}
+
+/// Reads the agent's RSS and fd count from /proc through probes.
+pub async fn agent_usage(env: &Environment) -> Result<Option<AgentUsage>, ClientError> {
+    let Some(pid) = env.info().map(|i| i.pid) else {
+        return Ok(None);
+    };
+    let replies = env
+        .batch(vec![
+            Probe::ReadFile {
+                path: format!("/proc/{pid}/status"),
+                max_len: 64 * 1024,
+            },
+            Probe::ListDir {
+                path: format!("/proc/{pid}/fd"),
+            },
+        ])
+        .await?;
+    let rss = match &replies[0] {
+        Ok(ProbeReply::File(Some(f))) => String::from_utf8_lossy(&f.bytes)
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok()),
+        _ => None,
+    };
+    let fds = match &replies[1] {
+        Ok(ProbeReply::Dir(Some(d))) => Some(d.len()),
+        _ => None,
+    };
+    Ok(rss
+        .zip(fds)
+        .map(|(rss_kib, fds)| AgentUsage { rss_kib, fds }))
+}
+
+/// One sample of the soak run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SoakSample {
+    /// Screenshots taken so far.
+    pub shots: usize,
+    /// Agent usage at that point.
+    pub usage: Option<AgentUsage>,
+}
+
+/// Takes `count` PNG screenshots in a row, sampling the agent's memory and descriptors.
+pub async fn soak(
+    env: &Environment,
+    count: usize,
+    progress: &mut dyn FnMut(&SoakSample),
+) -> Result<Vec<SoakSample>, ClientError> {
+    let every = (count / 10).max(1);
+    let mut samples = vec![SoakSample {
+        shots: 0,
+        usage: agent_usage(env).await?,
+    }];
+    progress(&samples[0]);
+    for i in 1..=count {
+        env.screenshot(ScreenshotRequest::default()).await?;
+        if i % every == 0 || i == count {
+            let s = SoakSample {
+                shots: i,
+                usage: agent_usage(env).await?,
+            };
+            progress(&s);
+            samples.push(s);
+        }
+    }
+    Ok(samples)
+}
+
+/// The table printed by `pincer bench`.
+pub fn table(stats: &[Stats]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<28} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9}  {:<10} {:<22} note",
+        "operation",
+        "n",
+        "min ms",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+        "target",
+        "OSWorld (median)"
+    );
+    for s in stats {
+        let target = match s.target_ms {
+            Some(t) if s.meets_target() => format!("<={t} ok"),
+            Some(t) => format!("<={t} MISS"),
+            None => "-".into(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<28} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}  {:<10} {:<22} {}",
+            s.name,
+            s.n,
+            s.min,
+            s.p50,
+            s.p95,
+            s.p99,
+            s.max,
+            target,
+            s.osworld.unwrap_or("-"),
+            s.note
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_come_from_sorted_samples() {
+        let samples: Vec<Duration> = (1..=100).rev().map(Duration::from_millis).collect();
+        let s = Stats::from_samples("x", samples, Some(50.0), None, String::new());
+        assert_eq!(s.min, 1.0);
+        assert_eq!(s.max, 100.0);
+        assert_eq!(s.p95, 95.0);
+        assert!((s.p50 - 50.0).abs() <= 1.0);
+        assert!(
+            !Stats::from_samples(
+                "y",
+                vec![Duration::from_millis(60)],
+                Some(50.0),
+                None,
+                String::new()
+            )
+            .meets_target()
+        );
+        let t = table(&[s]);
+        assert!(t.contains("p99 ms") && t.contains("<=50"), "{t}");
+    }
+}

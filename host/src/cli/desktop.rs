@@ -1,0 +1,208 @@
+//! `pincer desktop ...`: local X11 desktops.
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use pincer::desktop::{self, DesktopOptions, SuperviseOptions};
+use pincer::env::Deadlines;
+use pincer::env::registry::Registry;
+use std::path::PathBuf;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum DesktopCmd {
+    /// Start a local desktop and register it as an environment.
+    Up(UpArgs),
+    /// Stop desktops and every process they started.
+    Down {
+        /// Desktop names.
+        #[arg(required_unless_present = "all")]
+        names: Vec<String>,
+        /// Stop every local desktop.
+        #[arg(long)]
+        all: bool,
+    },
+    /// List local desktops.
+    List,
+    /// Print shell exports to run programs inside a desktop (`eval $(pincer desktop env NAME)`).
+    Env {
+        /// Desktop name.
+        name: String,
+    },
+    /// Internal: the process that owns a desktop (started by `up`).
+    #[command(hide = true)]
+    Supervise(SuperviseArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct UpArgs {
+    /// Environment name.
+    #[arg(long, default_value = "desk")]
+    name: String,
+    /// Screen size.
+    #[arg(long, default_value = "1920x1080", value_parser = parse_size)]
+    size: (u32, u32),
+    /// Agent UDP port on 127.0.0.1 (default: a free one).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Do not start a window manager.
+    #[arg(long)]
+    no_wm: bool,
+    /// Start the agent read-only (no setup, exec or command probes).
+    #[arg(long)]
+    read_only: bool,
+    /// Home directory for the desktop's programs (default: a private one in its state dir).
+    #[arg(long, value_name = "DIR")]
+    home: Option<PathBuf>,
+    /// Make this the default environment.
+    #[arg(long)]
+    default: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SuperviseArgs {
+    #[arg(long)]
+    name: String,
+    #[arg(long, value_parser = parse_size)]
+    size: (u32, u32),
+    #[arg(long)]
+    port: u16,
+    #[arg(long)]
+    agent: PathBuf,
+    #[arg(long)]
+    no_wm: bool,
+    #[arg(long)]
+    read_only: bool,
+    #[arg(long)]
+    home: Option<PathBuf>,
+}
+
+pub(crate) fn parse_size(s: &str) -> Result<(u32, u32), String> {
+    let (w, h) = s
+        .split_once(['x', 'X'])
+        .ok_or_else(|| format!("'{s}' is not a size: write WIDTHxHEIGHT, e.g. 1920x1080"))?;
+    let parse = |v: &str| {
+        v.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("'{s}' is not a size: write WIDTHxHEIGHT, e.g. 1920x1080"))
+    };
+    let (w, h) = (parse(w)?, parse(h)?);
+    if !(64..=16384).contains(&w) || !(64..=16384).contains(&h) {
+        return Err(format!("size {w}x{h} is out of range (64..16384 per side)"));
+    }
+    Ok((w, h))
+}
+
+pub(crate) fn supervise(a: &SuperviseArgs) -> anyhow::Result<()> {
+    desktop::supervise(&SuperviseOptions {
+        desktop: DesktopOptions {
+            name: a.name.clone(),
+            size: a.size,
+            window_manager: !a.no_wm,
+            read_only: a.read_only,
+            port: a.port,
+            home: a.home.clone(),
+        },
+        agent: a.agent.clone(),
+    })
+}
+
+pub(crate) async fn run(cmd: DesktopCmd, reg: &Registry) -> anyhow::Result<()> {
+    match cmd {
+        DesktopCmd::Up(a) => up(a, reg).await,
+        DesktopCmd::Down { names, all } => {
+            let names = if all { local_names(reg)? } else { names };
+            if names.is_empty() {
+                println!("no local desktops are up");
+            }
+            for n in names {
+                let stopped = desktop::down(reg, &n).await?;
+                println!("desktop '{n}' stopped ({stopped} processes)");
+            }
+            Ok(())
+        }
+        DesktopCmd::List => {
+            let names = local_names(reg)?;
+            if names.is_empty() {
+                println!("no local desktops are up (start one with `pincer desktop up`)");
+            }
+            for n in names {
+                match desktop::read_state(&n) {
+                    Some(s) => println!(
+                        "{n:<12} display {:<6} {}x{}  agent {}  wm {}",
+                        s.display,
+                        s.size.0,
+                        s.size.1,
+                        s.agent_addr,
+                        s.window_manager.as_deref().unwrap_or("none")
+                    ),
+                    None => println!(
+                        "{n:<12} registered but not running (`pincer desktop down {n}` cleans up)"
+                    ),
+                }
+            }
+            Ok(())
+        }
+        DesktopCmd::Env { name } => {
+            let s = desktop::read_state(&name)
+                .with_context(|| format!("desktop '{name}' is not running"))?;
+            for (k, v) in &s.env {
+                println!("export {k}='{}'", v.replace('\'', "'\\''"));
+            }
+            Ok(())
+        }
+        DesktopCmd::Supervise(_) => bail!("internal command"),
+    }
+}
+
+fn local_names(reg: &Registry) -> anyhow::Result<Vec<String>> {
+    Ok(reg
+        .load()?
+        .envs
+        .into_iter()
+        .filter(|(_, e)| e.desktop.is_some())
+        .map(|(n, _)| n)
+        .collect())
+}
+
+async fn up(a: UpArgs, reg: &Registry) -> anyhow::Result<()> {
+    let opts = DesktopOptions {
+        name: a.name.clone(),
+        size: a.size,
+        window_manager: !a.no_wm,
+        read_only: a.read_only,
+        port: a.port,
+        home: a.home,
+    };
+    eprintln!(
+        "starting desktop '{}' ({}x{})...",
+        a.name, a.size.0, a.size.1
+    );
+    let t = std::time::Instant::now();
+    let st = desktop::up(reg, &opts).await?;
+    if a.default {
+        reg.update(|f| f.default = Some(a.name.clone()))?;
+    }
+    // Prove the agent answers through the registry before saying it is up.
+    let env = reg.connect(Some(&a.name), Deadlines::default()).await?;
+    let rtt = env.ping().await?;
+    println!(
+        "desktop '{}' is up in {:.1} s: display {} ({}x{}), window manager {}, agent at {} (ping {:.2} ms)",
+        st.name,
+        t.elapsed().as_secs_f64(),
+        st.display,
+        st.size.0,
+        st.size.1,
+        st.window_manager.as_deref().unwrap_or("none"),
+        st.agent_addr,
+        rtt.as_secs_f64() * 1000.0
+    );
+    println!("  fingerprint {}", st.fingerprint);
+    println!("  try:   pincer screenshot --env {} -o shot.png", st.name);
+    println!("         pincer tree --env {} --format text", st.name);
+    println!(
+        "  apps:  pincer launch --env {} -- gtk3-widget-factory",
+        st.name
+    );
+    println!("  shell: eval \"$(pincer desktop env {})\"", st.name);
+    println!("  stop:  pincer desktop down {}", st.name);
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! Command-line parsing and dispatch. Each command group lives in its own module; this one
+//! holds the global options and the shared helpers (connecting to `--env`, printing errors).
+
+mod desktop;
+mod envs;
+mod observe;
+mod ops;
+
+use clap::{Parser, Subcommand};
+use pincer::env::registry::Registry;
+use pincer::env::{Deadlines, Environment};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// pincer: a fast, cross-environment benchmark system for GUI agents.
+#[derive(Debug, Parser)]
+#[command(name = "pincer", version, about, long_about = None)]
+struct Cli {
+    /// Envs file (default: $PINCER_ENVS or ~/.config/pincer/envs.toml).
+    #[arg(long, global = true, value_name = "FILE")]
+    envs: Option<PathBuf>,
+    /// More logging (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Local X11 desktops (Xvfb + D-Bus + AT-SPI + window manager + agent).
+    #[command(subcommand)]
+    Desktop(desktop::DesktopCmd),
+    /// Registered environments.
+    #[command(subcommand)]
+    Env(envs::EnvCmd),
+    /// Save a screenshot.
+    Screenshot(observe::ScreenshotArgs),
+    /// Print the accessibility tree.
+    Tree(observe::TreeArgs),
+    /// Send one input action.
+    Act(ops::ActArgs),
+    /// Read state through a probe.
+    Probe(ops::ProbeArgs),
+    /// Run a program on the guest and print its output.
+    Exec(ops::ExecArgs),
+    /// Start a program on the guest and return at once.
+    Launch(ops::LaunchArgs),
+    /// Copy files to and from the guest.
+    #[command(subcommand)]
+    File(ops::FileCmd),
+    /// Latency of every kind of call (min, p50, p95, p99, max).
+    Bench(observe::BenchArgs),
+    /// Make a new random token file.
+    Token(envs::TokenArgs),
+}
+
+/// `--env NAME`, shared by commands that talk to one environment.
+#[derive(Debug, clap::Args)]
+struct EnvArg {
+    /// Environment name from the envs file (default: the only one, or `default`).
+    #[arg(long, short = 'e', value_name = "NAME")]
+    env: Option<String>,
+}
+
+impl EnvArg {
+    async fn connect(&self, reg: &Registry) -> anyhow::Result<Environment> {
+        reg.connect(self.env.as_deref(), Deadlines::default()).await
+    }
+}
+
+pub(crate) fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`pincer probe processes | head`) like other Unix tools,
+    // instead of panicking in println!.
+    // SAFETY: setting a signal disposition before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    let cli = Cli::parse();
+    let filter = match cli.verbose {
+        0 => "warn",
+        1 => "info,quinn=warn",
+        _ => "debug,quinn=info",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PINCER_LOG")
+                .unwrap_or_else(|_| filter.into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let reg = Registry::locate(cli.envs.as_deref());
+    // The supervisor is a plain process (no async runtime): it only forks and waits.
+    if let Command::Desktop(desktop::DesktopCmd::Supervise(args)) = &cli.command {
+        return report(desktop::supervise(args));
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return report(Err(e.into())),
+    };
+    report(rt.block_on(run(cli.command, reg)))
+}
+
+async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
+    match command {
+        Command::Desktop(c) => desktop::run(c, &reg).await,
+        Command::Env(c) => envs::run(c, &reg).await,
+        Command::Screenshot(a) => observe::screenshot(a, &reg).await,
+        Command::Tree(a) => observe::tree(a, &reg).await,
+        Command::Act(a) => ops::act(a, &reg).await,
+        Command::Probe(a) => ops::probe(a, &reg).await,
+        Command::Exec(a) => ops::exec(a, &reg).await,
+        Command::Launch(a) => ops::launch(a, &reg).await,
+        Command::File(c) => ops::file(c, &reg).await,
+        Command::Bench(a) => observe::bench(a, &reg).await,
+        Command::Token(a) => envs::token(a),
+    }
+}
+
+fn report(r: anyhow::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

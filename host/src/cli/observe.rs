@@ -1,0 +1,268 @@
+//! `pincer screenshot`, `pincer tree` and `pincer bench`.
+
+use super::EnvArg;
+use anyhow::{Context, bail};
+use clap::ValueEnum;
+use pincer::bench::{self, BenchOptions};
+use pincer::env::registry::Registry;
+use pincer_shared::observe::{ImageFormat, Rect, ScreenshotRequest, TreeRequest, TreeScope};
+use pincer_shared::tree::UiNode;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum ShotFormat {
+    Png,
+    Jpeg,
+    Raw,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ScreenshotArgs {
+    #[command(flatten)]
+    env: EnvArg,
+    /// Output file.
+    #[arg(short, long)]
+    out: PathBuf,
+    /// Image format (raw writes the pixels as BGRX, 4 bytes per pixel).
+    #[arg(long, value_enum, default_value_t = ShotFormat::Png)]
+    format: ShotFormat,
+    /// JPEG quality.
+    #[arg(long, default_value_t = 85)]
+    quality: u8,
+    /// Only this region: X,Y,WIDTH,HEIGHT.
+    #[arg(long, value_parser = parse_rect)]
+    region: Option<Rect>,
+    /// Downscale to fit WIDTHxHEIGHT.
+    #[arg(long, value_parser = super::desktop::parse_size)]
+    max_size: Option<(u32, u32)>,
+}
+
+fn parse_rect(s: &str) -> Result<Rect, String> {
+    let v: Vec<i64> = s
+        .split(',')
+        .map(|p| p.trim().parse::<i64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("'{s}' is not a region: write X,Y,WIDTH,HEIGHT"))?;
+    match v.as_slice() {
+        [x, y, w, h] if *w > 0 && *h > 0 => {
+            Ok(Rect::new(*x as i32, *y as i32, *w as u32, *h as u32))
+        }
+        _ => Err(format!(
+            "'{s}' is not a region: write X,Y,WIDTH,HEIGHT with positive sizes"
+        )),
+    }
+}
+
+pub(crate) async fn screenshot(a: ScreenshotArgs, reg: &Registry) -> anyhow::Result<()> {
+    let env = a.env.connect(reg).await?;
+    let format = match a.format {
+        ShotFormat::Png => ImageFormat::Png,
+        ShotFormat::Jpeg => ImageFormat::Jpeg { quality: a.quality },
+        ShotFormat::Raw => ImageFormat::Raw { zstd: Some(1) },
+    };
+    let t = std::time::Instant::now();
+    let shot = env
+        .screenshot(ScreenshotRequest {
+            format,
+            region: a.region,
+            max_size: a.max_size,
+        })
+        .await?;
+    let took = t.elapsed();
+    let bytes = match a.format {
+        ShotFormat::Raw => shot.raw_pixels().map_err(anyhow::Error::msg)?,
+        _ => shot.bytes,
+    };
+    std::fs::write(&a.out, &bytes).with_context(|| format!("writing {}", a.out.display()))?;
+    println!(
+        "{}: {}x{} {:?}{}, {} bytes in {:.1} ms",
+        a.out.display(),
+        shot.meta.width,
+        shot.meta.height,
+        shot.meta.format,
+        if matches!(a.format, ShotFormat::Raw) {
+            format!(" ({:?} pixels)", shot.meta.layout)
+        } else {
+            String::new()
+        },
+        bytes.len(),
+        took.as_secs_f64() * 1000.0
+    );
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum TreeFormat {
+    Json,
+    Xml,
+    /// Indented `role "name"` lines.
+    Text,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct TreeArgs {
+    #[command(flatten)]
+    env: EnvArg,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = TreeFormat::Json)]
+    format: TreeFormat,
+    /// Only the application of the focused window.
+    #[arg(long, conflicts_with = "app")]
+    active: bool,
+    /// Only applications whose name contains this.
+    #[arg(long)]
+    app: Option<String>,
+    /// Include nodes that are not showing.
+    #[arg(long)]
+    all: bool,
+    /// Only nodes on screen.
+    #[arg(long)]
+    visible: bool,
+    /// Deepest level.
+    #[arg(long)]
+    max_depth: Option<u32>,
+    /// Most nodes.
+    #[arg(long)]
+    max_nodes: Option<u32>,
+    /// Write to a file instead of stdout.
+    #[arg(short, long)]
+    out: Option<PathBuf>,
+}
+
+pub(crate) async fn tree(a: TreeArgs, reg: &Registry) -> anyhow::Result<()> {
+    let env = a.env.connect(reg).await?;
+    let scope = match (a.active, a.app) {
+        (true, _) => TreeScope::ActiveApp,
+        (false, Some(app)) => TreeScope::App(app),
+        _ => TreeScope::Desktop,
+    };
+    let t = std::time::Instant::now();
+    let tree = env
+        .tree(TreeRequest {
+            scope,
+            showing_only: !a.all,
+            visible_only: a.visible,
+            max_depth: a.max_depth,
+            max_nodes: a.max_nodes,
+        })
+        .await?;
+    let took = t.elapsed();
+    let text = match a.format {
+        TreeFormat::Json => serde_json::to_string_pretty(&tree.root.to_json())?,
+        TreeFormat::Xml => tree.root.to_xml(),
+        TreeFormat::Text => text_tree(&tree.root),
+    };
+    match a.out {
+        Some(p) => std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?,
+        None => println!("{text}"),
+    }
+    eprintln!(
+        "{} nodes{} in {:.1} ms (guest walk {:.1} ms)",
+        tree.node_count,
+        if tree.truncated { " (truncated)" } else { "" },
+        took.as_secs_f64() * 1000.0,
+        tree.walk_us as f64 / 1000.0
+    );
+    Ok(())
+}
+
+/// One line per node: indentation, role, name, bounds.
+pub(crate) fn text_tree(root: &UiNode) -> String {
+    let mut out = String::new();
+    for (depth, n) in root.walk() {
+        let bounds = n
+            .bounds
+            .map(|b| format!(" @{},{} {}x{}", b.x, b.y, b.width, b.height))
+            .unwrap_or_default();
+        let text = n
+            .text
+            .as_deref()
+            .filter(|t| !t.is_empty() && *t != n.name)
+            .map(|t| format!(" text={:?}", t.chars().take(60).collect::<String>()))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{}{} {:?}{bounds}{text}\n",
+            "  ".repeat(depth),
+            n.role,
+            n.name
+        ));
+    }
+    out
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct BenchArgs {
+    #[command(flatten)]
+    env: EnvArg,
+    /// Samples per operation.
+    #[arg(long, short = 'n', default_value_t = 200)]
+    iterations: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Skip typing (it types into whatever has focus).
+    #[arg(long)]
+    no_typing: bool,
+    /// Instead, take this many PNG screenshots in a row and report the agent's memory and
+    /// file descriptors along the way.
+    #[arg(long, value_name = "COUNT")]
+    soak: Option<usize>,
+}
+
+pub(crate) async fn bench(a: BenchArgs, reg: &Registry) -> anyhow::Result<()> {
+    let env = a.env.connect(reg).await?;
+    let info = env.info().context("no session")?;
+    if let Some(count) = a.soak {
+        eprintln!("soak: {count} PNG screenshots from '{}'", env.name());
+        let samples = bench::soak(&env, count, &mut |s| {
+            if !a.json {
+                match s.usage {
+                    Some(u) => println!(
+                        "{:>7} shots  agent RSS {:>8} KiB  fds {:>4}",
+                        s.shots, u.rss_kib, u.fds
+                    ),
+                    None => println!("{:>7} shots  (agent usage not readable)", s.shots),
+                }
+            }
+        })
+        .await?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&samples)?);
+        }
+        let usages: Vec<_> = samples.iter().filter_map(|s| s.usage).collect();
+        if let (Some(first), Some(last)) = (usages.get(1).or(usages.first()), usages.last()) {
+            eprintln!(
+                "RSS {} -> {} KiB, fds {} -> {} over {count} screenshots",
+                first.rss_kib, last.rss_kib, first.fds, last.fds
+            );
+        }
+        return Ok(());
+    }
+    if a.iterations == 0 {
+        bail!("--iterations must be at least 1");
+    }
+    eprintln!(
+        "benchmarking '{}' ({}x{} via {}, {}): {} samples per operation",
+        env.name(),
+        info.screen.width,
+        info.screen.height,
+        info.screen.capture,
+        info.os,
+        a.iterations
+    );
+    let stats = bench::run(
+        &env,
+        &BenchOptions {
+            iterations: a.iterations,
+            typing: !a.no_typing,
+        },
+        &mut |what| eprintln!("  {what}..."),
+    )
+    .await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+    } else {
+        print!("{}", bench::table(&stats));
+    }
+    Ok(())
+}

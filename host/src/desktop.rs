@@ -1,0 +1,716 @@
+//! Local X11 desktops: `pincer desktop up` starts a supervisor process that owns an Xvfb
+//! screen, a private D-Bus session with the AT-SPI bus, a window manager (if one is
+//! installed) and `pincer-agent`, all in one session; `pincer desktop down` stops every
+//! process of that session, including the helpers D-Bus activated on its own.
+//!
+//! Each desktop gets its own home directory, so two local desktops behave like two machines
+//! (files, app settings, gsettings) and a task's reset cannot leak into another desktop.
+
+use crate::env::registry::{DesktopEntry, EnvEntry, Registry};
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Options of `pincer desktop up`.
+#[derive(Debug, Clone)]
+pub struct DesktopOptions {
+    /// Environment name.
+    pub name: String,
+    /// Screen width and height.
+    pub size: (u32, u32),
+    /// Start a window manager if one is installed.
+    pub window_manager: bool,
+    /// Start the agent with `--read-only`.
+    pub read_only: bool,
+    /// UDP port of the agent (0: pick a free one).
+    pub port: u16,
+    /// Use this home directory instead of a private one.
+    pub home: Option<PathBuf>,
+}
+
+/// What a running desktop's supervisor writes once everything is up.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DesktopState {
+    /// Environment name.
+    pub name: String,
+    /// X display.
+    pub display: String,
+    /// Screen size.
+    pub size: (u32, u32),
+    /// Supervisor pid (also the session id of every process of the desktop).
+    pub supervisor_pid: u32,
+    /// Agent address.
+    pub agent_addr: String,
+    /// Agent certificate fingerprint.
+    pub fingerprint: String,
+    /// Token file the agent uses.
+    pub token_file: PathBuf,
+    /// Window manager started, if any.
+    pub window_manager: Option<String>,
+    /// Environment variables of the session (DISPLAY, DBUS_SESSION_BUS_ADDRESS, ...).
+    pub env: BTreeMap<String, String>,
+}
+
+/// Directory of a named desktop.
+pub fn dir_of(name: &str) -> PathBuf {
+    crate::paths::state_dir().join("desktops").join(name)
+}
+
+fn state_file(dir: &Path) -> PathBuf {
+    dir.join("desktop.json")
+}
+
+/// Reads a desktop's state file, if it is running.
+pub fn read_state(name: &str) -> Option<DesktopState> {
+    let text = std::fs::read_to_string(state_file(&dir_of(name))).ok()?;
+    let st: DesktopState = serde_json::from_str(&text).ok()?;
+    alive(st.supervisor_pid).then_some(st)
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    pid > 0 && unsafe { libc::kill(pid as i32, 0) } == 0 && !is_zombie(pid)
+}
+
+fn is_zombie(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|f| f.first().map(String::as_str) == Some("Z"))
+}
+
+/// Fields of /proc/pid/stat after the command name: state, ppid, pgrp, session, ...
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = s.get(s.rfind(')')? + 2..)?;
+    Some(rest.split(' ').map(str::to_owned).collect())
+}
+
+fn valid_name(name: &str) -> anyhow::Result<()> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        bail!("desktop name '{name}' is not valid: use 1-64 letters, digits, '-' or '_'");
+    }
+    Ok(())
+}
+
+/// The agent binary: next to this executable, else on PATH.
+pub fn agent_binary() -> anyhow::Result<PathBuf> {
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        let sibling = dir.join("pincer-agent");
+        if sibling.is_file() {
+            return Ok(sibling);
+        }
+    }
+    which("pincer-agent").context(
+        "pincer-agent not found next to pincer or on PATH: build it with `cargo build --release -p pincer-agent`",
+    )
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(program))
+        .find(|p| p.is_file())
+}
+
+/// Starts a desktop and registers it; returns its state once the agent answers.
+pub async fn up(reg: &Registry, opts: &DesktopOptions) -> anyhow::Result<DesktopState> {
+    valid_name(&opts.name)?;
+    if let Some(st) = read_state(&opts.name) {
+        bail!(
+            "desktop '{}' is already up (display {}, agent at {}); stop it first with `pincer desktop down {}`",
+            opts.name,
+            st.display,
+            st.agent_addr,
+            opts.name
+        );
+    }
+    for tool in ["Xvfb", "dbus-daemon"] {
+        if which(tool).is_none() {
+            bail!(
+                "{tool} is not installed: apt-get install xvfb dbus at-spi2-core (see the README)"
+            );
+        }
+    }
+    let agent = agent_binary()?;
+    let dir = dir_of(&opts.name);
+    std::fs::create_dir_all(dir.join("logs"))
+        .with_context(|| format!("creating {}", dir.display()))?;
+    let _ = std::fs::remove_file(state_file(&dir));
+    let log = std::fs::File::create(dir.join("logs/supervisor.log"))?;
+    let exe = std::env::current_exe().context("locating the pincer binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["desktop", "supervise", "--name", &opts.name])
+        .arg("--size")
+        .arg(format!("{}x{}", opts.size.0, opts.size.1))
+        .arg("--port")
+        .arg(opts.port.to_string())
+        .arg("--agent")
+        .arg(&agent)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    if !opts.window_manager {
+        cmd.arg("--no-wm");
+    }
+    if opts.read_only {
+        cmd.arg("--read-only");
+    }
+    if let Some(h) = &opts.home {
+        cmd.arg("--home").arg(h);
+    }
+    // SAFETY: setsid is async-signal-safe; the supervisor leads a new session that every
+    // process of the desktop inherits, which is how `down` finds them all.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("starting the desktop supervisor")?;
+    let started = Instant::now();
+    let state = loop {
+        if let Ok(text) = std::fs::read_to_string(state_file(&dir))
+            && let Ok(st) = serde_json::from_str::<DesktopState>(&text)
+        {
+            break st;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(dir.join("logs/supervisor.log")).unwrap_or_default();
+            bail!(
+                "desktop '{}' failed to start ({status}); supervisor log:\n{}",
+                opts.name,
+                tail(&log, 20)
+            );
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            bail!(
+                "desktop '{}' did not come up within 60 s; see {}",
+                opts.name,
+                dir.join("logs").display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    // The supervisor outlives us; reap it from a thread if it exits while we still run.
+    std::thread::spawn(move || {
+        let _ = child.wait();
+    });
+    reg.update(|f| {
+        f.envs.insert(
+            opts.name.clone(),
+            EnvEntry {
+                addr: state.agent_addr.clone(),
+                fingerprint: Some(state.fingerprint.clone()),
+                token_file: state.token_file.clone(),
+                platform: "linux".into(),
+                desktop: Some(DesktopEntry {
+                    display: state.display.clone(),
+                    state_dir: dir.clone(),
+                    supervisor_pid: state.supervisor_pid,
+                }),
+            },
+        );
+    })?;
+    Ok(state)
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Stops a desktop and every process it started; returns how many processes were stopped.
+pub async fn down(reg: &Registry, name: &str) -> anyhow::Result<usize> {
+    valid_name(name)?;
+    let dir = dir_of(name);
+    let recorded: Option<DesktopState> = std::fs::read_to_string(state_file(&dir))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let entry_pid = reg
+        .load()?
+        .envs
+        .get(name)
+        .and_then(|e| e.desktop.as_ref())
+        .map(|d| d.supervisor_pid);
+    let Some(pid) = recorded.as_ref().map(|s| s.supervisor_pid).or(entry_pid) else {
+        bail!("no desktop named '{name}' (nothing in {})", dir.display());
+    };
+    let marker = session_marker(name, pid);
+    let before = desktop_processes(pid, &marker).len();
+    if alive(pid) {
+        // SAFETY: plain syscall on our supervisor.
+        unsafe {
+            libc::kill(pid as i32, libc::SIGTERM);
+        }
+        let until = Instant::now() + Duration::from_secs(10);
+        while alive(pid) && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // Whatever is left (the supervisor was killed hard, or a helper ignored SIGTERM).
+    kill_all(&desktop_processes(pid, &marker), libc::SIGKILL);
+    let _ = std::fs::remove_file(state_file(&dir));
+    reg.update(|f| {
+        f.envs.remove(name);
+        if f.default.as_deref() == Some(name) {
+            f.default = None;
+        }
+    })?;
+    Ok(before)
+}
+
+/// The value of `PINCER_DESKTOP_ID` in every process of a desktop.
+fn session_marker(name: &str, supervisor: u32) -> String {
+    format!("{name}-{supervisor}")
+}
+
+/// Processes of a desktop: in the supervisor's session, or carrying its marker in their
+/// environment (a helper that made its own session).
+pub fn desktop_processes(supervisor: u32, marker: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let needle = format!("PINCER_DESKTOP_ID={marker}");
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| {
+            let in_session = stat_fields(pid)
+                .and_then(|f| f.get(3).and_then(|s| s.parse::<u32>().ok()))
+                == Some(supervisor);
+            in_session
+                || std::fs::read(format!("/proc/{pid}/environ"))
+                    .map(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+                    .unwrap_or(false)
+        })
+        .collect()
+}
+
+fn kill_all(pids: &[u32], signal: i32) {
+    for &pid in pids {
+        // SAFETY: plain syscall.
+        unsafe {
+            libc::kill(pid as i32, signal);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The supervisor (`pincer desktop supervise`, started by `up`; not for people to run).
+
+/// Options of the supervisor process.
+#[derive(Debug, Clone)]
+pub struct SuperviseOptions {
+    /// Desktop options.
+    pub desktop: DesktopOptions,
+    /// The agent binary.
+    pub agent: PathBuf,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Runs the supervisor until SIGTERM/SIGINT or until the X server dies, then stops every
+/// process of the session.
+pub fn supervise(opts: &SuperviseOptions) -> anyhow::Result<()> {
+    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
+    }
+    let result = run_session(opts);
+    if let Err(e) = &result {
+        eprintln!("supervisor: {e:#}");
+    }
+    let me = std::process::id();
+    let marker = session_marker(&opts.desktop.name, me);
+    let procs = desktop_processes(me, &marker);
+    kill_all(&procs, libc::SIGTERM);
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until && !desktop_processes(me, &marker).is_empty() {
+        reap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill_all(&desktop_processes(me, &marker), libc::SIGKILL);
+    reap();
+    let dir = dir_of(&opts.desktop.name);
+    let _ = std::fs::remove_file(state_file(&dir));
+    let _ = std::fs::remove_dir_all(dir.join("runtime"));
+    eprintln!("supervisor: stopped {} processes", procs.len());
+    result
+}
+
+fn reap() {
+    // SAFETY: non-blocking wait on any child.
+    unsafe { while libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) > 0 {} }
+}
+
+/// A random hex string from the OS.
+fn random_hex(bytes: usize) -> anyhow::Result<String> {
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
+        .context("reading /dev/urandom")?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Writes an Xauthority file with one MIT-MAGIC-COOKIE-1 entry for any display
+/// (FamilyWild), usable by the server (`-auth`) and by clients (`XAUTHORITY`).
+fn write_xauthority(path: &Path, cookie: &[u8]) -> anyhow::Result<()> {
+    let mut out = Vec::new();
+    let mut field = |b: &[u8]| {
+        out.extend_from_slice(&(b.len() as u16).to_be_bytes());
+        out.extend_from_slice(b);
+    };
+    // Family is written raw (not length-prefixed): 0xffff = FamilyWild.
+    let mut entry = vec![0xff, 0xff];
+    field(b"");
+    field(b"");
+    field(b"MIT-MAGIC-COOKIE-1");
+    field(cookie);
+    entry.extend_from_slice(&out);
+    write_private(path, &entry)
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.write_all(bytes)?;
+    Ok(())
+}
+
+fn hex_bytes(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .filter_map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok())
+        .collect()
+}
+
+/// Starts Xvfb on a free display and returns it with the display name.
+fn start_xvfb(size: (u32, u32), auth: &Path, log: &Path) -> anyhow::Result<(Child, String)> {
+    let (reader, writer) = std::io::pipe()?;
+    let wfd = writer.as_raw_fd();
+    let mut cmd = Command::new("Xvfb");
+    cmd.args([
+        "-displayfd",
+        "3",
+        "-nolisten",
+        "tcp",
+        "-noreset",
+        "-dpi",
+        "96",
+        "-auth",
+    ])
+    .arg(auth)
+    .args(["-screen", "0"])
+    .arg(format!("{}x{}x24", size.0, size.1))
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(log)?);
+    // SAFETY: dup2 is async-signal-safe and runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(wfd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().context("starting Xvfb")?;
+    drop(writer);
+    let mut line = String::new();
+    BufReader::new(reader).read_line(&mut line)?;
+    let n = line.trim();
+    if n.is_empty() {
+        bail!(
+            "Xvfb exited before reporting a display; see {}",
+            log.display()
+        );
+    }
+    Ok((child, format!(":{n}")))
+}
+
+fn start_dbus(
+    env: &BTreeMap<String, String>,
+    runtime: &Path,
+    log: &Path,
+) -> anyhow::Result<(Child, String)> {
+    let mut child = Command::new("dbus-daemon")
+        .args(["--session", "--nofork", "--print-address=1", "--nopidfile"])
+        .arg(format!("--address=unix:path={}/bus", runtime.display()))
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log)?)
+        .spawn()
+        .context("starting dbus-daemon")?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().context("dbus stdout")?).read_line(&mut line)?;
+    let addr = line.trim().to_owned();
+    if addr.is_empty() {
+        bail!(
+            "dbus-daemon exited before printing its address; see {}",
+            log.display()
+        );
+    }
+    Ok((child, addr))
+}
+
+fn spawn_logged(
+    argv: &[&str],
+    env: &BTreeMap<String, String>,
+    log: &Path,
+) -> anyhow::Result<Child> {
+    let out = std::fs::File::create(log)?;
+    Command::new(argv[0])
+        .args(&argv[1..])
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .with_context(|| format!("starting {}", argv[0]))
+}
+
+#[derive(Deserialize)]
+struct AgentReady {
+    addr: String,
+    fingerprint: String,
+}
+
+fn start_agent(
+    opts: &SuperviseOptions,
+    dir: &Path,
+    env: &BTreeMap<String, String>,
+    port: u16,
+) -> anyhow::Result<(Child, AgentReady)> {
+    let ready = dir.join("agent.ready");
+    let _ = std::fs::remove_file(&ready);
+    let mut args: Vec<String> = vec![
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--name".into(),
+        opts.desktop.name.clone(),
+        "--state-dir".into(),
+        dir.join("agent").display().to_string(),
+        "--token-file".into(),
+        dir.join("token").display().to_string(),
+        "--ready-file".into(),
+        ready.display().to_string(),
+    ];
+    if opts.desktop.read_only {
+        args.push("--read-only".into());
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("logs/agent.log"))?;
+    let mut child = Command::new(&opts.agent)
+        .args(&args)
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", opts.agent.display()))?;
+    let started = Instant::now();
+    loop {
+        if let Ok(t) = std::fs::read_to_string(&ready)
+            && let Ok(r) = serde_json::from_str::<AgentReady>(&t)
+        {
+            return Ok((child, r));
+        }
+        if let Some(st) = child.try_wait()? {
+            bail!(
+                "pincer-agent exited at start ({st}); see {}",
+                dir.join("logs/agent.log").display()
+            );
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            bail!("pincer-agent did not get ready within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn run_session(opts: &SuperviseOptions) -> anyhow::Result<()> {
+    let d = &opts.desktop;
+    let dir = dir_of(&d.name);
+    let runtime = dir.join("runtime");
+    let logs = dir.join("logs");
+    let _ = std::fs::remove_dir_all(&runtime);
+    std::fs::create_dir_all(&runtime)?;
+    std::fs::create_dir_all(&logs)?;
+    std::fs::set_permissions(
+        &runtime,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )?;
+    let home = d.home.clone().unwrap_or_else(|| dir.join("home"));
+    std::fs::create_dir_all(&home)?;
+
+    let xauth = runtime.join("Xauthority");
+    write_xauthority(&xauth, &hex_bytes(&random_hex(16)?))?;
+    let (_xvfb, display) = start_xvfb(d.size, &xauth, &logs.join("xvfb.log"))?;
+    let me = std::process::id();
+
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in [
+        ("DISPLAY", display.as_str()),
+        ("XAUTHORITY", &xauth.display().to_string()),
+        ("XDG_RUNTIME_DIR", &runtime.display().to_string()),
+        ("HOME", &home.display().to_string()),
+        ("XDG_SESSION_TYPE", "x11"),
+        // Accessibility on for every toolkit: GTK2/3 bridge, Qt, LibreOffice's GTK3 VCL.
+        ("GTK_MODULES", "gail:atk-bridge"),
+        ("NO_AT_BRIDGE", "0"),
+        ("GNOME_ACCESSIBILITY", "1"),
+        ("QT_ACCESSIBILITY", "1"),
+        ("QT_LINUX_ACCESSIBILITY_ALWAYS_ON", "1"),
+        ("SAL_USE_VCLPLUGIN", "gtk3"),
+        ("PINCER_DESKTOP", &d.name),
+        ("PINCER_DESKTOP_ID", &session_marker(&d.name, me)),
+    ] {
+        env.insert(k.into(), v.to_owned());
+    }
+    let (_dbus, bus) = start_dbus(&env, &runtime, &logs.join("dbus.log"))?;
+    env.insert("DBUS_SESSION_BUS_ADDRESS".into(), bus);
+
+    // Start the accessibility bus now rather than on first use, so the first tree is fast.
+    if Path::new("/usr/libexec/at-spi-bus-launcher").exists() {
+        spawn_logged(
+            &["/usr/libexec/at-spi-bus-launcher", "--launch-immediately"],
+            &env,
+            &logs.join("at-spi.log"),
+        )?;
+    }
+    // Let toolkits that consult the desktop setting (LibreOffice among them) expose their UI.
+    if which("gsettings").is_some() {
+        let _ = Command::new("gsettings")
+            .args([
+                "set",
+                "org.gnome.desktop.interface",
+                "toolkit-accessibility",
+                "true",
+            ])
+            .envs(&env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    let wm = if d.window_manager {
+        ["openbox", "xfwm4", "metacity"]
+            .into_iter()
+            .find(|w| which(w).is_some())
+    } else {
+        None
+    };
+    if let Some(w) = wm {
+        let argv: &[&str] = if w == "openbox" {
+            &["openbox", "--sm-disable"]
+        } else {
+            &[w]
+        };
+        spawn_logged(argv, &env, &logs.join("wm.log"))?;
+    }
+
+    let (mut agent, ready) = start_agent(opts, &dir, &env, d.port)?;
+    let port = crate::env::registry::resolve(&ready.addr)
+        .map(|a| a.port())
+        .map_err(anyhow::Error::msg)?;
+    let state = DesktopState {
+        name: d.name.clone(),
+        display: display.clone(),
+        size: d.size,
+        supervisor_pid: me,
+        agent_addr: ready.addr.clone(),
+        fingerprint: ready.fingerprint.clone(),
+        token_file: dir.join("token"),
+        window_manager: wm.map(str::to_owned),
+        env: env.clone(),
+    };
+    let tmp = dir.join("desktop.json.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&state)?)?;
+    std::fs::rename(&tmp, state_file(&dir))?;
+    eprintln!(
+        "supervisor: desktop '{}' up on {display}, agent at {}",
+        d.name, ready.addr
+    );
+
+    let mut restarts: Vec<Instant> = Vec::new();
+    let mut xvfb = _xvfb;
+    while !STOP.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+        if let Some(st) = xvfb.try_wait()? {
+            bail!("Xvfb exited ({st}); the desktop is gone");
+        }
+        if let Some(st) = agent.try_wait()? {
+            if STOP.load(Ordering::SeqCst) {
+                break;
+            }
+            restarts.retain(|t| t.elapsed() < Duration::from_secs(60));
+            if restarts.len() >= 5 {
+                bail!("pincer-agent exited 5 times within a minute (last: {st}); giving up");
+            }
+            restarts.push(Instant::now());
+            eprintln!("supervisor: pincer-agent exited ({st}); restarting on port {port}");
+            agent = start_agent(opts, &dir, &env, port)?.0;
+        }
+        reap();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xauthority_entry_is_family_wild() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("xa");
+        write_xauthority(&p, &[1, 2, 3]).unwrap();
+        let b = std::fs::read(&p).unwrap();
+        assert_eq!(&b[..2], &[0xff, 0xff]);
+        // address "", number "", name, data
+        assert_eq!(&b[2..6], &[0, 0, 0, 0]);
+        assert_eq!(&b[6..8], &[0, 18]);
+        assert_eq!(&b[8..26], b"MIT-MAGIC-COOKIE-1");
+        assert_eq!(&b[26..], &[0, 3, 1, 2, 3]);
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(valid_name("desk-1_a").is_ok());
+        assert!(valid_name("").is_err());
+        assert!(valid_name("../etc").is_err());
+        assert!(valid_name("a b").is_err());
+    }
+}

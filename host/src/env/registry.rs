@@ -1,0 +1,341 @@
+//! The envs file: named environments and how to reach them (TOML). `pincer desktop up` and
+//! `pincer env add` write it; every other command reads it. Writes are read-modify-write
+//! under an exclusive lock so concurrent `desktop up`s do not lose each other's entries.
+
+use super::{Deadlines, EnvSpec, Environment};
+use pincer_shared::identity::{Fingerprint, Token};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+
+/// The file's contents.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvsFile {
+    /// Environment used when a command names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// Environments by name.
+    #[serde(default)]
+    pub envs: BTreeMap<String, EnvEntry>,
+}
+
+/// One environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvEntry {
+    /// `HOST:PORT` of its agent.
+    pub addr: String,
+    /// Pinned certificate fingerprint (`sha256:...`).
+    pub fingerprint: Option<String>,
+    /// File holding the token the agent expects.
+    pub token_file: PathBuf,
+    /// `linux` or `android`.
+    #[serde(default = "linux")]
+    pub platform: String,
+    /// Set for local desktops made by `pincer desktop up`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desktop: Option<DesktopEntry>,
+}
+
+fn linux() -> String {
+    "linux".into()
+}
+
+/// A local desktop's processes and files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DesktopEntry {
+    /// X display, such as `:101`.
+    pub display: String,
+    /// Directory with its logs, runtime files and agent state.
+    pub state_dir: PathBuf,
+    /// Pid of the supervisor that owns all its processes.
+    pub supervisor_pid: u32,
+}
+
+/// Problems with the envs file or a name in it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// Reading or writing failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not valid.
+    #[error("{}: {message}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said (with line and column).
+        message: String,
+    },
+    /// No environment by that name.
+    #[error("no environment named '{name}' in {}{}", path.display(), known_list(known))]
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The file.
+        path: PathBuf,
+        /// Names that exist.
+        known: Vec<String>,
+    },
+    /// No name given and no unambiguous default.
+    #[error("no environment given and {} has {}: pass --env NAME{}", path.display(), if known.is_empty() { "none (start one with `pincer desktop up`)".to_owned() } else { format!("{} and no default", known.len()) }, known_list(known))]
+    NoDefault {
+        /// The file.
+        path: PathBuf,
+        /// Names that exist.
+        known: Vec<String>,
+    },
+    /// An entry has a bad field.
+    #[error("environment '{name}' in {}: {message}", path.display())]
+    BadEntry {
+        /// The environment.
+        name: String,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn known_list(known: &[String]) -> String {
+    if known.is_empty() {
+        String::new()
+    } else {
+        format!(" (known: {})", known.join(", "))
+    }
+}
+
+/// The envs file at a path.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    path: PathBuf,
+}
+
+impl Registry {
+    /// The file named by `--envs`, else `$PINCER_ENVS`, else `~/.config/pincer/envs.toml`.
+    pub fn locate(explicit: Option<&Path>) -> Self {
+        let path = explicit
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os("PINCER_ENVS").map(PathBuf::from))
+            .unwrap_or_else(|| crate::paths::config_dir().join("envs.toml"));
+        Self { path }
+    }
+
+    /// The registry at `path`.
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the file; a missing file is an empty registry.
+    pub fn load(&self) -> Result<EnvsFile, RegistryError> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(EnvsFile::default()),
+            Err(source) => {
+                return Err(RegistryError::Io {
+                    path: self.path.clone(),
+                    source,
+                });
+            }
+        };
+        toml::from_str(&text).map_err(|e| RegistryError::Parse {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Changes the file under an exclusive lock and writes it back atomically.
+    pub fn update<T>(&self, f: impl FnOnce(&mut EnvsFile) -> T) -> Result<T, RegistryError> {
+        let io = |source| RegistryError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let lock_path = self.path.with_extension("lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io)?;
+        lock.lock().map_err(io)?;
+        let mut file = self.load()?;
+        let out = f(&mut file);
+        let text = toml::to_string_pretty(&file).map_err(|e| RegistryError::Parse {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })?;
+        let tmp = self.path.with_extension("tmp");
+        std::fs::write(&tmp, text).map_err(io)?;
+        std::fs::rename(&tmp, &self.path).map_err(io)?;
+        drop(lock);
+        Ok(out)
+    }
+
+    /// The entry for `name`, or the default one when `name` is `None` (the `default` key,
+    /// or the only entry).
+    pub fn entry(&self, name: Option<&str>) -> Result<(String, EnvEntry), RegistryError> {
+        let file = self.load()?;
+        let known: Vec<String> = file.envs.keys().cloned().collect();
+        let name = match name {
+            Some(n) => n.to_owned(),
+            None => match (&file.default, known.as_slice()) {
+                (Some(d), _) => d.clone(),
+                (None, [only]) => only.clone(),
+                _ => {
+                    return Err(RegistryError::NoDefault {
+                        path: self.path.clone(),
+                        known,
+                    });
+                }
+            },
+        };
+        match file.envs.get(&name) {
+            Some(e) => Ok((name, e.clone())),
+            None => Err(RegistryError::Unknown {
+                name,
+                path: self.path.clone(),
+                known,
+            }),
+        }
+    }
+
+    /// How to connect to `name` (or the default).
+    pub fn spec(&self, name: Option<&str>) -> Result<EnvSpec, RegistryError> {
+        let (name, e) = self.entry(name)?;
+        self.spec_of(&name, &e)
+    }
+
+    /// How to connect to an entry.
+    pub fn spec_of(&self, name: &str, e: &EnvEntry) -> Result<EnvSpec, RegistryError> {
+        let bad = |message: String| RegistryError::BadEntry {
+            name: name.to_owned(),
+            path: self.path.clone(),
+            message,
+        };
+        let addr = resolve(&e.addr).map_err(bad)?;
+        let fingerprint = e
+            .fingerprint
+            .as_deref()
+            .map(str::parse::<Fingerprint>)
+            .transpose()
+            .map_err(|err| bad(err.to_string()))?;
+        let token = Token::load(&e.token_file).map_err(|err| bad(format!("token: {err}")))?;
+        Ok(EnvSpec {
+            name: name.to_owned(),
+            addr,
+            fingerprint,
+            token,
+        })
+    }
+
+    /// Connects to `name` (or the default).
+    pub async fn connect(
+        &self,
+        name: Option<&str>,
+        deadlines: Deadlines,
+    ) -> anyhow::Result<Environment> {
+        let spec = self.spec(name)?;
+        if spec.fingerprint.is_none() {
+            anyhow::bail!(
+                "environment '{}' has no pinned fingerprint in {}: run `pincer env add {} {} --token-file ... --trust` once to pin it",
+                spec.name,
+                self.path.display(),
+                spec.name,
+                spec.addr
+            );
+        }
+        Ok(Environment::connect(spec, deadlines).await?)
+    }
+}
+
+/// Resolves `HOST:PORT`.
+pub fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    addr.to_socket_addrs()
+        .map_err(|e| format!("address '{addr}': {e} (write it as HOST:PORT)"))?
+        .next()
+        .ok_or_else(|| format!("address '{addr}' resolves to nothing"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(addr: &str, token_file: &Path) -> EnvEntry {
+        EnvEntry {
+            addr: addr.into(),
+            fingerprint: Some(Fingerprint::of(b"x").to_string()),
+            token_file: token_file.into(),
+            platform: "linux".into(),
+            desktop: None,
+        }
+    }
+
+    #[test]
+    fn updates_round_trip_and_default_resolution() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        Token::load_or_create(&token).unwrap();
+        let reg = Registry::at(dir.path().join("envs.toml"));
+        assert!(matches!(
+            reg.entry(None),
+            Err(RegistryError::NoDefault { .. })
+        ));
+        reg.update(|f| f.envs.insert("a".into(), entry("127.0.0.1:7000", &token)))
+            .unwrap();
+        // One entry: it is the default.
+        assert_eq!(reg.entry(None).unwrap().0, "a");
+        reg.update(|f| f.envs.insert("b".into(), entry("127.0.0.1:7001", &token)))
+            .unwrap();
+        assert!(matches!(
+            reg.entry(None),
+            Err(RegistryError::NoDefault { .. })
+        ));
+        reg.update(|f| f.default = Some("b".into())).unwrap();
+        let spec = reg.spec(None).unwrap();
+        assert_eq!(spec.name, "b");
+        assert_eq!(spec.addr.port(), 7001);
+        let err = reg.entry(Some("c")).unwrap_err().to_string();
+        assert!(err.contains("known: a, b"), "{err}");
+    }
+
+    #[test]
+    fn bad_files_and_entries_say_where() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("envs.toml");
+        std::fs::write(&path, "[envs.a]\naddr = 5\n").unwrap();
+        let err = Registry::at(&path).load().unwrap_err().to_string();
+        assert!(err.contains("envs.toml") && err.contains("line"), "{err}");
+
+        let token = dir.path().join("token");
+        Token::load_or_create(&token).unwrap();
+        let reg = Registry::at(&path);
+        std::fs::remove_file(&path).unwrap();
+        reg.update(|f| {
+            let mut e = entry("not an address", &token);
+            e.fingerprint = Some("sha256:nope".into());
+            f.envs.insert("a".into(), e)
+        })
+        .unwrap();
+        let err = reg.spec(Some("a")).unwrap_err().to_string();
+        assert!(
+            err.contains("environment 'a'") && err.contains("HOST:PORT"),
+            "{err}"
+        );
+    }
+}
