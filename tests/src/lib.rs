@@ -1,1 +1,174 @@
-//! End-to-end tests live in tests/.
+//! Harness for pincer's end-to-end tests: the real `pincer` and `pincer-agent` binaries,
+//! real local desktops (Xvfb, D-Bus, AT-SPI, openbox) and real GTK apps, each test in its
+//! own state directory and envs file so tests run in parallel without seeing each other.
+
+use pincer::env::registry::Registry;
+use pincer::env::{Deadlines, Environment};
+use pincer_shared::observe::{TreeRequest, TreeScope};
+use pincer_shared::probe::{Probe, ProbeReply};
+use pincer_shared::tree::{UiNode, UiTree};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// A workspace binary (`pincer`, `pincer-agent`) next to the test executable's profile dir.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let p = dir.join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: build the binaries first (`cargo build --workspace --bins`; `./run.sh test` does it)",
+        p.display()
+    );
+    p
+}
+
+/// A private pincer home: state dir and envs file in a temp dir.
+#[derive(Debug)]
+pub struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sandbox {
+    /// A new empty sandbox.
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::Builder::new()
+                .prefix("pincer-e2e-")
+                .tempdir()
+                .expect("temp dir"),
+        }
+    }
+
+    /// The sandbox directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The envs file.
+    pub fn registry(&self) -> Registry {
+        Registry::at(self.path().join("envs.toml"))
+    }
+
+    /// Runs `pincer ARGS` in this sandbox.
+    pub fn pincer(&self, args: &[&str]) -> Output {
+        Command::new(bin("pincer"))
+            .args(args)
+            .env("PINCER_STATE_DIR", self.path().join("state"))
+            .env("PINCER_ENVS", self.path().join("envs.toml"))
+            .output()
+            .expect("run pincer")
+    }
+
+    /// Runs `pincer ARGS` and returns stdout, failing the test with stderr on error.
+    pub fn pincer_ok(&self, args: &[&str]) -> String {
+        let out = self.pincer(args);
+        assert!(
+            out.status.success(),
+            "pincer {args:?} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Starts a local desktop (stopped when the returned guard drops).
+    pub fn desktop(&self, name: &str, size: &str, extra: &[&str]) -> Desktop<'_> {
+        let mut args = vec!["desktop", "up", "--name", name, "--size", size];
+        args.extend_from_slice(extra);
+        self.pincer_ok(&args);
+        Desktop {
+            sandbox: self,
+            name: name.to_owned(),
+        }
+    }
+}
+
+/// A running local desktop; `pincer desktop down` on drop.
+#[derive(Debug)]
+pub struct Desktop<'a> {
+    sandbox: &'a Sandbox,
+    /// Its environment name.
+    pub name: String,
+}
+
+impl Desktop<'_> {
+    /// Connects to its agent through the sandbox's envs file.
+    pub async fn connect(&self) -> Environment {
+        self.sandbox
+            .registry()
+            .connect(Some(&self.name), Deadlines::default())
+            .await
+            .expect("connect to the desktop's agent")
+    }
+
+    /// The desktop's state as its supervisor wrote it.
+    pub fn state(&self) -> serde_json::Value {
+        let p = self
+            .sandbox
+            .path()
+            .join("state/desktops")
+            .join(&self.name)
+            .join("desktop.json");
+        serde_json::from_str(&std::fs::read_to_string(&p).expect("desktop.json")).expect("json")
+    }
+}
+
+impl Drop for Desktop<'_> {
+    fn drop(&mut self) {
+        let _ = self.sandbox.pincer(&["desktop", "down", &self.name]);
+    }
+}
+
+/// Polls `f` until it returns `Some` or `timeout` passes.
+pub async fn eventually<T, F, Fut>(timeout: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return Some(v);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The tree of the app whose name contains `app`, once it shows a node matching `pred`.
+pub async fn wait_for_node(
+    env: &Environment,
+    app: &str,
+    pred: impl Fn(&UiNode) -> bool,
+) -> Option<UiTree> {
+    eventually(Duration::from_secs(30), || async {
+        let t = env
+            .tree(TreeRequest {
+                scope: TreeScope::App(app.into()),
+                ..Default::default()
+            })
+            .await
+            .ok()?;
+        t.root.find(&pred).is_some().then_some(t)
+    })
+    .await
+}
+
+/// Whether a process with this `comm` name runs on the guest.
+pub async fn process_running(env: &Environment, name: &str) -> bool {
+    match env.probe(Probe::Processes).await {
+        Ok(ProbeReply::Processes(ps)) => ps.iter().any(|p| p.name == name),
+        _ => false,
+    }
+}

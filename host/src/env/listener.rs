@@ -3,7 +3,7 @@
 //! reports, and hands out one [`Environment`] per name that follows the guest across
 //! reconnections.
 
-use super::{ClientError, Deadlines, Environment, Session, Source, handshake};
+use super::{Deadlines, Environment, Session, Source, handshake};
 use pincer_shared::identity::{Fingerprint, Identity, Token};
 use pincer_shared::transport::{Link, TransportError, close_code, quic};
 use std::collections::HashMap;
@@ -52,7 +52,7 @@ impl Listener {
         deadlines: Deadlines,
     ) -> Result<Self, TransportError> {
         let cfg = quic::server_config(identity, true)?;
-        let endpoint = quic::server_endpoint(addr, cfg)?;
+        let endpoint = quic::server_endpoint(addr, cfg, identity)?;
         let (tx, rx) = mpsc::channel(64);
         let shared = Arc::new(Shared {
             token,
@@ -193,13 +193,5 @@ impl Shared {
                 })
                 .await;
         }
-    }
-}
-
-/// Turns a listener failure into the client error type used everywhere else.
-pub fn listen_error(addr: SocketAddr, e: TransportError) -> ClientError {
-    ClientError::Local {
-        env: "(listener)".into(),
-        message: format!("cannot listen on {addr}: {e}"),
     }
 }

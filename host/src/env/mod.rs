@@ -25,7 +25,7 @@ use pincer_shared::transport::{Link, TransportError, quic};
 use pincer_shared::tree::UiTree;
 use pincer_shared::{Action, ProtocolVersion, Request, RequestClass, Response, WireError};
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 /// Timeouts of an environment's calls.
@@ -82,8 +82,9 @@ struct Session {
 /// How a lost session comes back.
 #[derive(Debug)]
 enum Source {
-    /// Dial the guest again.
-    Dial(EnvSpec),
+    /// Dial the guest again, from this endpoint (one UDP socket per environment, owned by
+    /// the runtime that made it).
+    Dial(EnvSpec, quinn::Endpoint),
     /// Wait for the guest to dial our listener again.
     DialIn(tokio::sync::watch::Receiver<Option<Arc<Session>>>),
 }
@@ -120,16 +121,11 @@ impl Screenshot {
     }
 }
 
-/// The process-wide client endpoint (one UDP socket per address family).
-fn shared_endpoint(for_peer: SocketAddr) -> Result<quinn::Endpoint, TransportError> {
-    static V4: OnceLock<quinn::Endpoint> = OnceLock::new();
-    static V6: OnceLock<quinn::Endpoint> = OnceLock::new();
-    let cell = if for_peer.is_ipv6() { &V6 } else { &V4 };
-    if let Some(e) = cell.get() {
-        return Ok(e.clone());
-    }
-    let e = quic::client_endpoint(for_peer)?;
-    Ok(cell.get_or_init(|| e).clone())
+fn client_endpoint(spec: &EnvSpec) -> Result<quinn::Endpoint, ClientError> {
+    quic::client_endpoint(spec.addr).map_err(|e| ClientError::Local {
+        env: spec.name.clone(),
+        message: e.to_string(),
+    })
 }
 
 fn host_name() -> String {
@@ -182,6 +178,7 @@ async fn handshake(
 /// Dials and authenticates. Returns the session and the fingerprint the guest presented.
 async fn dial(
     spec: &EnvSpec,
+    endpoint: &quinn::Endpoint,
     deadlines: &Deadlines,
 ) -> Result<(Session, Fingerprint), ClientError> {
     let env = spec.name.clone();
@@ -193,11 +190,10 @@ async fn dial(
     let pin = spec
         .fingerprint
         .map_or(quic::ServerPin::Any, quic::ServerPin::Pinned);
-    let endpoint = shared_endpoint(spec.addr).map_err(|e| unreachable(e.to_string()))?;
     let (cfg, seen) = quic::client_config(pin, None).map_err(|e| unreachable(e.to_string()))?;
     let conn = match tokio::time::timeout(
         deadlines.connect,
-        quic::connect(&endpoint, spec.addr, cfg, &seen, pin),
+        quic::connect(endpoint, spec.addr, cfg, &seen, pin),
     )
     .await
     {
@@ -240,10 +236,11 @@ async fn dial(
 impl Environment {
     /// Connects to a guest and authenticates.
     pub async fn connect(spec: EnvSpec, deadlines: Deadlines) -> Result<Self, ClientError> {
-        let (session, _) = dial(&spec, &deadlines).await?;
+        let endpoint = client_endpoint(&spec)?;
+        let (session, _) = dial(&spec, &endpoint, &deadlines).await?;
         Ok(Self {
             name: spec.name.clone(),
-            source: Source::Dial(spec),
+            source: Source::Dial(spec, endpoint),
             deadlines,
             current: RwLock::new(Some(Arc::new(session))),
             reconnect: tokio::sync::Mutex::new(()),
@@ -259,7 +256,8 @@ impl Environment {
     ) -> Result<(Fingerprint, GuestInfo), ClientError> {
         let mut spec = spec.clone();
         spec.fingerprint = None;
-        let (session, fp) = dial(&spec, deadlines).await?;
+        let endpoint = client_endpoint(&spec)?;
+        let (session, fp) = dial(&spec, &endpoint, deadlines).await?;
         session.link.close(0, "fingerprint probe done");
         Ok((fp, session.info))
     }
@@ -295,7 +293,9 @@ impl Environment {
         let mut backoff = Duration::from_millis(50);
         loop {
             let attempt = match &self.source {
-                Source::Dial(spec) => dial(spec, &self.deadlines).await.map(|(s, _)| Arc::new(s)),
+                Source::Dial(spec, endpoint) => dial(spec, endpoint, &self.deadlines)
+                    .await
+                    .map(|(s, _)| Arc::new(s)),
                 Source::DialIn(rx) => {
                     let mut rx = rx.clone();
                     let wait = rx.wait_for(|s| s.as_ref().is_some_and(|s| !s.link.is_closed()));

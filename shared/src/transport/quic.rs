@@ -253,13 +253,63 @@ pub fn client_config(
     Ok((cfg, seen))
 }
 
-/// An endpoint that accepts connections on `addr` (and can also dial).
+/// An endpoint that accepts connections on `addr` (and can also dial), presenting `id`.
+///
+/// Its stateless-reset key and connection-ID key are derived from the identity's private
+/// key, so an agent that restarts on the same port recognises the connection IDs its
+/// previous process issued and resets those connections: hosts then notice the restart on
+/// their next packet instead of after the idle timeout.
 pub fn server_endpoint(
     addr: SocketAddr,
     config: quinn::ServerConfig,
+    id: &Identity,
 ) -> Result<quinn::Endpoint, TransportError> {
-    quinn::Endpoint::server(config, addr)
-        .map_err(|e| TransportError::Endpoint(format!("cannot listen on {addr}: {e}")))
+    let err = |e: std::io::Error| TransportError::Endpoint(format!("cannot listen on {addr}: {e}"));
+    let secret = ring::hmac::sign(
+        &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &id.key_der),
+        b"pincer stateless reset key",
+    );
+    let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_ref());
+    let mut ep_cfg = quinn::EndpointConfig::new(Arc::new(reset_key));
+    ep_cfg.cid_generator(|| Box::new(RandomCids) as Box<dyn quinn::ConnectionIdGenerator>);
+    let runtime = quinn::default_runtime()
+        .ok_or_else(|| TransportError::Endpoint("no async runtime".into()))?;
+    let socket = std::net::UdpSocket::bind(addr).map_err(err)?;
+    quinn::Endpoint::new(ep_cfg, Some(config), socket, runtime).map_err(err)
+}
+
+/// Random 16-byte connection IDs that any process accepts as plausible. quinn's default
+/// generator signs its IDs with a per-process key and silently drops packets for IDs it did
+/// not sign, which would stop a restarted agent from resetting its predecessor's
+/// connections.
+#[derive(Debug)]
+struct RandomCids;
+
+impl quinn::ConnectionIdGenerator for RandomCids {
+    fn generate_cid(&mut self) -> quinn::ConnectionId {
+        use ring::rand::SecureRandom;
+        let mut b = [0u8; 16];
+        // The OS random source does not fail on Linux; if it ever did, a fixed-but-unique
+        // fallback would still be a valid (if guessable) ID.
+        if ring::rand::SystemRandom::new().fill(&mut b).is_err() {
+            b[..8].copy_from_slice(
+                &std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_nanos()
+                    .to_le_bytes()[..8],
+            );
+        }
+        quinn::ConnectionId::new(&b)
+    }
+
+    fn cid_len(&self) -> usize {
+        16
+    }
+
+    fn cid_lifetime(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// An endpoint that only dials, bound to an ephemeral port of the right address family.
@@ -308,7 +358,7 @@ mod tests {
     #[tokio::test]
     async fn pinned_connection_works_and_exporters_agree() {
         let id = Identity::generate("guest").unwrap();
-        let server = server_endpoint(loopback(), server_config(&id, false).unwrap()).unwrap();
+        let server = server_endpoint(loopback(), server_config(&id, false).unwrap(), &id).unwrap();
         let addr = server.local_addr().unwrap();
         let accept = tokio::spawn(async move {
             let c = server.accept().await.unwrap().await.unwrap();
@@ -329,7 +379,7 @@ mod tests {
     #[tokio::test]
     async fn wrong_pin_names_both_fingerprints() {
         let id = Identity::generate("guest").unwrap();
-        let server = server_endpoint(loopback(), server_config(&id, false).unwrap()).unwrap();
+        let server = server_endpoint(loopback(), server_config(&id, false).unwrap(), &id).unwrap();
         let addr = server.local_addr().unwrap();
         let _accept = tokio::spawn(async move {
             let _ = server.accept().await.unwrap().await;
@@ -351,7 +401,8 @@ mod tests {
     async fn client_certificates_are_visible_to_a_listening_host() {
         let host = Identity::generate("host").unwrap();
         let guest = Identity::generate("guest").unwrap();
-        let server = server_endpoint(loopback(), server_config(&host, true).unwrap()).unwrap();
+        let server =
+            server_endpoint(loopback(), server_config(&host, true).unwrap(), &host).unwrap();
         let addr = server.local_addr().unwrap();
         let accept = tokio::spawn(async move {
             let c = server.accept().await.unwrap().await.unwrap();

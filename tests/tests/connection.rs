@@ -1,0 +1,331 @@
+//! The connection layer against real agents: authentication, pinning, misbehaving peers,
+//! read-only guests, agent restarts, guests that dial in, and clean teardown.
+
+use pincer::env::listener::{Listener, TrustPolicy};
+use pincer::env::{ClientError, Deadlines, EnvSpec, Environment};
+use pincer_shared::codec;
+use pincer_shared::handshake::{self, HandshakeError, ServerHello};
+use pincer_shared::identity::{Fingerprint, Identity, Token};
+use pincer_shared::limits::{MAX_HELLO, MAX_RESPONSE_HEADER};
+use pincer_shared::probe::Probe;
+use pincer_shared::setup::ExecRequest;
+use pincer_shared::transport::stream::{finish, read_body, read_header, write_header};
+use pincer_shared::transport::{Link, quic};
+use pincer_shared::{Request, RequestClass, Response, WireError};
+use pincer_tests::{Sandbox, bin, eventually};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+
+/// Opens a raw, authenticated QUIC connection to a desktop's agent.
+async fn raw_link(spec: &EnvSpec) -> Link {
+    let pin = quic::ServerPin::Pinned(spec.fingerprint.unwrap());
+    let (cfg, seen) = quic::client_config(pin, None).unwrap();
+    let ep = quic::client_endpoint(spec.addr).unwrap();
+    let conn = quic::connect(&ep, spec.addr, cfg, &seen, pin)
+        .await
+        .unwrap();
+    let link = Link::Quic(conn);
+    let hello = handshake::client_hello(&spec.token, "raw-test", &link.exporter().unwrap());
+    let (mut s, mut r) = link.open().await.unwrap();
+    write_header(&mut s, &hello, 0, MAX_HELLO).await.unwrap();
+    finish(&mut s).await.unwrap();
+    let h = read_header(&mut r, MAX_HELLO).await.unwrap().unwrap();
+    let reply: ServerHello = codec::decode(&h, 0).unwrap().msg;
+    assert!(matches!(reply, ServerHello::Accepted(_)), "{reply:?}");
+    // Keep the endpoint alive with the connection.
+    std::mem::forget(ep);
+    link
+}
+
+/// Sends raw bytes on a new stream and decodes the reply.
+async fn raw_exchange(link: &Link, bytes: &[u8]) -> Response {
+    let (mut s, mut r) = link.open().await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    finish(&mut s).await.unwrap();
+    let h = read_header(&mut r, MAX_RESPONSE_HEADER)
+        .await
+        .unwrap()
+        .unwrap();
+    let f = codec::decode_response(&h).unwrap();
+    let _ = read_body(&mut r, f.body_len).await.unwrap();
+    f.msg
+}
+
+fn frame(header: &[u8]) -> Vec<u8> {
+    let mut v = (header.len() as u32).to_le_bytes().to_vec();
+    v.extend_from_slice(header);
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_peers_are_refused_while_good_connections_keep_working() {
+    let sb = Sandbox::new();
+    let _d = sb.desktop("auth", "800x600", &["--no-wm"]);
+    let spec = sb.registry().spec(Some("auth")).unwrap();
+    let good = Environment::connect(spec.clone(), Deadlines::default())
+        .await
+        .unwrap();
+    good.ping().await.unwrap();
+
+    // Wrong token: a typed handshake error.
+    let mut wrong = spec.clone();
+    wrong.token = Token::generate();
+    match Environment::connect(wrong, Deadlines::default()).await {
+        Err(ClientError::Handshake {
+            source: HandshakeError::AuthFailed,
+            ..
+        }) => {}
+        other => panic!("wrong token was not refused: {other:?}"),
+    }
+
+    // A certificate other than the pinned one: refused with both fingerprints.
+    let mut unpinned = spec.clone();
+    let bogus = Fingerprint::of(b"some other certificate");
+    unpinned.fingerprint = Some(bogus);
+    match Environment::connect(unpinned, Deadlines::default()).await {
+        Err(e @ ClientError::FingerprintMismatch { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&bogus.to_string())
+                    && msg.contains(&spec.fingerprint.unwrap().to_string()),
+                "{msg}"
+            );
+            assert!(msg.contains("env 'auth'"), "{msg}");
+        }
+        other => panic!("unpinned certificate was accepted: {other:?}"),
+    }
+
+    // Malformed and unknown frames on an authenticated connection get typed answers and
+    // the connection stays usable.
+    let link = raw_link(&spec).await;
+    let garbage = raw_exchange(&link, &frame(&[0, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff])).await;
+    assert!(
+        matches!(garbage, Response::Error(WireError::Malformed { .. })),
+        "{garbage:?}"
+    );
+    let unknown = raw_exchange(&link, &frame(&[0, 250, 1])).await;
+    assert!(
+        matches!(unknown, Response::Error(WireError::Unsupported { .. })),
+        "{unknown:?}"
+    );
+    let huge = raw_exchange(&link, &(64u32 * 1024 * 1024).to_le_bytes()).await;
+    assert!(
+        matches!(huge, Response::Error(WireError::TooLarge { .. })),
+        "{huge:?}"
+    );
+    let ping = codec::encode(&Request::Ping, 0, 1024).unwrap();
+    assert!(matches!(
+        raw_exchange(&link, &ping).await,
+        Response::Pong { .. }
+    ));
+    // A stream that is reset halfway does not hurt either.
+    let (mut s, _r) = link.open().await.unwrap();
+    s.write_all(&[9, 0, 0]).await.unwrap();
+    drop(s);
+    assert!(matches!(
+        raw_exchange(&link, &ping).await,
+        Response::Pong { .. }
+    ));
+
+    good.ping()
+        .await
+        .expect("the good connection survived all of it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_before_the_handshake_are_refused() {
+    let sb = Sandbox::new();
+    let _d = sb.desktop("preauth", "800x600", &["--no-wm"]);
+    let spec = sb.registry().spec(Some("preauth")).unwrap();
+    let pin = quic::ServerPin::Pinned(spec.fingerprint.unwrap());
+    let (cfg, seen) = quic::client_config(pin, None).unwrap();
+    let ep = quic::client_endpoint(spec.addr).unwrap();
+    let link = Link::Quic(
+        quic::connect(&ep, spec.addr, cfg, &seen, pin)
+            .await
+            .unwrap(),
+    );
+    let (mut s, mut r) = link.open().await.unwrap();
+    write_header(&mut s, &Request::Probe(Probe::Processes), 0, 1024)
+        .await
+        .unwrap();
+    finish(&mut s).await.unwrap();
+    let h = read_header(&mut r, MAX_RESPONSE_HEADER)
+        .await
+        .unwrap()
+        .unwrap();
+    let f = codec::decode_response(&h).unwrap();
+    assert_eq!(f.msg, Response::Error(WireError::Unauthenticated));
+    let reason = tokio::time::timeout(Duration::from_secs(5), link.closed())
+        .await
+        .unwrap();
+    assert!(reason.contains("handshake"), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_guests_refuse_setup_but_serve_the_rest() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("ro", "800x600", &["--no-wm", "--read-only"]);
+    let env = d.connect().await;
+    assert!(env.info().unwrap().read_only);
+    let forbidden = |r: Result<_, ClientError>| {
+        matches!(
+            r.err().and_then(|e| e.wire().cloned()),
+            Some(WireError::Forbidden {
+                class: RequestClass::Setup,
+                ..
+            })
+        )
+    };
+    assert!(forbidden(
+        env.exec(ExecRequest::new(["true"])).await.map(|_| ())
+    ));
+    assert!(forbidden(env.write_file("/tmp/ro-test", b"x", 0o644).await));
+    assert!(forbidden(
+        env.probe(Probe::Command {
+            argv: vec!["true".into()],
+            timeout_ms: 1000,
+            max_output: 10
+        })
+        .await
+        .map(|_| ())
+    ));
+    assert!(forbidden(
+        env.launch(vec!["true".into()], vec![]).await.map(|_| ())
+    ));
+    assert!(!std::path::Path::new("/tmp/ro-test").exists());
+    env.probe(Probe::Stat {
+        path: "/tmp".into(),
+    })
+    .await
+    .unwrap();
+    env.screen_info().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_reconnects_after_the_agent_restarts() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("restart", "800x600", &["--no-wm"]);
+    let env = d.connect().await;
+    let pid = env.info().unwrap().pid;
+    env.ping().await.unwrap();
+    // SAFETY: killing the agent process of our own desktop.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGKILL);
+    }
+    // The supervisor restarts it on the same port; the next calls reconnect by themselves.
+    let back = eventually(Duration::from_secs(20), || async { env.ping().await.ok() }).await;
+    assert!(back.is_some(), "never reconnected");
+    let new_pid = env.info().unwrap().pid;
+    assert_ne!(new_pid, pid, "still talking to the killed agent?");
+    env.probe(Probe::Processes).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guests_can_dial_in_and_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let host_id = Identity::generate("host").unwrap();
+    let token_file = dir.path().join("token");
+    let token = Token::load_or_create(&token_file).unwrap();
+    let policy = TrustPolicy {
+        accept_new: true,
+        ..Default::default()
+    };
+    let listener = Listener::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        &host_id,
+        token,
+        policy,
+        Deadlines::default(),
+    )
+    .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let spawn_agent = || {
+        Command::new(bin("pincer-agent"))
+            .args([
+                "--connect",
+                &format!("127.0.0.1:{port}"),
+                "--name",
+                "dialer",
+                "--token-file",
+            ])
+            .arg(&token_file)
+            .arg("--state-dir")
+            .arg(dir.path().join("agent"))
+            .arg("--host-fingerprint")
+            .arg(host_id.fingerprint().to_string())
+            .env_remove("DISPLAY")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut agent = spawn_agent();
+    let arrival = tokio::time::timeout(Duration::from_secs(20), listener.next())
+        .await
+        .expect("the guest dials in")
+        .unwrap();
+    assert!(arrival.newly_trusted);
+    let env = arrival.env;
+    assert_eq!(env.name(), "dialer");
+    env.ping().await.unwrap();
+    let first_pid = env.info().unwrap().pid;
+
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    let mut agent = spawn_agent();
+    let back = eventually(Duration::from_secs(30), || async { env.ping().await.ok() }).await;
+    assert!(back.is_some(), "the dial-in guest never came back");
+    assert_ne!(env.info().unwrap().pid, first_pid);
+    agent.kill().unwrap();
+    let _ = agent.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn desktop_down_stops_every_process_including_activated_helpers() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("teardown", "800x600", &[]);
+    let env = d.connect().await;
+    env.launch(
+        vec![
+            "zenity".into(),
+            "--info".into(),
+            "--text".into(),
+            "bye".into(),
+        ],
+        vec![],
+    )
+    .await
+    .unwrap();
+    // A tree walk makes D-Bus activate the AT-SPI registry daemon.
+    let _ = pincer_tests::wait_for_node(&env, "zenity", |n| n.role == "push button").await;
+    let sid = d.state()["supervisor_pid"].as_u64().unwrap() as u32;
+    let members = || pincer::desktop::desktop_processes(sid, &format!("teardown-{sid}"));
+    let names: Vec<String> = members()
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
+        .map(|s| s.trim().to_owned())
+        .collect();
+    for want in [
+        "Xvfb",
+        "dbus-daemon",
+        "openbox",
+        "pincer-agent",
+        "zenity",
+        "at-spi-bus-laun",
+        "at-spi2-registr",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "{want} not running before down: {names:?}"
+        );
+    }
+    let out = sb.pincer_ok(&["desktop", "down", "teardown"]);
+    assert!(out.contains("stopped"), "{out}");
+    let left = members();
+    assert!(left.is_empty(), "processes left after down: {left:?}");
+    assert!(sb.registry().load().unwrap().envs.is_empty());
+    std::mem::forget(d);
+}

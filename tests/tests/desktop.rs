@@ -1,0 +1,394 @@
+//! A real local desktop with real GTK3 apps, driven through the real agent over QUIC:
+//! typing, clicking, screenshots, widget bounds and probes.
+
+use pincer_shared::Action;
+use pincer_shared::observe::{
+    ImageFormat, PixelLayout, Rect, ScreenshotRequest, TreeRequest, TreeScope,
+};
+use pincer_shared::probe::{FileKind, Probe, ProbeReply};
+use pincer_shared::setup::{ExecRequest, ExitStatus};
+use pincer_tests::{Sandbox, eventually, process_running, wait_for_node};
+use std::time::Duration;
+
+fn argv(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_text_is_read_back_from_the_ui_tree() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("typing", "1280x800", &[]);
+    let env = d.connect().await;
+    env.launch(
+        argv(&[
+            "zenity",
+            "--entry",
+            "--title",
+            "pincer typing",
+            "--text",
+            "Name?",
+        ]),
+        vec![],
+    )
+    .await
+    .unwrap();
+    let tree = wait_for_node(&env, "zenity", |n| {
+        n.role == "text" && n.has_state("editable")
+    })
+    .await
+    .expect("zenity's entry appears in the tree");
+    let entry = tree
+        .root
+        .find(|n| n.role == "text" && n.has_state("editable"))
+        .unwrap();
+    let at = entry.bounds.expect("the entry has bounds").center();
+    env.act(Action::click(at.x, at.y)).await.unwrap();
+    let typed = "héllo, pincer € 42";
+    env.act(Action::TypeText { text: typed.into() })
+        .await
+        .unwrap();
+    let found = eventually(Duration::from_secs(10), || async {
+        let t = env
+            .tree(TreeRequest {
+                scope: TreeScope::App("zenity".into()),
+                ..Default::default()
+            })
+            .await
+            .ok()?;
+        t.root
+            .find(|n| n.role == "text" && n.text.as_deref() == Some(typed))
+            .map(|_| ())
+    })
+    .await;
+    assert!(
+        found.is_some(),
+        "the typed text never showed up in the entry"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clicking_a_button_has_its_effect_and_bounds_are_right() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("click", "1280x800", &[]);
+    let env = std::sync::Arc::new(d.connect().await);
+    // zenity --question exits 0 for "Yes" and 1 for "No": the exit code proves which
+    // button the click hit.
+    let runner = {
+        let env = env.clone();
+        tokio::spawn(async move {
+            let mut req = ExecRequest::new([
+                "zenity",
+                "--question",
+                "--title",
+                "pincer click",
+                "--text",
+                "Proceed?",
+            ]);
+            req.timeout_ms = 60_000;
+            env.exec(req).await
+        })
+    };
+    let is_yes =
+        |n: &pincer_shared::tree::UiNode| n.role == "push button" && n.name.contains("Yes");
+    let tree = wait_for_node(&env, "zenity", is_yes)
+        .await
+        .expect("the Yes button appears");
+    let yes = tree.root.find(is_yes).unwrap();
+    let b = yes.bounds.expect("Yes has bounds");
+    assert!(
+        yes.actions.iter().any(|a| a == "click"),
+        "actions: {:?}",
+        yes.actions
+    );
+
+    // The button lies inside the focused window, which lies on the screen.
+    let window = match env.probe(Probe::ActiveWindow).await.unwrap() {
+        ProbeReply::ActiveWindow(Some(w)) => w,
+        other => panic!("no active window: {other:?}"),
+    };
+    assert_eq!(window.title, "pincer click");
+    assert_eq!(window.process_name.as_deref(), Some("zenity"));
+    let wb = window.bounds.expect("window bounds");
+    let screen = Rect::new(0, 0, 1280, 800);
+    assert_eq!(wb.intersect(&screen), Some(wb), "window {wb:?} off screen");
+    assert_eq!(
+        b.intersect(&wb),
+        Some(b),
+        "button {b:?} outside its window {wb:?}"
+    );
+    assert!(
+        b.width >= 20 && b.height >= 10,
+        "implausible button size {b:?}"
+    );
+
+    env.act(Action::click(b.center().x, b.center().y))
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(20), runner)
+        .await
+        .expect("zenity exits after the click")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        out.status,
+        ExitStatus::Exited(0),
+        "zenity says another button was clicked"
+    );
+    assert!(!process_running(&env, "zenity").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn screenshots_show_the_root_window_colour() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("pixels", "1024x768", &["--no-wm"]);
+    let env = d.connect().await;
+    let out = env
+        .exec(ExecRequest::new(["xsetroot", "-solid", "#3a6ea5"]))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "xsetroot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    for zstd in [None, Some(1)] {
+        let shot = env
+            .screenshot(ScreenshotRequest {
+                format: ImageFormat::Raw { zstd },
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!((shot.meta.width, shot.meta.height), (1024, 768));
+        assert_eq!(shot.meta.layout, PixelLayout::Bgrx8);
+        let px = shot.raw_pixels().unwrap();
+        assert_eq!(px.len(), 1024 * 768 * 4);
+        for (x, y) in [(0usize, 0usize), (512, 384), (1023, 767)] {
+            let i = (y * 1024 + x) * 4;
+            assert_eq!(
+                &px[i..i + 3],
+                &[0xa5, 0x6e, 0x3a],
+                "pixel ({x}, {y}) with zstd {zstd:?}"
+            );
+        }
+    }
+
+    let shot = env.screenshot(ScreenshotRequest::default()).await.unwrap();
+    let decoder = png::Decoder::new(std::io::Cursor::new(&shot.bytes));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width, info.height), (1024, 768));
+    let bpp = info.color_type.samples();
+    let i = (100 * 1024 + 100) * bpp;
+    assert_eq!(&buf[i..i + 3], &[0x3a, 0x6e, 0xa5], "PNG pixel");
+
+    let region = env
+        .screenshot(ScreenshotRequest {
+            format: ImageFormat::Raw { zstd: None },
+            region: Some(Rect::new(10, 20, 30, 40)),
+            max_size: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!((region.meta.width, region.meta.height), (30, 40));
+    assert_eq!(region.meta.source, Rect::new(10, 20, 30, 40));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_and_the_active_window_are_read_through_probes() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("probes", "1280x800", &[]);
+    let env = d.connect().await;
+    env.write_file("~/notes/a.txt", b"hello pincer\n", 0o600)
+        .await
+        .unwrap();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    env.write_file("~/notes/big.bin", &big, 0o644)
+        .await
+        .unwrap();
+
+    let replies = env
+        .batch(vec![
+            Probe::Stat {
+                path: "~/notes/a.txt".into(),
+            },
+            Probe::ReadFile {
+                path: "~/notes/a.txt".into(),
+                max_len: 5,
+            },
+            Probe::ListDir {
+                path: "~/notes".into(),
+            },
+            Probe::Stat {
+                path: "~/notes/missing".into(),
+            },
+            Probe::ReadFile {
+                path: "/nonexistent/dir/x".into(),
+                max_len: 5,
+            },
+        ])
+        .await
+        .unwrap();
+    match &replies[0] {
+        Ok(ProbeReply::Stat(s)) => {
+            assert!(s.exists);
+            assert_eq!(s.size, 13);
+            assert_eq!(s.mode & 0o777, 0o600);
+        }
+        other => panic!("{other:?}"),
+    }
+    match &replies[1] {
+        Ok(ProbeReply::File(Some(f))) => {
+            assert_eq!(f.bytes, b"hello");
+            assert_eq!(f.total_size, 13);
+        }
+        other => panic!("{other:?}"),
+    }
+    match &replies[2] {
+        Ok(ProbeReply::Dir(Some(entries))) => {
+            let names: Vec<_> = entries.iter().map(|e| (e.name.as_str(), e.kind)).collect();
+            assert_eq!(
+                names,
+                vec![("a.txt", FileKind::File), ("big.bin", FileKind::File)]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(&replies[3], Ok(ProbeReply::Stat(s)) if !s.exists));
+    assert!(matches!(&replies[4], Ok(ProbeReply::File(None))));
+
+    let (stat, bytes) = env.read_file("~/notes/big.bin").await.unwrap();
+    assert_eq!(stat.size, big.len() as u64);
+    assert!(bytes == big, "bulk read differs");
+
+    let pid = env
+        .launch(
+            argv(&[
+                "zenity",
+                "--info",
+                "--title",
+                "pincer probe",
+                "--text",
+                "hi",
+            ]),
+            vec![],
+        )
+        .await
+        .unwrap();
+    let w = eventually(Duration::from_secs(20), || async {
+        match env.probe(Probe::ActiveWindow).await.ok()? {
+            ProbeReply::ActiveWindow(Some(w)) if w.title == "pincer probe" => Some(w),
+            _ => None,
+        }
+    })
+    .await
+    .expect("zenity's window becomes active");
+    assert_eq!(w.pid, Some(pid));
+    assert_eq!(w.process_name.as_deref(), Some("zenity"));
+    assert_eq!(w.class.as_deref(), Some("Zenity"));
+    assert!(process_running(&env, "zenity").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_commands_work_against_a_desktop() {
+    let sb = Sandbox::new();
+    let _d = sb.desktop("cli", "800x600", &[]);
+    let shot = sb.path().join("shot.png");
+    let out = sb.pincer_ok(&["screenshot", "-o", shot.to_str().unwrap()]);
+    assert!(out.contains("800x600"), "{out}");
+    assert_eq!(&std::fs::read(&shot).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+    let jpg = sb.path().join("shot.jpg");
+    sb.pincer_ok(&[
+        "screenshot",
+        "-o",
+        jpg.to_str().unwrap(),
+        "--format",
+        "jpeg",
+    ]);
+    assert_eq!(&std::fs::read(&jpg).unwrap()[..2], b"\xff\xd8");
+
+    sb.pincer_ok(&[
+        "launch",
+        "--",
+        "zenity",
+        "--info",
+        "--title",
+        "cli window",
+        "--text",
+        "hello",
+    ]);
+    let ok = eventually(Duration::from_secs(20), || async {
+        let out = sb.pincer(&["probe", "window"]);
+        String::from_utf8_lossy(&out.stdout)
+            .contains("cli window")
+            .then_some(())
+    })
+    .await;
+    assert!(ok.is_some(), "probe window never showed the zenity window");
+    let xml = sb.pincer_ok(&["tree", "--format", "xml", "--app", "zenity"]);
+    assert!(
+        xml.contains("<push-button") && xml.contains("cli window"),
+        "{xml}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&sb.pincer_ok(&["tree", "--app", "zenity"])).unwrap();
+    assert_eq!(json["role"], "desktop frame");
+
+    assert_eq!(
+        sb.pincer_ok(&["exec", "--", "sh", "-c", "echo out; echo err >&2"]),
+        "out\n"
+    );
+    let failed = sb.pincer(&["exec", "--", "sh", "-c", "exit 3"]);
+    assert!(!failed.status.success());
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("exit code 3"));
+    sb.pincer_ok(&["act", "move", "10", "20"]);
+    sb.pincer_ok(&["act", "click", "400", "300"]);
+    sb.pincer_ok(&["act", "key", "ctrl+shift+a"]);
+    let bad = sb.pincer(&["act", "key", "ctrl+hyperdrive"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown key 'hyperdrive'"));
+
+    let local = sb.path().join("up.txt");
+    std::fs::write(&local, "payload").unwrap();
+    sb.pincer_ok(&[
+        "file",
+        "put",
+        local.to_str().unwrap(),
+        "/tmp/pincer-cli-e2e.txt",
+    ]);
+    assert_eq!(
+        sb.pincer_ok(&["probe", "file", "/tmp/pincer-cli-e2e.txt"]),
+        "payload"
+    );
+    let back = sb.path().join("down.txt");
+    sb.pincer_ok(&[
+        "file",
+        "get",
+        "/tmp/pincer-cli-e2e.txt",
+        back.to_str().unwrap(),
+    ]);
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "payload");
+
+    let bench: serde_json::Value =
+        serde_json::from_str(&sb.pincer_ok(&["bench", "-n", "5", "--json", "--no-typing"]))
+            .unwrap();
+    let names: Vec<&str> = bench
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    for want in [
+        "ping",
+        "click",
+        "screenshot PNG",
+        "screenshot raw+zstd",
+        "read 10 MiB file",
+        "batch of 10 probes",
+    ] {
+        assert!(names.contains(&want), "bench lacks {want}: {names:?}");
+    }
+    let list = sb.pincer_ok(&["env", "list"]);
+    assert!(list.contains("cli") && list.contains("up ("), "{list}");
+}
