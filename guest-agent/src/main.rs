@@ -1,1 +1,200 @@
-fn main() {}
+//! `pincer-agent`: the guest agent that runs inside a Linux desktop. It listens for a host
+//! (or dials one), authenticates it, and serves input, screenshots, accessibility trees,
+//! probes and (unless `--read-only`) setup over QUIC.
+
+mod a11y;
+mod clipboard;
+mod encode;
+mod exec;
+mod guest;
+mod input;
+mod probe;
+mod screen;
+mod server;
+#[cfg(test)]
+mod testutil;
+mod window;
+
+use anyhow::Context;
+use clap::Parser;
+use guest::{Config, Guest};
+use pincer_shared::identity::{Fingerprint, Identity, Token};
+use pincer_shared::transport::{close_code, quic};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The pincer guest agent.
+#[derive(Debug, Parser)]
+#[command(name = "pincer-agent", version, about, long_about = None)]
+struct Args {
+    /// Listen for hosts on this address (default 127.0.0.1:7000; use 0.0.0.0:7000 in a VM).
+    #[arg(long, value_name = "ADDR", conflicts_with = "connect")]
+    listen: Option<String>,
+    /// Dial a host listening at HOST:PORT instead (`pincer env listen` on the host).
+    #[arg(long, value_name = "HOST:PORT")]
+    connect: Option<String>,
+    /// Name reported to hosts (default: the machine's hostname).
+    #[arg(long)]
+    name: Option<String>,
+    /// Where the agent keeps its certificate and default token.
+    #[arg(long, value_name = "DIR", env = "PINCER_AGENT_STATE")]
+    state_dir: Option<PathBuf>,
+    /// File holding the token hosts must prove (created with a random token if missing;
+    /// default: STATE_DIR/token).
+    #[arg(long, value_name = "FILE", env = "PINCER_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// Refuse setup requests and command probes (for physical machines).
+    #[arg(long)]
+    read_only: bool,
+    /// X display to use (default: $DISPLAY).
+    #[arg(long)]
+    display: Option<String>,
+    /// With --connect: only talk to a host presenting this certificate fingerprint.
+    #[arg(long, value_name = "FINGERPRINT")]
+    host_fingerprint: Option<Fingerprint>,
+    /// Write {"addr", "fingerprint", "pid"} as JSON to this file once serving.
+    #[arg(long, value_name = "FILE")]
+    ready_file: Option<PathBuf>,
+    /// List only the processes of the agent's own session in process probes (local
+    /// desktops share one machine; `pincer desktop up` sets this).
+    #[arg(long)]
+    own_session_processes: bool,
+    /// Print the certificate fingerprint (creating the certificate if needed) and exit.
+    #[arg(long)]
+    print_fingerprint: bool,
+}
+
+fn default_state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME") {
+        return PathBuf::from(d).join("pincer-agent");
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
+    home.join(".local/state/pincer-agent")
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "guest".into())
+}
+
+fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .with_context(|| format!("cannot resolve '{addr}': write it as HOST:PORT"))?
+        .next()
+        .with_context(|| format!("'{addr}' resolves to no address"))
+}
+
+fn write_ready(path: &Path, addr: SocketAddr, fp: Fingerprint) -> anyhow::Result<()> {
+    let json = format!(
+        "{{\"addr\":\"{addr}\",\"fingerprint\":\"{fp}\",\"pid\":{}}}\n",
+        std::process::id()
+    );
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, json).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PINCER_LOG")
+                .unwrap_or_else(|_| "pincer_agent=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
+    let name = args.name.clone().unwrap_or_else(hostname);
+    let (identity, created) = Identity::load_or_create(&state_dir, &name)
+        .with_context(|| format!("state directory {}", state_dir.display()))?;
+    let fp = identity.fingerprint();
+    if args.print_fingerprint {
+        println!("{fp}");
+        return Ok(());
+    }
+    if created {
+        eprintln!(
+            "pincer-agent: created certificate in {}",
+            state_dir.display()
+        );
+    }
+    let token_file = args
+        .token_file
+        .clone()
+        .unwrap_or_else(|| state_dir.join("token"));
+    let token = Token::load_or_create(&token_file)?;
+    let display = args
+        .display
+        .clone()
+        .or_else(|| std::env::var("DISPLAY").ok());
+    if display.is_none() {
+        eprintln!(
+            "pincer-agent: warning: no DISPLAY; input, screenshots and windows will fail until one is given"
+        );
+    }
+    let guest = Arc::new(Guest::new(Config {
+        name: name.clone(),
+        token,
+        read_only: args.read_only,
+        display,
+        process_session: args
+            .own_session_processes
+            .then(|| probe::session_of(std::process::id()))
+            .flatten(),
+    }));
+
+    let mode = if args.read_only { " (read-only)" } else { "" };
+    let endpoint;
+    if let Some(host) = &args.connect {
+        let addr = resolve(host)?;
+        endpoint = quic::client_endpoint(addr)?;
+        let pin = args
+            .host_fingerprint
+            .map_or(quic::ServerPin::Any, quic::ServerPin::Pinned);
+        eprintln!(
+            "pincer-agent '{name}'{mode}: dialling host {addr}; fingerprint {fp}; token file {}",
+            token_file.display()
+        );
+        if let Some(p) = &args.ready_file {
+            write_ready(p, endpoint.local_addr()?, fp)?;
+        }
+        tokio::spawn(server::dial(guest, endpoint.clone(), addr, identity, pin));
+    } else {
+        let addr = resolve(args.listen.as_deref().unwrap_or("127.0.0.1:7000"))?;
+        let cfg = quic::server_config(&identity, false)?;
+        endpoint = quic::server_endpoint(addr, cfg, &identity).map_err(|e| {
+            anyhow::anyhow!("{e}: is another pincer-agent already running there? pick another port with --listen")
+        })?;
+        let bound = endpoint.local_addr()?;
+        eprintln!(
+            "pincer-agent '{name}'{mode}: listening on {bound}; fingerprint {fp}; token file {}",
+            token_file.display()
+        );
+        if let Some(p) = &args.ready_file {
+            write_ready(p, bound, fp)?;
+        }
+        tokio::spawn(server::listen(guest, endpoint.clone()));
+    }
+
+    shutdown_signal().await?;
+    eprintln!("pincer-agent: shutting down");
+    endpoint.close(close_code::SHUTDOWN.into(), b"guest shutting down");
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
+    Ok(())
+}
+
+async fn shutdown_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

@@ -280,8 +280,9 @@ fn session_marker(name: &str, supervisor: u32) -> String {
     format!("{name}-{supervisor}")
 }
 
-/// Processes of a desktop: in the supervisor's session, or carrying its marker in their
-/// environment (a helper that made its own session).
+/// Live processes of a desktop: in the supervisor's session, or carrying its marker in
+/// their environment (a helper that made its own session). Zombies are dead already and
+/// left to whoever reaps them.
 pub fn desktop_processes(supervisor: u32, marker: &str) -> Vec<u32> {
     let me = std::process::id();
     let needle = format!("PINCER_DESKTOP_ID={marker}");
@@ -290,7 +291,7 @@ pub fn desktop_processes(supervisor: u32, marker: &str) -> Vec<u32> {
     };
     rd.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != me)
+        .filter(|&pid| pid != me && !is_zombie(pid))
         .filter(|&pid| {
             let in_session = stat_fields(pid)
                 .and_then(|f| f.get(3).and_then(|s| s.parse::<u32>().ok()))
@@ -523,6 +524,7 @@ fn start_agent(
         dir.join("token").display().to_string(),
         "--ready-file".into(),
         ready.display().to_string(),
+        "--own-session-processes".into(),
     ];
     if opts.desktop.read_only {
         args.push("--read-only".into());

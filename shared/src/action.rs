@@ -2,7 +2,11 @@
 //! touch gestures and system keys of phones share one enum so every guest speaks one
 //! protocol; a guest answers `Unsupported` for actions its platform lacks.
 
-use crate::key::Key;
+use crate::key::{Key, NamedKey};
+
+fn key_in_range(k: &Key) -> bool {
+    !matches!(k, Key::Named(NamedKey::F(n)) if !(1..=24).contains(n))
+}
 use serde::{Deserialize, Serialize};
 
 /// A point in screen pixels, origin top-left.
@@ -205,6 +209,14 @@ impl Action {
                 if *duration_ms > 60_000 =>
             {
                 Err(format!("duration {duration_ms} ms is longer than 60 s"))
+            }
+            Self::KeyPress { key } | Self::KeyDown { key } | Self::KeyUp { key }
+                if !key_in_range(key) =>
+            {
+                Err(format!("{key:?} is not a key: function keys are F1 to F24"))
+            }
+            Self::Hotkey { keys } if keys.iter().any(|k| !key_in_range(k)) => {
+                Err("function keys are F1 to F24".to_owned())
             }
             Self::Scroll { dx, dy, .. } if dx.unsigned_abs() > 1000 || dy.unsigned_abs() > 1000 => {
                 Err(format!(

@@ -27,3 +27,5 @@ pub const MAX_EXEC_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
 pub const MAX_TREE_NODES: u32 = 200_000;
 /// Largest screenshot edge in pixels (width or height), requested or produced.
 pub const MAX_IMAGE_EDGE: u32 = 16_384;
+/// Largest clipboard text set or returned.
+pub const MAX_CLIPBOARD_TEXT: usize = 16 * 1024 * 1024;

@@ -73,9 +73,12 @@ pub enum ImageFormat {
         /// Quality, 1 (smallest) to 100 (best).
         quality: u8,
     },
-    /// Uncompressed pixels, optionally zstd-compressed.
+    /// Uncompressed pixels (rows packed, no padding), optionally zstd-compressed.
     Raw {
-        /// zstd level (1 is fast and good for desktops); `None` sends the pixels as they are.
+        /// zstd level: 1 is fast and good for desktops, 0 means zstd's default (3), negative
+        /// levels are faster still. The body is then one or more zstd frames back to back
+        /// (large images are compressed in parts on several cores), so decode it with a
+        /// multi-frame decoder such as `zstd::decode_all`. `None` sends the pixels as they are.
         zstd: Option<i8>,
     },
 }
@@ -106,7 +109,7 @@ impl PixelLayout {
 pub struct ScreenshotRequest {
     /// Encoding.
     pub format: ImageFormat,
-    /// Capture only this part of the screen.
+    /// Capture only this part of the screen; it must lie entirely on the screen.
     pub region: Option<Rect>,
     /// Downscale so that the image fits in this width and height, keeping the aspect ratio.
     pub max_size: Option<(u32, u32)>,
@@ -121,7 +124,8 @@ pub struct ScreenshotMeta {
     pub height: u32,
     /// Encoding of the body.
     pub format: ImageFormat,
-    /// Pixel layout of raw images (before zstd, if any).
+    /// For raw images, the layout of the pixels (before zstd, if any); for PNG and JPEG,
+    /// what decoding yields.
     pub layout: PixelLayout,
     /// The screen area the image shows, in screen pixels.
     pub source: Rect,
@@ -144,7 +148,9 @@ pub struct ScreenInfo {
     pub capture: String,
 }
 
-/// Which part of the accessibility tree to walk.
+/// Which part of the accessibility tree to walk. When exactly one application matches, it
+/// is the root of the tree; otherwise the root is the desktop with the matching
+/// applications as children (none, with a `pincer-note` attribute, when nothing matched).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum TreeScope {
     /// Every application on the desktop.

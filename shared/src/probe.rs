@@ -28,7 +28,8 @@ pub enum Probe {
     },
     /// Running processes.
     Processes,
-    /// The window with input focus.
+    /// The active window: the one the window manager marks active (`_NET_ACTIVE_WINDOW`),
+    /// else the top-level window holding input focus.
     ActiveWindow,
     /// Text on the clipboard.
     Clipboard,
@@ -117,7 +118,7 @@ pub struct ProcessInfo {
     pub uid: u32,
 }
 
-/// The window with input focus.
+/// The active window (see [`Probe::ActiveWindow`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WindowInfo {
     /// Window-system id.

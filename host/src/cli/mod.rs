@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Each command group lives in its own module; this one
 //! holds the global options and the shared helpers (connecting to `--env`, printing errors).
 
+mod demo;
 mod desktop;
 mod envs;
 mod observe;
@@ -53,6 +54,8 @@ enum Command {
     Bench(observe::BenchArgs),
     /// Make a new random token file.
     Token(envs::TokenArgs),
+    /// The main job: a local desktop, a real app, what pincer sees, and the bench table.
+    Demo(demo::DemoArgs),
 }
 
 /// `--env NAME`, shared by commands that talk to one environment.
@@ -117,6 +120,7 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
         Command::File(c) => ops::file(c, &reg).await,
         Command::Bench(a) => observe::bench(a, &reg).await,
         Command::Token(a) => envs::token(a),
+        Command::Demo(a) => demo::run(a, &reg).await,
     }
 }
 

@@ -1,0 +1,353 @@
+//! The guest's state and request dispatch: one handle per subsystem (screen, input, windows,
+//! clipboard, accessibility), each connecting lazily and reconnecting on its own, so a
+//! display or bus that goes away fails only the requests that need it.
+
+use crate::a11y::A11y;
+use crate::clipboard::Clipboard;
+use crate::input::Input;
+use crate::screen::Screen;
+use crate::window::Windows;
+use crate::{exec, probe};
+use pincer_shared::handshake::GuestInfo;
+use pincer_shared::identity::Token;
+use pincer_shared::limits::MAX_BATCH;
+use pincer_shared::message::capability;
+use pincer_shared::observe::TreeScope;
+use pincer_shared::probe::{Probe, ProbeReply};
+use pincer_shared::setup::{ExecRequest, Setup};
+use pincer_shared::{Request, RequestClass, Response, WireError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How the guest was started.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// Name reported in the handshake.
+    pub(crate) name: String,
+    /// Shared secret the host must prove.
+    pub(crate) token: Token,
+    /// Refuse the setup class and command probes.
+    pub(crate) read_only: bool,
+    /// X display to use (`None`: `$DISPLAY`).
+    pub(crate) display: Option<String>,
+    /// List only processes of this session in process probes.
+    pub(crate) process_session: Option<u32>,
+}
+
+/// What a handled request produces: a reply header, optionally with a body.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// Just a header.
+    Msg(Response),
+    /// A header and bytes.
+    Body(Response, Vec<u8>),
+}
+
+impl From<Result<Response, WireError>> for Reply {
+    fn from(r: Result<Response, WireError>) -> Self {
+        Self::Msg(r.unwrap_or_else(Response::Error))
+    }
+}
+
+/// Everything a guest serves.
+#[derive(Debug)]
+pub(crate) struct Guest {
+    pub(crate) config: Config,
+    screen: Sub<Screen>,
+    input: Sub<Input>,
+    windows: Sub<Windows>,
+    clipboard: Sub<Clipboard>,
+    a11y: tokio::sync::Mutex<A11y>,
+    started: Instant,
+    os: String,
+}
+
+/// How long a request waits for a subsystem that is busy with another request. X11 calls
+/// have no timeout of their own, so a hung X server would otherwise pile up a blocked
+/// thread per request.
+const SUBSYSTEM_WAIT: Duration = Duration::from_secs(30);
+
+/// A blocking subsystem (an X11 client): used by one request at a time, on a blocking
+/// thread.
+#[derive(Debug)]
+struct Sub<S> {
+    state: Arc<Mutex<S>>,
+    gate: tokio::sync::Mutex<()>,
+    name: &'static str,
+}
+
+impl<S: Send + 'static> Sub<S> {
+    fn new(name: &'static str, state: S) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(state)),
+            gate: tokio::sync::Mutex::new(()),
+            name,
+        }
+    }
+
+    /// Runs `f` on a blocking thread with the subsystem to itself. A panic in a subsystem
+    /// becomes an `Internal` error for this request; the lock is recovered so later
+    /// requests work.
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut S) -> Result<T, WireError> + Send + 'static,
+    ) -> Result<T, WireError> {
+        let _turn = tokio::time::timeout(SUBSYSTEM_WAIT, self.gate.lock())
+            .await
+            .map_err(|_| WireError::Busy {
+                message: format!(
+                    "the {} has been busy for {} s (is the display server hung?)",
+                    self.name,
+                    SUBSYSTEM_WAIT.as_secs()
+                ),
+            })?;
+        let state = self.state.clone();
+        tokio::task::spawn_blocking(move || {
+            f(&mut state.lock().unwrap_or_else(PoisonError::into_inner))
+        })
+        .await
+        .map_err(|e| WireError::Internal {
+            message: format!("{} worker failed: {e}", self.name),
+        })?
+    }
+}
+
+impl Guest {
+    pub(crate) fn new(config: Config) -> Self {
+        let d = config.display.clone();
+        Self {
+            screen: Sub::new("screen capture", Screen::new(d.clone())),
+            input: Sub::new("input injector", Input::new(d.clone())),
+            windows: Sub::new("window reader", Windows::new(d.clone())),
+            clipboard: Sub::new("clipboard", Clipboard::new(d)),
+            a11y: tokio::sync::Mutex::new(A11y::new()),
+            started: Instant::now(),
+            os: os_name(),
+            config,
+        }
+    }
+
+    /// The description sent in the handshake.
+    pub(crate) async fn info(&self) -> GuestInfo {
+        let screen = self.screen.run(|s| s.info()).await.unwrap_or_default();
+        let mut capabilities: Vec<String> = [
+            capability::INPUT,
+            capability::SCREENSHOT,
+            capability::UI_TREE,
+            capability::PROBE,
+            capability::WINDOW,
+            capability::CLIPBOARD,
+        ]
+        .map(String::from)
+        .to_vec();
+        if !self.config.read_only {
+            capabilities.push(capability::SETUP.into());
+        }
+        GuestInfo {
+            version: 0,
+            name: self.config.name.clone(),
+            platform: "linux".into(),
+            os: self.os.clone(),
+            agent_version: env!("CARGO_PKG_VERSION").into(),
+            screen,
+            capabilities,
+            read_only: self.config.read_only,
+            pid: std::process::id(),
+        }
+    }
+
+    /// Refuses what this guest does not grant.
+    pub(crate) fn check_class(&self, req: &Request) -> Result<(), WireError> {
+        if self.config.read_only && req.class() == RequestClass::Setup {
+            return Err(WireError::Forbidden {
+                class: RequestClass::Setup,
+                reason: "this guest was started with --read-only (setup, exec and command probes are disabled)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Handles every request except those with streamed bodies (`ReadFile`, `WriteFile`),
+    /// which the server streams itself.
+    pub(crate) async fn handle(&self, req: Request) -> Reply {
+        match req {
+            Request::Ping => Reply::Msg(Response::Pong {
+                guest_us: self.started.elapsed().as_micros() as u64,
+            }),
+            Request::Action(action) => self
+                .input
+                .run(move |i| i.perform(&action))
+                .await
+                .map(|()| Response::Done)
+                .into(),
+            Request::Screenshot(req) => match self.screen.run(move |s| s.capture(&req)).await {
+                Ok((meta, bytes)) => Reply::Body(Response::Screenshot(meta), bytes),
+                Err(e) => Reply::Msg(Response::Error(e)),
+            },
+            Request::ScreenInfo => self
+                .screen
+                .run(|s| s.info())
+                .await
+                .map(Response::ScreenInfo)
+                .into(),
+            Request::Cursor => self
+                .input
+                .run(|i| i.cursor())
+                .await
+                .map(Response::Cursor)
+                .into(),
+            Request::UiTree(req) => {
+                let pid = if req.scope == TreeScope::ActiveApp {
+                    self.windows
+                        .run(|w| w.active())
+                        .await
+                        .ok()
+                        .flatten()
+                        .and_then(|w| w.pid)
+                } else {
+                    None
+                };
+                self.a11y
+                    .lock()
+                    .await
+                    .tree(&req, pid)
+                    .await
+                    .map(Response::UiTree)
+                    .into()
+            }
+            Request::Probe(p) => self.probe(p).await.map(Response::Probe).into(),
+            Request::Batch(probes) => {
+                if probes.len() > MAX_BATCH {
+                    return Reply::Msg(Response::Error(WireError::TooLarge {
+                        what: "batch".into(),
+                        limit: MAX_BATCH as u64,
+                        got: probes.len() as u64,
+                    }));
+                }
+                let results =
+                    futures::future::join_all(probes.into_iter().map(|p| self.probe(p))).await;
+                Reply::Msg(Response::Batch(results))
+            }
+            Request::Setup(s) => self.setup(s).await.into(),
+            Request::ReadFile { .. } => Reply::Msg(Response::Error(WireError::Internal {
+                message: "read-file reached the generic handler".into(),
+            })),
+        }
+    }
+
+    async fn probe(&self, p: Probe) -> Result<ProbeReply, WireError> {
+        match p {
+            Probe::Stat { path } => {
+                in_thread(move || probe::stat(&path).map(ProbeReply::Stat)).await
+            }
+            Probe::ReadFile { path, max_len } => {
+                in_thread(move || probe::read_file(&path, max_len).map(ProbeReply::File)).await
+            }
+            Probe::ListDir { path } => {
+                in_thread(move || probe::list_dir(&path).map(ProbeReply::Dir)).await
+            }
+            Probe::Processes => {
+                let session = self.config.process_session;
+                in_thread(move || probe::processes(session).map(ProbeReply::Processes)).await
+            }
+            Probe::ActiveWindow => self
+                .windows
+                .run(|w| w.active())
+                .await
+                .map(ProbeReply::ActiveWindow),
+            Probe::Clipboard => self
+                .clipboard
+                .run(|c| c.get_text())
+                .await
+                .map(ProbeReply::Clipboard),
+            Probe::Command {
+                argv,
+                timeout_ms,
+                max_output,
+            } => {
+                if self.config.read_only {
+                    return Err(WireError::Forbidden {
+                        class: RequestClass::Setup,
+                        reason:
+                            "command probes run programs; this guest was started with --read-only"
+                                .into(),
+                    });
+                }
+                let mut req = ExecRequest::new(argv);
+                req.timeout_ms = timeout_ms;
+                req.max_output = max_output;
+                exec::run(&req).await.map(ProbeReply::Command)
+            }
+            Probe::EnvVar { name } => Ok(ProbeReply::EnvVar(std::env::var(name).ok())),
+        }
+    }
+
+    async fn setup(&self, s: Setup) -> Result<Response, WireError> {
+        match s {
+            Setup::WriteFile { .. } => Err(WireError::Internal {
+                message: "write-file reached the generic handler".into(),
+            }),
+            Setup::Remove { path, recursive } => in_thread(move || remove(&path, recursive)).await,
+            Setup::MakeDir { path } => {
+                in_thread(move || {
+                    std::fs::create_dir_all(probe::resolve(&path))
+                        .map(|()| Response::Done)
+                        .map_err(|e| WireError::from_io(&path, &e))
+                })
+                .await
+            }
+            Setup::Exec(req) => exec::run(&req).await.map(Response::Exec),
+            Setup::Launch { argv, cwd, env } => {
+                exec::launch(&argv, cwd.as_deref(), &env).map(|pid| Response::Launched { pid })
+            }
+            Setup::SetClipboard { text } => self
+                .clipboard
+                .run(move |c| c.set_text(&text))
+                .await
+                .map(|()| Response::Done),
+        }
+    }
+}
+
+/// Runs blocking file-system work off the async threads.
+async fn in_thread<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, WireError> + Send + 'static,
+) -> Result<T, WireError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| WireError::Internal {
+            message: format!("worker thread failed: {e}"),
+        })?
+}
+
+fn remove(path: &str, recursive: bool) -> Result<Response, WireError> {
+    let p = probe::resolve(path);
+    let meta = match std::fs::symlink_metadata(&p) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Response::Done),
+        Err(e) => return Err(WireError::from_io(path, &e)),
+    };
+    let r = if meta.is_dir() {
+        if recursive {
+            std::fs::remove_dir_all(&p)
+        } else {
+            std::fs::remove_dir(&p)
+        }
+    } else {
+        std::fs::remove_file(&p)
+    };
+    r.map(|()| Response::Done)
+        .map_err(|e| WireError::from_io(path, &e))
+}
+
+/// PRETTY_NAME from os-release, or the kernel name.
+fn os_name() -> String {
+    std::fs::read_to_string("/etc/os-release")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+                .map(|v| v.trim_matches('"').to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::OS.to_owned())
+}

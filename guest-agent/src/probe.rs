@@ -1,0 +1,276 @@
+//! Read-only state of the guest's file system and processes, for evaluators: stat, inline
+//! file reads, directory listings and the process table from /proc. Window and clipboard
+//! probes live with their X11 modules.
+
+use pincer_shared::WireError;
+use pincer_shared::limits::{MAX_DIR_ENTRIES, MAX_INLINE_FILE};
+use pincer_shared::probe::{DirEntry, FileContent, FileKind, FileStat, ProcessInfo};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::PathBuf;
+
+/// A path as the host wrote it: `~` and relative paths are taken from the agent user's home,
+/// so tasks can say `~/Desktop/a.txt` whatever the user is called.
+pub(crate) fn resolve(path: &str) -> PathBuf {
+    let home = || std::env::var_os("HOME").map_or_else(|| PathBuf::from("/"), PathBuf::from);
+    if path == "~" {
+        home()
+    } else if let Some(rest) = path.strip_prefix("~/") {
+        home().join(rest)
+    } else if path.starts_with('/') {
+        PathBuf::from(path)
+    } else {
+        home().join(path)
+    }
+}
+
+fn check_path(path: &str) -> Result<PathBuf, WireError> {
+    if path.is_empty() {
+        return Err(WireError::InvalidArgument {
+            message: "path is empty".into(),
+        });
+    }
+    if path.contains('\0') {
+        return Err(WireError::InvalidArgument {
+            message: "path contains a NUL byte".into(),
+        });
+    }
+    Ok(resolve(path))
+}
+
+fn kind_of(ft: std::fs::FileType) -> FileKind {
+    if ft.is_symlink() {
+        FileKind::Symlink
+    } else if ft.is_dir() {
+        FileKind::Dir
+    } else if ft.is_file() {
+        FileKind::File
+    } else {
+        FileKind::Other
+    }
+}
+
+/// Metadata of a path without following a final symlink; a missing path is `exists: false`.
+pub(crate) fn stat(path: &str) -> Result<FileStat, WireError> {
+    let p = check_path(path)?;
+    match std::fs::symlink_metadata(&p) {
+        Ok(m) => Ok(FileStat {
+            path: path.to_owned(),
+            exists: true,
+            kind: Some(kind_of(m.file_type())),
+            size: m.len(),
+            mode: m.permissions().mode() & 0o7777,
+            modified_ms: m.mtime() * 1000 + m.mtime_nsec() / 1_000_000,
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(FileStat {
+            path: path.to_owned(),
+            exists: false,
+            kind: None,
+            size: 0,
+            mode: 0,
+            modified_ms: 0,
+        }),
+        Err(e) => Err(WireError::from_io(path, &e)),
+    }
+}
+
+/// Up to `max_len` bytes of a file (capped at the inline limit); `None` if it does not exist.
+pub(crate) fn read_file(path: &str, max_len: u64) -> Result<Option<FileContent>, WireError> {
+    let p = check_path(path)?;
+    let f = match std::fs::File::open(&p) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(WireError::from_io(path, &e)),
+    };
+    let meta = f.metadata().map_err(|e| WireError::from_io(path, &e))?;
+    if meta.is_dir() {
+        return Err(WireError::InvalidArgument {
+            message: format!("{path} is a directory; use a directory listing"),
+        });
+    }
+    let cap = max_len.min(MAX_INLINE_FILE);
+    let mut bytes = Vec::with_capacity(meta.len().min(cap) as usize);
+    f.take(cap)
+        .read_to_end(&mut bytes)
+        .map_err(|e| WireError::from_io(path, &e))?;
+    Ok(Some(FileContent {
+        path: path.to_owned(),
+        bytes,
+        total_size: meta.len(),
+    }))
+}
+
+/// Entries of a directory sorted by name; `None` if it does not exist.
+pub(crate) fn list_dir(path: &str) -> Result<Option<Vec<DirEntry>>, WireError> {
+    let p = check_path(path)?;
+    let rd = match std::fs::read_dir(&p) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(WireError::from_io(path, &e)),
+    };
+    let mut out = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| WireError::from_io(path, &e))?;
+        if out.len() >= MAX_DIR_ENTRIES {
+            return Err(WireError::TooLarge {
+                what: format!("directory {path}"),
+                limit: MAX_DIR_ENTRIES as u64,
+                got: out.len() as u64 + 1,
+            });
+        }
+        // An entry deleted between readdir and stat is simply skipped.
+        let Ok(meta) = entry.path().symlink_metadata() else {
+            continue;
+        };
+        out.push(DirEntry {
+            name: entry.file_name().to_string_lossy().into_owned(),
+            kind: kind_of(meta.file_type()),
+            size: meta.len(),
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Some(out))
+}
+
+/// The process table from /proc. Processes that exit while being read, and zombies (dead,
+/// waiting to be reaped), are skipped: neither is running. With `session`, only processes
+/// of that session are listed (local desktops share one machine, and each must see only
+/// its own programs).
+pub(crate) fn processes(session: Option<u32>) -> Result<Vec<ProcessInfo>, WireError> {
+    let rd = std::fs::read_dir("/proc").map_err(|e| WireError::from_io("/proc", &e))?;
+    let mut out = Vec::new();
+    for entry in rd.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if session.is_some() && session_of(pid) != session {
+            continue;
+        }
+        if let Some(p) = process(pid) {
+            out.push(p);
+        }
+    }
+    out.sort_by_key(|p| p.pid);
+    Ok(out)
+}
+
+/// The session id of a process.
+pub(crate) fn session_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    // state, ppid, pgrp, session
+    rest.split(' ').nth(3)?.parse().ok()
+}
+
+/// One live process, or `None` if it is gone or a zombie.
+pub(crate) fn process(pid: u32) -> Option<ProcessInfo> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // comm is in parentheses and may itself contain ") ", so split at the last one.
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let name = stat.get(open + 1..close)?.to_owned();
+    let mut fields = stat.get(close + 2..)?.split(' ');
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    let ppid = fields.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| {
+            raw.split(|b| *b == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let uid = std::fs::metadata(format!("/proc/{pid}"))
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX);
+    Some(ProcessInfo {
+        pid,
+        ppid,
+        name,
+        cmdline,
+        uid,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_reports_files_dirs_and_absence() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("a.txt");
+        std::fs::write(&f, "hello").unwrap();
+        let s = stat(f.to_str().unwrap()).unwrap();
+        assert!(s.exists);
+        assert_eq!(s.kind, Some(FileKind::File));
+        assert_eq!(s.size, 5);
+        let d = stat(dir.path().to_str().unwrap()).unwrap();
+        assert_eq!(d.kind, Some(FileKind::Dir));
+        let missing = stat(dir.path().join("nope").to_str().unwrap()).unwrap();
+        assert!(!missing.exists);
+        assert!(matches!(stat(""), Err(WireError::InvalidArgument { .. })));
+    }
+
+    #[test]
+    fn reads_are_capped_and_missing_files_are_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("a.txt");
+        std::fs::write(&f, "hello world").unwrap();
+        let c = read_file(f.to_str().unwrap(), 5).unwrap().unwrap();
+        assert_eq!(c.bytes, b"hello");
+        assert_eq!(c.total_size, 11);
+        assert!(
+            read_file(dir.path().join("x").to_str().unwrap(), 5)
+                .unwrap()
+                .is_none()
+        );
+        assert!(matches!(
+            read_file(dir.path().to_str().unwrap(), 5),
+            Err(WireError::InvalidArgument { .. })
+        ));
+    }
+
+    #[test]
+    fn lists_directories_sorted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("b"), "1").unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        let l = list_dir(dir.path().to_str().unwrap()).unwrap().unwrap();
+        let names: Vec<_> = l.iter().map(|e| (e.name.as_str(), e.kind)).collect();
+        assert_eq!(names, vec![("a", FileKind::Dir), ("b", FileKind::File)]);
+        assert!(list_dir("/nonexistent-pincer").unwrap().is_none());
+    }
+
+    #[test]
+    fn finds_this_process() {
+        let me = std::process::id();
+        let all = processes(None).unwrap();
+        let p = all.iter().find(|p| p.pid == me).expect("own pid listed");
+        assert_eq!(p.ppid, std::os::unix::process::parent_id());
+        assert!(!p.cmdline.is_empty());
+        let mine = session_of(me);
+        assert!(mine.is_some());
+        let same = processes(mine).unwrap();
+        assert!(same.iter().any(|p| p.pid == me));
+        assert!(same.iter().all(|p| session_of(p.pid) == mine));
+        assert!(
+            same.len() < all.len(),
+            "a session holds fewer processes than the machine"
+        );
+    }
+
+    #[test]
+    fn home_relative_paths_resolve() {
+        let home = PathBuf::from(std::env::var("HOME").unwrap());
+        assert_eq!(resolve("~/x"), home.join("x"));
+        assert_eq!(resolve("x/y"), home.join("x/y"));
+        assert_eq!(resolve("/abs"), PathBuf::from("/abs"));
+    }
+}
