@@ -231,25 +231,29 @@ async fn reply(
     finish(send).await
 }
 
-/// Streams (part of) a file as the reply body without holding it in memory.
+/// Bytes read from disk per chunk of a streamed file.
+const FILE_CHUNK: usize = 1024 * 1024;
+
+/// Streams (part of) a file as the reply body without holding it in memory: a blocking
+/// thread reads 1 MiB chunks (a few chunks ahead) while this task sends them.
 async fn send_file(
     send: &mut SendHalf,
     path: &str,
     offset: u64,
     max_len: Option<u64>,
 ) -> Result<(), TransportError> {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let opened = async {
+    let owned = path.to_owned();
+    let opened = tokio::task::spawn_blocking(move || -> Result<_, WireError> {
+        use std::io::Seek;
+        let path = owned.as_str();
         let stat: FileStat = probe::stat(path)?;
         if !stat.exists {
             return Err(WireError::NotFound { path: path.into() });
         }
-        let mut f = tokio::fs::File::open(probe::resolve(path))
-            .await
-            .map_err(|e| WireError::from_io(path, &e))?;
+        let mut f =
+            std::fs::File::open(probe::resolve(path)).map_err(|e| WireError::from_io(path, &e))?;
         if offset > 0 {
             f.seek(std::io::SeekFrom::Start(offset))
-                .await
                 .map_err(|e| WireError::from_io(path, &e))?;
         }
         let len = stat
@@ -257,8 +261,14 @@ async fn send_file(
             .saturating_sub(offset)
             .min(max_len.unwrap_or(u64::MAX));
         Ok((f, stat, len))
-    };
-    let (f, stat, len) = match opened.await {
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(WireError::Internal {
+            message: format!("file reader failed: {e}"),
+        })
+    });
+    let (mut file, stat, len) = match opened {
         Ok(v) => v,
         Err(e) => return reply(send, Response::Error(e), None).await,
     };
@@ -269,20 +279,31 @@ async fn send_file(
         MAX_RESPONSE_HEADER,
     )
     .await?;
-    // If the file shrank meanwhile, pad with zeros so the frame stays well-formed.
-    let mut reader = f.take(len);
-    let copied = tokio::io::copy(&mut reader, send)
-        .await
-        .map_err(|e| TransportError::Write(e.to_string()))?;
-    if copied < len {
-        let zeros = vec![0u8; 64 * 1024];
-        let mut left = len - copied;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+    let reader = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut left = len;
         while left > 0 {
-            let n = left.min(zeros.len() as u64) as usize;
-            write_body(send, &zeros[..n]).await?;
-            left -= n as u64;
+            let mut chunk = vec![0u8; left.min(FILE_CHUNK as u64) as usize];
+            let mut filled = 0;
+            while filled < chunk.len() {
+                match file.read(&mut chunk[filled..]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => filled += n,
+                }
+            }
+            // A file that shrank meanwhile is padded with zeros so the frame stays
+            // well-formed; the header already promised `len` bytes.
+            left -= chunk.len() as u64;
+            if tx.blocking_send(chunk).is_err() {
+                return;
+            }
         }
+    });
+    while let Some(chunk) = rx.recv().await {
+        write_body(send, &chunk).await?;
     }
+    let _ = reader.await;
     finish(send).await
 }
 
