@@ -576,8 +576,7 @@ fn refused(e: ReplyError) -> WireError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::tests::FixedXvfb;
-    use crate::testutil::Xvfb;
+    use crate::testutil::{FixedXvfb, Xvfb};
 
     /// Reads the clipboard as `target` the way any other X client would, without following
     /// INCR: the property's type name and bytes, or `None` when the owner refuses.

@@ -12,9 +12,10 @@ use pincer_shared::handshake::GuestInfo;
 use pincer_shared::identity::Token;
 use pincer_shared::limits::MAX_BATCH;
 use pincer_shared::message::capability;
-use pincer_shared::observe::TreeScope;
+use pincer_shared::observe::{TreeRequest, TreeScope};
 use pincer_shared::probe::{Probe, ProbeReply};
 use pincer_shared::setup::{ExecRequest, Setup};
+use pincer_shared::tree::UiTree;
 use pincer_shared::{Request, RequestClass, Response, WireError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -56,6 +57,9 @@ pub(crate) struct Guest {
     screen: Sub<Screen>,
     input: Sub<Input>,
     windows: Sub<Windows>,
+    /// Window operations on their own connection: they wait up to two seconds for their
+    /// effect, and probes (and active-app trees) should not queue behind them.
+    window_ops: Sub<Windows>,
     clipboard: Sub<Clipboard>,
     a11y: tokio::sync::Mutex<A11y>,
     started: Instant,
@@ -119,6 +123,7 @@ impl Guest {
             screen: Sub::new("screen capture", Screen::new(d.clone())),
             input: Sub::new("input injector", Input::new(d.clone())),
             windows: Sub::new("window reader", Windows::new(d.clone())),
+            window_ops: Sub::new("window controller", Windows::new(d.clone())),
             clipboard: Sub::new("clipboard", Clipboard::new(d)),
             a11y: tokio::sync::Mutex::new(A11y::new()),
             started: Instant::now(),
@@ -196,25 +201,7 @@ impl Guest {
                 .await
                 .map(Response::Cursor)
                 .into(),
-            Request::UiTree(req) => {
-                let pid = if req.scope == TreeScope::ActiveApp {
-                    self.windows
-                        .run(|w| w.active())
-                        .await
-                        .ok()
-                        .flatten()
-                        .and_then(|w| w.pid)
-                } else {
-                    None
-                };
-                self.a11y
-                    .lock()
-                    .await
-                    .tree(&req, pid)
-                    .await
-                    .map(Response::UiTree)
-                    .into()
-            }
+            Request::UiTree(req) => self.tree(&req).await.map(Response::UiTree).into(),
             Request::Probe(p) => self.probe(p).await.map(Response::Probe).into(),
             Request::Batch(probes) => {
                 if probes.len() > MAX_BATCH {
@@ -233,6 +220,21 @@ impl Guest {
                 message: "read-file reached the generic handler".into(),
             })),
         }
+    }
+
+    /// The accessibility tree; for `ActiveApp`, of the active window's process.
+    async fn tree(&self, req: &TreeRequest) -> Result<UiTree, WireError> {
+        let pid = if req.scope == TreeScope::ActiveApp {
+            self.windows
+                .run(|w| w.active())
+                .await
+                .ok()
+                .flatten()
+                .and_then(|w| w.pid)
+        } else {
+            None
+        };
+        self.a11y.lock().await.tree(req, pid).await
     }
 
     async fn probe(&self, p: Probe) -> Result<ProbeReply, WireError> {
@@ -255,6 +257,11 @@ impl Guest {
                 .run(|w| w.active())
                 .await
                 .map(ProbeReply::ActiveWindow),
+            Probe::Windows => self
+                .windows
+                .run(|w| w.list())
+                .await
+                .map(ProbeReply::Windows),
             Probe::Clipboard => self
                 .clipboard
                 .run(|c| c.get_text())
@@ -279,6 +286,10 @@ impl Guest {
                 exec::run(&req).await.map(ProbeReply::Command)
             }
             Probe::EnvVar { name } => Ok(ProbeReply::EnvVar(std::env::var(name).ok())),
+            Probe::UiTree(req) => self.tree(&req).await.map(ProbeReply::UiTree),
+            Probe::Gsettings { schema, key } => {
+                gsettings(&schema, &key).await.map(ProbeReply::Gsettings)
+            }
         }
     }
 
@@ -305,7 +316,52 @@ impl Guest {
                 .run(move |c| c.set_text(&text))
                 .await
                 .map(|()| Response::Done),
+            Setup::Window { id, op } => self
+                .window_ops
+                .run(move |w| w.apply(id, op))
+                .await
+                .map(|()| Response::Done),
         }
+    }
+}
+
+/// Whether a GSettings schema or key name is plain enough to pass to `gsettings`
+/// (letters, digits, '.', '-', '_', and '/' for relocatable paths).
+fn settings_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 256
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '/' | ':'))
+}
+
+/// `gsettings get SCHEMA KEY`: the value as printed, or `None` for an unknown schema or key.
+async fn gsettings(schema: &str, key: &str) -> Result<Option<String>, WireError> {
+    if !settings_name(schema) || !settings_name(key) {
+        return Err(WireError::InvalidArgument {
+            message: format!(
+                "'{schema}' '{key}' is not a GSettings schema and key (letters, digits, '.', '-', '_')"
+            ),
+        });
+    }
+    let mut req = ExecRequest::new(["gsettings", "get", schema, key]);
+    req.timeout_ms = 10_000;
+    req.max_output = 64 * 1024;
+    let out = exec::run(&req).await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        Ok(Some(
+            String::from_utf8_lossy(&out.stdout).trim_end().to_owned(),
+        ))
+    } else if stderr.contains("No such schema") || stderr.contains("No such key") {
+        Ok(None)
+    } else {
+        Err(WireError::Io {
+            message: format!(
+                "gsettings get {schema} {key}: {} ({})",
+                stderr.trim(),
+                out.status
+            ),
+        })
     }
 }
 
@@ -350,4 +406,102 @@ fn os_name() -> String {
                 .map(|v| v.trim_matches('"').to_owned())
         })
         .unwrap_or_else(|| std::env::consts::OS.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::Xvfb;
+    use pincer_shared::setup::WindowOp;
+    use x11rb::connection::Connection as _;
+    use x11rb::protocol::xproto::{ConnectionExt as _, CreateWindowAux, WindowClass};
+    use x11rb::wrapper::ConnectionExt as _;
+
+    fn guest(read_only: bool, display: &str) -> Guest {
+        Guest::new(Config {
+            name: "test".into(),
+            token: Token::generate(),
+            read_only,
+            display: Some(display.into()),
+            process_session: None,
+        })
+    }
+
+    #[test]
+    fn read_only_guests_refuse_window_operations_but_list_windows() {
+        let guest = guest(true, ":0");
+        let close = Request::Setup(Setup::Window {
+            id: 1,
+            op: WindowOp::Close,
+        });
+        assert!(matches!(
+            guest.check_class(&close),
+            Err(WireError::Forbidden {
+                class: RequestClass::Setup,
+                ..
+            })
+        ));
+        assert_eq!(guest.check_class(&Request::Probe(Probe::Windows)), Ok(()));
+        assert_eq!(
+            guest.check_class(&Request::Batch(vec![Probe::Windows])),
+            Ok(())
+        );
+    }
+
+    #[tokio::test]
+    async fn window_requests_reach_the_window_subsystem() {
+        let x = Xvfb::start(320, 240);
+        let (conn, screen) = x11rb::connect(Some(&x.display)).unwrap();
+        let root = conn.setup().roots[screen].root;
+        let window = conn.generate_id().unwrap();
+        conn.create_window(
+            x11rb::COPY_DEPTH_FROM_PARENT,
+            window,
+            root,
+            10,
+            10,
+            50,
+            40,
+            0,
+            WindowClass::INPUT_OUTPUT,
+            0,
+            &CreateWindowAux::new(),
+        )
+        .unwrap();
+        conn.map_window(window).unwrap();
+        conn.sync().unwrap();
+        let guest = guest(false, &x.display);
+
+        let reply = |r: Reply| match r {
+            Reply::Msg(r) => r,
+            Reply::Body(r, _) => panic!("unexpected body with {r:?}"),
+        };
+        let listed = reply(guest.handle(Request::Probe(Probe::Windows)).await);
+        let Response::Probe(ProbeReply::Windows(list)) = listed else {
+            panic!("{listed:?}");
+        };
+        assert_eq!(
+            list.iter().map(|w| w.id).collect::<Vec<_>>(),
+            [u64::from(window)]
+        );
+
+        let maximize = Request::Setup(Setup::Window {
+            id: window.into(),
+            op: WindowOp::Maximize,
+        });
+        assert_eq!(reply(guest.handle(maximize).await), Response::Done);
+        let geometry = conn.get_geometry(window).unwrap().reply().unwrap();
+        assert_eq!((geometry.width, geometry.height), (320, 240));
+
+        let missing = Request::Setup(Setup::Window {
+            id: 0x7fff_fff0,
+            op: WindowOp::Activate,
+        });
+        assert_eq!(
+            reply(guest.handle(missing).await),
+            Response::Error(WireError::NotFound {
+                path: "window 0x7ffffff0".into()
+            })
+        );
+    }
 }

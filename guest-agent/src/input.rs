@@ -976,80 +976,13 @@ fn refused(e: ReplyError) -> WireError {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::testutil::{Xvfb, wait_for};
+    use crate::testutil::{FixedXvfb, Xvfb, openbox, wait_for};
     use pincer_shared::action::Gesture;
     use std::process::{Child, Command, Stdio};
     use x11rb::COPY_DEPTH_FROM_PARENT;
     use x11rb::protocol::xproto::{CreateWindowAux, InputFocus, WindowClass};
-
-    /// An Xvfb on a fixed display number, so that a test can kill it and start another one
-    /// under the same name. Tests use :190-:199, one number each.
-    #[derive(Debug)]
-    pub(crate) struct FixedXvfb {
-        /// ":190" and so on.
-        pub(crate) display: String,
-        child: Option<Child>,
-    }
-
-    impl FixedXvfb {
-        pub(crate) fn start(number: u32) -> Self {
-            let mut xvfb = Self {
-                display: format!(":{number}"),
-                child: None,
-            };
-            xvfb.restart();
-            xvfb
-        }
-
-        /// Starts the server (again) and waits until it accepts connections.
-        pub(crate) fn restart(&mut self) {
-            self.kill();
-            let mut child = Command::new("Xvfb")
-                .args([
-                    &self.display,
-                    "-nolisten",
-                    "tcp",
-                    "-noreset",
-                    "-screen",
-                    "0",
-                ])
-                .arg("640x480x24")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("Xvfb is installed");
-            let up = wait_for(Duration::from_secs(10), || {
-                x11rb::connect(Some(&self.display)).ok().map(drop)
-            });
-            // A server left over from another run would answer too: it must be ours.
-            assert!(
-                up.is_some() && matches!(child.try_wait(), Ok(None)),
-                "Xvfb did not come up on {} (is another server using it?)",
-                self.display
-            );
-            self.child = Some(child);
-        }
-
-        /// Stops the server (SIGTERM, so it removes its lock file and socket).
-        pub(crate) fn kill(&mut self) {
-            if let Some(mut child) = self.child.take() {
-                // SAFETY: plain syscall on our own child's pid.
-                unsafe {
-                    libc::kill(child.id() as i32, libc::SIGTERM);
-                }
-                let _ = child.wait();
-            }
-        }
-    }
-
-    impl Drop for FixedXvfb {
-        fn drop(&mut self) {
-            self.kill();
-        }
-    }
 
     /// A plain X client with a focused 400x300 window at the origin that records the input
     /// it receives.
@@ -1612,28 +1545,6 @@ pub(crate) mod tests {
             .unwrap();
         input.perform(&y).unwrap();
         assert_eq!(typed(&target), "yzß-y");
-    }
-
-    /// Starts openbox and waits until it manages the screen, so that the windows mapped next
-    /// get managed and focused.
-    pub(crate) fn openbox(display: &str, envs: &[(String, String)]) -> crate::testutil::App {
-        let wm = crate::testutil::App::start(&["openbox", "--sm-disable"], envs);
-        let (conn, screen) = x11rb::connect(Some(display)).unwrap();
-        let root = conn.setup().roots[screen].root;
-        let check = conn
-            .intern_atom(false, b"_NET_SUPPORTING_WM_CHECK")
-            .unwrap();
-        let check = check.reply().unwrap().atom;
-        let managed = wait_for(Duration::from_secs(10), || {
-            let reply = conn
-                .get_property(false, root, check, xproto::AtomEnum::WINDOW, 0, 1)
-                .ok()?
-                .reply()
-                .ok()?;
-            reply.value32()?.next()
-        });
-        assert!(managed.is_some(), "openbox did not start");
-        wm
     }
 
     /// A child process killed on drop, so a failing test leaves nothing behind.

@@ -7,7 +7,7 @@
 use crate::env::{ClientError, Environment};
 use pincer_shared::Action;
 use pincer_shared::action::{MouseButton, Point};
-use pincer_shared::observe::{ImageFormat, ScreenshotRequest, TreeRequest};
+use pincer_shared::observe::{ImageFormat, ScreenshotRequest, TreeRequest, TreeScope};
 use pincer_shared::probe::{Probe, ProbeReply};
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -271,6 +271,175 @@ pub async fn run(
     } else {
         progress("read-only guest: skipping file benchmarks");
     }
+    Ok(out)
+}
+
+/// Waits until the tree of `app` holds at least `min_nodes` nodes (the app has started and
+/// drawn its content), or `timeout` passes.
+async fn wait_for_tree(
+    env: &Environment,
+    req: &TreeRequest,
+    min_nodes: u32,
+    timeout: Duration,
+) -> Result<u32, ClientError> {
+    let start = Instant::now();
+    loop {
+        let n = env.tree(req.clone()).await?.node_count;
+        if n >= min_nodes || start.elapsed() > timeout {
+            return Ok(n);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn stop_group(env: &Environment, pid: u32) {
+    // Launched programs lead their own process group; stop all of it.
+    let _ = env
+        .exec(pincer_shared::setup::ExecRequest::new([
+            "kill",
+            "-TERM",
+            "--",
+            &format!("-{pid}"),
+        ]))
+        .await;
+}
+
+/// UI-tree latency of real apps the benchmark starts on the guest itself: a ~100-node
+/// GTK list dialog and LibreOffice Calc with a 300x26 sheet of numbers (OSWorld's
+/// reference cases). Needs the setup class, zenity and LibreOffice on the guest.
+pub async fn app_trees(
+    env: &Environment,
+    iterations: usize,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Stats>, ClientError> {
+    let few = (iterations / 5).max(5);
+    let mut out = Vec::new();
+
+    progress("app tree: zenity list (~100 nodes)");
+    let mut argv: Vec<String> = [
+        "zenity",
+        "--list",
+        "--title",
+        "pincer bench list",
+        "--width",
+        "600",
+        "--height",
+        "900",
+        "--column",
+        "Name",
+        "--column",
+        "Value",
+    ]
+    .map(String::from)
+    .to_vec();
+    for i in 0..40 {
+        argv.push(format!("row {i}"));
+        argv.push(format!("{}", i * 7));
+    }
+    let pid = env.launch(argv, Vec::new()).await?;
+    let req = TreeRequest {
+        scope: TreeScope::App("zenity".into()),
+        ..Default::default()
+    };
+    wait_for_tree(env, &req, 80, Duration::from_secs(30)).await?;
+    let (s, tree) = measure(few, || env.tree(req.clone())).await?;
+    out.push(Stats::from_samples(
+        "UI tree: zenity list",
+        s,
+        Some(50.0),
+        Some("0.6-0.74 s"),
+        format!("{} nodes", tree.node_count),
+    ));
+    stop_group(env, pid).await;
+
+    progress("app tree: LibreOffice Calc 300x26 (first start takes a while)");
+    let dir = "/tmp/pincer-bench-calc";
+    let csv: String = (0..300)
+        .map(|r| {
+            (0..26)
+                .map(|c| (r * 26 + c).to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    env.write_file(&format!("{dir}/sheet.csv"), csv.as_bytes(), 0o644)
+        .await?;
+    let mut convert = pincer_shared::setup::ExecRequest::new([
+        "libreoffice",
+        "--headless",
+        "--convert-to",
+        "ods",
+        "--outdir",
+        dir,
+        &format!("{dir}/sheet.csv"),
+    ]);
+    convert.timeout_ms = 180_000;
+    let out_conv = env.exec(convert).await?;
+    if !out_conv.status.success() {
+        return Err(ClientError::Guest {
+            env: env.name().into(),
+            source: pincer_shared::WireError::Io {
+                message: format!(
+                    "libreoffice --convert-to failed: {}",
+                    String::from_utf8_lossy(&out_conv.stderr)
+                ),
+            },
+        });
+    }
+    let pid = env
+        .launch(
+            [
+                "libreoffice",
+                "--calc",
+                "--norestore",
+                &format!("{dir}/sheet.ods"),
+            ]
+            .map(String::from)
+            .to_vec(),
+            Vec::new(),
+        )
+        .await?;
+    // Give Calc the whole screen, as on a benchmark VM, so the sheet's visible cells are
+    // what OSWorld's measurement walks.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(120) {
+        if let Some(w) = env
+            .windows()
+            .await?
+            .into_iter()
+            .find(|w| w.title.contains("LibreOffice Calc"))
+        {
+            env.window(w.id, pincer_shared::setup::WindowOp::Maximize)
+                .await?;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let req = TreeRequest {
+        scope: TreeScope::App("soffice".into()),
+        ..Default::default()
+    };
+    let mut last = 0;
+    // Wait for the sheet to be on screen and the node count to settle.
+    while start.elapsed() < Duration::from_secs(120) {
+        let n = wait_for_tree(env, &req, 1000, Duration::from_secs(120)).await?;
+        if n >= 1000 && n == last {
+            break;
+        }
+        last = n;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let (s, tree) = measure(few, || env.tree(req.clone())).await?;
+    out.push(Stats::from_samples(
+        "UI tree: Calc 300x26 sheet",
+        s,
+        Some(600.0),
+        Some("6.1 s"),
+        format!("{} nodes (showing)", tree.node_count),
+    ));
+    stop_group(env, pid).await;
+    let _ = env.remove(dir).await;
     Ok(out)
 }
 

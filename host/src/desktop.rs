@@ -499,6 +499,60 @@ fn spawn_logged(
         .with_context(|| format!("starting {}", argv[0]))
 }
 
+/// Waits until the window manager actually manages new windows. Window managers announce
+/// themselves (`_NET_SUPPORTING_WM_CHECK`) before they handle map requests, and a window
+/// mapped in that gap can stay unmapped for good; so map 1x1 probe windows until one gets
+/// `WM_STATE`.
+fn wait_for_window_manager(display: &str, xauth: &Path) -> anyhow::Result<()> {
+    use x11rb::connection::Connection;
+    use x11rb::protocol::xproto::{AtomEnum, ConnectionExt, CreateWindowAux, WindowClass};
+    use x11rb::wrapper::ConnectionExt as _;
+    // SAFETY: the supervisor is single-threaded here; nothing reads the environment
+    // concurrently. x11rb reads XAUTHORITY to authenticate.
+    unsafe {
+        std::env::set_var("XAUTHORITY", xauth);
+    }
+    let (conn, screen) = x11rb::connect(Some(display)).context("connecting to the new X server")?;
+    let root = conn.setup().roots[screen].root;
+    let wm_state = conn.intern_atom(false, b"WM_STATE")?.reply()?.atom;
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        let probe = conn.generate_id()?;
+        conn.create_window(
+            0,
+            probe,
+            root,
+            0,
+            0,
+            1,
+            1,
+            0,
+            WindowClass::INPUT_OUTPUT,
+            0,
+            &CreateWindowAux::new(),
+        )?;
+        conn.map_window(probe)?;
+        conn.flush()?;
+        let tried = Instant::now();
+        let mut managed = false;
+        while !managed && tried.elapsed() < Duration::from_millis(500) {
+            let r = conn
+                .get_property(false, probe, wm_state, AtomEnum::ANY, 0, 1)?
+                .reply()?;
+            managed = r.type_ != u32::from(AtomEnum::NONE);
+            if !managed {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        conn.destroy_window(probe)?;
+        conn.sync()?;
+        if managed {
+            return Ok(());
+        }
+    }
+    bail!("the window manager did not start managing windows within 20 s; see logs/wm.log")
+}
+
 #[derive(Deserialize)]
 struct AgentReady {
     addr: String,
@@ -641,6 +695,7 @@ fn run_session(opts: &SuperviseOptions) -> anyhow::Result<()> {
             &[w]
         };
         spawn_logged(argv, &env, &logs.join("wm.log"))?;
+        wait_for_window_manager(&display, &xauth)?;
     }
 
     let (mut agent, ready) = start_agent(opts, &dir, &env, d.port)?;

@@ -286,7 +286,7 @@ pub mod capability {
     pub const UI_TREE: &str = "ui-tree";
     /// Read-only probes.
     pub const PROBE: &str = "probe";
-    /// Active-window probe.
+    /// Window probes (active window, window list) and window setup operations.
     pub const WINDOW: &str = "window";
     /// Clipboard probe and setup.
     pub const CLIPBOARD: &str = "clipboard";

@@ -2,8 +2,9 @@
 //! harness. Replies are inline in the header; a [`Batch`](crate::Request::Batch) carries many
 //! probes in one round trip.
 
-use crate::observe::Rect;
+use crate::observe::{Rect, TreeRequest};
 use crate::setup::ExecOutput;
+use crate::tree::UiTree;
 use serde::{Deserialize, Serialize};
 
 /// A read-only question about the guest.
@@ -31,6 +32,9 @@ pub enum Probe {
     /// The active window: the one the window manager marks active (`_NET_ACTIVE_WINDOW`),
     /// else the top-level window holding input focus.
     ActiveWindow,
+    /// Every top-level window the window manager manages (or, without one, every mapped
+    /// top-level window), bottom to top.
+    Windows,
     /// Text on the clipboard.
     Clipboard,
     /// Output of a command run for the harness. Runs a program, so a guest started
@@ -47,6 +51,16 @@ pub enum Probe {
     EnvVar {
         /// Variable name.
         name: String,
+    },
+    /// The accessibility tree, inline (for checkpoints in a batch).
+    UiTree(TreeRequest),
+    /// A GSettings value as `gsettings get SCHEMA KEY` prints it. Runs only that fixed
+    /// program with validated names, so read-only guests allow it.
+    Gsettings {
+        /// Schema ("org.gnome.desktop.interface").
+        schema: String,
+        /// Key ("color-scheme").
+        key: String,
     },
 }
 
@@ -138,7 +152,7 @@ pub struct WindowInfo {
 }
 
 /// The answer to one probe.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ProbeReply {
     /// For [`Probe::Stat`].
     Stat(FileStat),
@@ -150,10 +164,16 @@ pub enum ProbeReply {
     Processes(Vec<ProcessInfo>),
     /// For [`Probe::ActiveWindow`]; `None` when no window has focus.
     ActiveWindow(Option<WindowInfo>),
+    /// For [`Probe::Windows`].
+    Windows(Vec<WindowInfo>),
     /// For [`Probe::Clipboard`]; `None` when the clipboard holds no text.
     Clipboard(Option<String>),
     /// For [`Probe::Command`].
     Command(ExecOutput),
     /// For [`Probe::EnvVar`].
     EnvVar(Option<String>),
+    /// For [`Probe::UiTree`].
+    UiTree(UiTree),
+    /// For [`Probe::Gsettings`]; `None` when the schema or key does not exist.
+    Gsettings(Option<String>),
 }

@@ -45,6 +45,30 @@ pub enum Setup {
         /// The text.
         text: String,
     },
+    /// Change a top-level window (ids from the `Windows` probe).
+    Window {
+        /// Window-system id.
+        id: u64,
+        /// What to do with it.
+        op: WindowOp,
+    },
+}
+
+/// Window-manager operations for task setup (bring an app forward, give it the screen).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WindowOp {
+    /// Raise it and give it input focus.
+    Activate,
+    /// Fill the screen (work area).
+    Maximize,
+    /// Undo maximize.
+    Restore,
+    /// Iconify it.
+    Minimize,
+    /// Ask it to close, as the window's close button does.
+    Close,
+    /// Move and resize it to this rectangle (outer frame, screen pixels).
+    Geometry(crate::observe::Rect),
 }
 
 /// A program to run to completion.

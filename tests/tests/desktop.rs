@@ -1,12 +1,12 @@
-//! A real local desktop with real GTK3 apps, driven through the real agent over QUIC:
-//! typing, clicking, screenshots, widget bounds and probes.
+//! A real local desktop with real GTK3 apps (and LibreOffice), driven through the real agent
+//! over QUIC: typing, clicking, screenshots, widget bounds, probes and window operations.
 
-use pincer_shared::Action;
 use pincer_shared::observe::{
     ImageFormat, PixelLayout, Rect, ScreenshotRequest, TreeRequest, TreeScope,
 };
-use pincer_shared::probe::{FileKind, Probe, ProbeReply};
-use pincer_shared::setup::{ExecRequest, ExitStatus};
+use pincer_shared::probe::{FileKind, Probe, ProbeReply, WindowInfo};
+use pincer_shared::setup::{ExecRequest, ExitStatus, Setup, WindowOp};
+use pincer_shared::{Action, Request, Response};
 use pincer_tests::{Sandbox, eventually, process_running, wait_for_node};
 use std::time::Duration;
 
@@ -393,4 +393,105 @@ async fn the_cli_commands_work_against_a_desktop() {
     }
     let list = sb.pincer_ok(&["env", "list"]);
     assert!(list.contains("cli") && list.contains("up ("), "{list}");
+}
+
+/// The guest's top-level windows, bottom to top.
+async fn windows(env: &pincer::env::Environment) -> Option<Vec<WindowInfo>> {
+    match env.probe(Probe::Windows).await.ok()? {
+        ProbeReply::Windows(list) => Some(list),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libreoffice_is_resized_maximized_and_closed_through_window_setup() {
+    // With openbox the window manager does it; without one the agent's plain X requests do.
+    for (name, flags) in [("office", &[][..]), ("office-bare", &["--no-wm"][..])] {
+        let sb = Sandbox::new();
+        let d = sb.desktop(name, "1280x800", flags);
+        let env = d.connect().await;
+        office_window_setup(&env, name).await;
+    }
+}
+
+/// Starts LibreOffice Calc, gives its window a small geometry, maximizes it and closes it,
+/// checking each step through the `Windows` probe right after the answer.
+async fn office_window_setup(env: &pincer::env::Environment, desktop: &str) {
+    env.launch(argv(&["libreoffice", "--calc", "--norestore"]), vec![])
+        .await
+        .unwrap();
+    // A first start builds the profile: 10-30 s on a slow machine.
+    let calc = eventually(Duration::from_secs(120), || async {
+        windows(env)
+            .await?
+            .into_iter()
+            .find(|w| w.title.contains("LibreOffice Calc"))
+    })
+    .await
+    .unwrap_or_else(|| panic!("{desktop}: LibreOffice Calc's window is listed"));
+    assert_eq!(calc.process_name.as_deref(), Some("soffice.bin"));
+    let op = |op| Request::Setup(Setup::Window { id: calc.id, op });
+    let apply = |op: WindowOp| {
+        let req = Request::Setup(Setup::Window { id: calc.id, op });
+        async move {
+            let (reply, _) = env
+                .call(&req, None, Duration::from_secs(10))
+                .await
+                .unwrap_or_else(|e| panic!("{desktop}: {op:?}: {e}"));
+            assert_eq!(reply, Response::Done, "{desktop}: {op:?}");
+            // The answer comes once the change shows: no waiting after it.
+            windows(env).await.unwrap()
+        }
+    };
+    let bounds = |list: &[WindowInfo]| {
+        list.iter()
+            .find(|w| w.id == calc.id)
+            .and_then(|w| w.bounds)
+            .unwrap_or_else(|| panic!("{desktop}: the window is listed with bounds"))
+    };
+    let screen = Rect::new(0, 0, 1280, 800);
+
+    // Small, wherever LibreOffice put it first.
+    let small = Rect::new(200, 150, 640, 400);
+    let b = bounds(&apply(WindowOp::Geometry(small)).await);
+    assert_eq!(
+        small.intersect(&b),
+        Some(b),
+        "{desktop}: {b:?} inside {small:?}"
+    );
+    assert!(b.area() >= small.area() * 8 / 10, "{desktop}: {b:?}");
+
+    let list = apply(WindowOp::Maximize).await;
+    let b = bounds(&list);
+    let on_screen = b.intersect(&screen).map_or(0, |on| on.area());
+    assert!(
+        on_screen >= screen.area() * 9 / 10,
+        "{desktop}: maximized to {b:?}"
+    );
+    assert_eq!(
+        list.last().map(|w| w.id),
+        Some(calc.id),
+        "{desktop}: on top after maximizing"
+    );
+
+    apply(WindowOp::Close).await;
+    let gone = eventually(Duration::from_secs(30), || async {
+        let listed = windows(env).await?.iter().any(|w| w.id == calc.id);
+        (!listed && !process_running(env, "soffice.bin").await).then_some(())
+    })
+    .await;
+    assert!(
+        gone.is_some(),
+        "{desktop}: LibreOffice still runs after its window was closed"
+    );
+    let again = env
+        .call(&op(WindowOp::Activate), None, Duration::from_secs(10))
+        .await;
+    assert!(
+        matches!(
+            again.as_ref().err().and_then(|e| e.wire()),
+            Some(pincer_shared::WireError::NotFound { .. })
+        ),
+        "{desktop}: {again:?}"
+    );
 }

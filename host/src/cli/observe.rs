@@ -203,6 +203,10 @@ pub(crate) struct BenchArgs {
     /// Skip typing (it types into whatever has focus).
     #[arg(long)]
     no_typing: bool,
+    /// Also measure the UI trees of real apps the benchmark starts on the guest: a ~100-node
+    /// zenity list and LibreOffice Calc with a 300x26 sheet (needs zenity and LibreOffice).
+    #[arg(long)]
+    apps: bool,
     /// Instead, take this many PNG screenshots in a row and report the agent's memory and
     /// file descriptors along the way.
     #[arg(long, value_name = "COUNT")]
@@ -259,6 +263,12 @@ pub(crate) async fn bench(a: BenchArgs, reg: &Registry) -> anyhow::Result<()> {
         &mut |what| eprintln!("  {what}..."),
     )
     .await?;
+    let mut stats = stats;
+    if a.apps {
+        stats.extend(
+            bench::app_trees(&env, a.iterations, &mut |what| eprintln!("  {what}...")).await?,
+        );
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&stats)?);
     } else {

@@ -18,8 +18,8 @@ use pincer_shared::handshake::{self, GuestInfo, ServerHello};
 use pincer_shared::identity::{Fingerprint, Token};
 use pincer_shared::limits::{MAX_HELLO, MAX_REQUEST_HEADER, MAX_RESPONSE_HEADER};
 use pincer_shared::observe::{ScreenInfo, ScreenshotMeta, ScreenshotRequest, TreeRequest};
-use pincer_shared::probe::{FileStat, Probe, ProbeReply};
-use pincer_shared::setup::{ExecOutput, ExecRequest, Setup};
+use pincer_shared::probe::{FileStat, Probe, ProbeReply, WindowInfo};
+use pincer_shared::setup::{ExecOutput, ExecRequest, Setup, WindowOp};
 use pincer_shared::transport::stream::{finish, read_body, read_header, write_body, write_header};
 use pincer_shared::transport::{Link, TransportError, quic};
 use pincer_shared::tree::UiTree;
@@ -600,6 +600,21 @@ impl Environment {
             (Response::Launched { pid }, _) => Ok(pid),
             (r, _) => Err(self.unexpected("launch", &r)),
         }
+    }
+
+    /// Open top-level windows, bottom to top.
+    pub async fn windows(&self) -> Result<Vec<WindowInfo>, ClientError> {
+        match self.probe(Probe::Windows).await? {
+            ProbeReply::Windows(w) => Ok(w),
+            other => Err(self.unexpected("windows", &Response::Probe(other))),
+        }
+    }
+
+    /// Activates, maximizes, restores, minimizes, closes or moves a window; returns once
+    /// the change is visible.
+    pub async fn window(&self, id: u64, op: WindowOp) -> Result<(), ClientError> {
+        let req = Request::Setup(Setup::Window { id, op });
+        self.setup_done(&req, None, self.deadlines.call).await
     }
 
     /// Closes the connection.
