@@ -4,6 +4,11 @@
 //! over this library.
 
 pub mod bench;
+pub mod compose;
+pub mod crab;
 pub mod desktop;
 pub mod env;
+pub mod eval;
+pub mod metrics;
 pub mod paths;
+pub mod task;

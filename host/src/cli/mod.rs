@@ -6,6 +6,7 @@ mod desktop;
 mod envs;
 mod observe;
 mod ops;
+mod task;
 
 use clap::{Parser, Subcommand};
 use pincer::env::registry::Registry;
@@ -50,6 +51,9 @@ enum Command {
     /// Copy files to and from the guest.
     #[command(subcommand)]
     File(ops::FileCmd),
+    /// Tasks, checkpoint functions, templates, composition and the CRAB importer.
+    #[command(subcommand)]
+    Task(task::TaskCmd),
     /// Latency of every kind of call (min, p50, p95, p99, max).
     Bench(observe::BenchArgs),
     /// Make a new random token file.
@@ -119,6 +123,7 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
         Command::Launch(a) => ops::launch(a, &reg).await,
         Command::File(c) => ops::file(c, &reg).await,
         Command::Bench(a) => observe::bench(a, &reg).await,
+        Command::Task(c) => task::run(c, &reg).await,
         Command::Token(a) => envs::token(a),
         Command::Demo(a) => demo::run(a, &reg).await,
     }

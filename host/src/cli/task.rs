@@ -1,0 +1,330 @@
+//! `pincer task ...`: list, show, validate, graph, schema, functions, templates, compose,
+//! import-crab and check.
+
+use anyhow::{Context, bail};
+use clap::{Subcommand, ValueEnum};
+use pincer::compose::{self, Catalogue};
+use pincer::env::registry::Registry;
+use pincer::env::{Deadlines, Environment};
+use pincer::eval::AgentLog;
+use pincer::eval::functions::{Library, Reads};
+use pincer::eval::graph::{Envs, Graph};
+use pincer::task::{self, Task, TaskSet};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TaskCmd {
+    /// List tasks.
+    List(TasksArg),
+    /// Print a task as JSON.
+    Show {
+        #[command(flatten)]
+        tasks: TasksArg,
+        /// Task id.
+        id: String,
+    },
+    /// Check task files (syntax, functions, arguments, roles, cycles) without running them.
+    Validate(TasksArg),
+    /// Print a task's checkpoint graph.
+    Graph {
+        #[command(flatten)]
+        tasks: TasksArg,
+        /// Task id.
+        id: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
+        format: GraphFormat,
+    },
+    /// Print the JSON Schema of task files.
+    Schema,
+    /// List the checkpoint functions with their arguments.
+    Functions {
+        /// Print each function's argument schema too.
+        #[arg(long)]
+        verbose: bool,
+    },
+    /// List sub-task templates.
+    Templates {
+        /// Only templates whose id or name contains this.
+        filter: Option<String>,
+    },
+    /// Compose templates into a task: a chain A -> B -> ..., values drawn by the seed.
+    Compose {
+        /// Template ids (or unique prefixes, or names), comma-separated, in chain order.
+        #[arg(long, value_delimiter = ',', required = true)]
+        templates: Vec<String>,
+        /// Seed for the attribute values.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Write the task here instead of printing it.
+        #[arg(long, short = 'o')]
+        out: Option<PathBuf>,
+    },
+    /// Import CRAB Benchmark-v0 composed-task files and report what is evaluable.
+    ImportCrab {
+        /// Directory with CRAB's task JSON files (searched recursively).
+        dir: PathBuf,
+        /// Write the converted tasks here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print one line per file.
+        #[arg(long)]
+        verbose: bool,
+    },
+    /// Set a task up on live environments and print every checkpoint's state now.
+    Check {
+        #[command(flatten)]
+        tasks: TasksArg,
+        /// Task id.
+        id: String,
+        /// Bind a role to an environment: ROLE=ENV (default: the only or default env).
+        #[arg(long = "bind", value_name = "ROLE=ENV")]
+        bind: Vec<String>,
+        /// Do not run the setup steps first.
+        #[arg(long)]
+        no_setup: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum GraphFormat {
+    Dot,
+    Mermaid,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct TasksArg {
+    /// Task file, directory or bundled suite name.
+    #[arg(long, default_value = "examples")]
+    tasks: String,
+}
+
+impl TasksArg {
+    fn load(&self) -> anyhow::Result<TaskSet> {
+        Ok(task::load_path(&self.tasks)?)
+    }
+}
+
+fn find<'a>(set: &'a TaskSet, id: &str) -> anyhow::Result<&'a Task> {
+    set.get(id)
+        .with_context(|| format!("no task '{id}'; known: {}", set.ids().join(", ")))
+}
+
+pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
+    let lib = Library::standard();
+    match cmd {
+        TaskCmd::List(t) => {
+            let set = t.load()?;
+            println!(
+                "{:<36} {:<18} {:>5}  {:<24} instruction",
+                "id", "class", "nodes", "envs"
+            );
+            for (task, _) in &set.tasks {
+                let envs: Vec<String> = task
+                    .envs
+                    .iter()
+                    .map(|(r, n)| format!("{r}:{}", n.platform))
+                    .collect();
+                let mut text: String = task.instruction.chars().take(70).collect();
+                if task.instruction.chars().count() > 70 {
+                    text.push('…');
+                }
+                println!(
+                    "{:<36} {:<18} {:>5}  {:<24} {text}",
+                    task.id,
+                    task.platform_class().to_string(),
+                    task.checkpoints.len(),
+                    envs.join(",")
+                );
+            }
+            println!("{} tasks", set.tasks.len());
+        }
+        TaskCmd::Show { tasks, id } => {
+            let set = tasks.load()?;
+            println!("{}", serde_json::to_string_pretty(find(&set, &id)?)?);
+        }
+        TaskCmd::Validate(t) => {
+            let set = t.load()?;
+            let mut bad = 0;
+            for (task, src) in &set.tasks {
+                match Graph::build(task, &lib) {
+                    Ok(g) => println!("ok   {} ({} checkpoints) {src}", task.id, g.len()),
+                    Err(e) => {
+                        bad += 1;
+                        println!("FAIL {src}: {e}");
+                    }
+                }
+            }
+            if bad > 0 {
+                bail!("{bad} of {} tasks are invalid", set.tasks.len());
+            }
+            println!("all {} tasks are valid", set.tasks.len());
+        }
+        TaskCmd::Graph { tasks, id, format } => {
+            let set = tasks.load()?;
+            let task = find(&set, &id)?;
+            match format {
+                GraphFormat::Dot => print!("{}", task.to_dot()),
+                GraphFormat::Mermaid => print!("{}", task.to_mermaid()),
+            }
+        }
+        TaskCmd::Schema => println!("{}", serde_json::to_string_pretty(&Task::schema())?),
+        TaskCmd::Functions { verbose } => {
+            for f in lib.iter() {
+                let reads = match f.reads {
+                    Reads::Env(p) => p
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("/"),
+                    Reads::Agent => "agent log".into(),
+                    Reads::Inner => "inner checks".into(),
+                };
+                println!("{:<24} [{reads}] {}", f.name, f.summary);
+                println!("{:<24} e.g. {}", "", f.example);
+                if verbose {
+                    println!("{}", serde_json::to_string_pretty(&f.schema)?);
+                }
+            }
+        }
+        TaskCmd::Templates { filter } => {
+            let cat = Catalogue::bundled()?;
+            for t in cat.templates.values() {
+                if filter
+                    .as_ref()
+                    .is_some_and(|f| !t.id.contains(f.as_str()) && !t.name.contains(f.as_str()))
+                {
+                    continue;
+                }
+                let attrs: Vec<String> = t
+                    .attributes
+                    .iter()
+                    .map(|a| format!("{}:{}", a.name, a.ty))
+                    .collect();
+                let status = t
+                    .unsupported
+                    .as_deref()
+                    .map_or("ok".to_owned(), |r| format!("unsupported: {r}"));
+                println!(
+                    "{} {:<8} {:<28} ({}) -> {}  [{status}]",
+                    t.id,
+                    t.platform.to_string(),
+                    t.name,
+                    attrs.join(", "),
+                    t.output.as_deref().unwrap_or("-")
+                );
+            }
+        }
+        TaskCmd::Compose {
+            templates,
+            seed,
+            out,
+        } => {
+            let cat = Catalogue::bundled()?;
+            let ids: Vec<&str> = templates.iter().map(String::as_str).collect();
+            let task = compose::generate(&cat, &ids, seed)?;
+            Graph::build(&task, &lib)?;
+            let json = serde_json::to_string_pretty(&task)?;
+            match out {
+                Some(p) => {
+                    std::fs::write(&p, json).with_context(|| format!("writing {}", p.display()))?;
+                    println!("task '{}' written to {}", task.id, p.display());
+                }
+                None => println!("{json}"),
+            }
+        }
+        TaskCmd::ImportCrab { dir, out, verbose } => {
+            let cat = Catalogue::bundled()?;
+            let report = pincer::crab::import_dir(&dir, &cat, &lib)?;
+            if verbose {
+                for f in &report.files {
+                    println!("{:<8} {:<44} {}", f.status.label(), f.file, f.detail);
+                }
+            }
+            print!("{}", report.summary());
+            if let Some(out) = out {
+                let n = report.write_tasks(&out)?;
+                println!("{n} converted tasks written to {}", out.display());
+            }
+        }
+        TaskCmd::Check {
+            tasks,
+            id,
+            bind,
+            no_setup,
+        } => check(reg, &tasks.load()?, &id, &bind, no_setup, &lib).await?,
+    }
+    Ok(())
+}
+
+async fn check(
+    reg: &Registry,
+    set: &TaskSet,
+    id: &str,
+    bind: &[String],
+    no_setup: bool,
+    lib: &Library,
+) -> anyhow::Result<()> {
+    let task = find(set, id)?;
+    let graph = Graph::build(task, lib)?;
+    let mut binds: BTreeMap<String, String> = BTreeMap::new();
+    for b in bind {
+        let (role, env) = b
+            .split_once('=')
+            .with_context(|| format!("--bind '{b}': write ROLE=ENV"))?;
+        binds.insert(role.into(), env.into());
+    }
+    let mut envs = BTreeMap::new();
+    for role in task.envs.keys() {
+        let name = binds.get(role).cloned();
+        if name.is_none() && task.envs.len() > 1 {
+            bail!(
+                "task '{id}' needs several environments: bind each role with --bind ROLE=ENV ({})",
+                task.envs.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+        let env: Environment = reg.connect(name.as_deref(), Deadlines::default()).await?;
+        envs.insert(role.clone(), Arc::new(env));
+    }
+    if !no_setup {
+        for (role, steps) in &task.setup {
+            let env = &envs[role];
+            task::steps::run_all(env, steps, &mut |s| {
+                println!("setup {role}: {}", s.describe())
+            })
+            .await
+            .map_err(|(i, e)| anyhow::anyhow!("setup step {i} on '{role}' failed: {e}"))?;
+        }
+    }
+    let t = std::time::Instant::now();
+    let verdicts = graph.check_all(&Envs(envs), &AgentLog::default()).await?;
+    let took = t.elapsed();
+    let after: BTreeMap<&str, &Vec<String>> = task
+        .checkpoints
+        .iter()
+        .map(|c| (c.id.as_str(), &c.after))
+        .collect();
+    for (node, v) in &verdicts {
+        let deps = after
+            .get(node.as_str())
+            .filter(|a| !a.is_empty())
+            .map(|a| format!(" (after {})", a.join(", ")))
+            .unwrap_or_default();
+        match v {
+            Ok(v) => println!(
+                "{} {node}{deps}: {}",
+                if v.passed { "PASS" } else { "fail" },
+                v.feedback
+            ),
+            Err(e) => println!("ERR  {node}{deps}: {e}"),
+        }
+    }
+    println!(
+        "{} checkpoints read in {:.1} ms",
+        verdicts.len(),
+        took.as_secs_f64() * 1000.0
+    );
+    Ok(())
+}

@@ -1,0 +1,462 @@
+//! Files and directories: existence, content, patterns, copies and images.
+
+use super::{ANY, LINUX, Library, Reads, clip};
+use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
+use pincer_shared::limits::MAX_INLINE_FILE;
+use pincer_shared::probe::{FileKind, Probe, ProbeReply};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct PathArgs {
+    /// The path (`~` is the environment user's home).
+    path: String,
+}
+
+/// Existence of a path of a kind.
+#[derive(Debug)]
+struct Exists {
+    path: String,
+    kind: FileKind,
+}
+
+impl Check for Exists {
+    fn probes(&self) -> Vec<Probe> {
+        vec![Probe::Stat {
+            path: self.path.clone(),
+        }]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let what = if self.kind == FileKind::Dir {
+            "directory"
+        } else {
+            "file"
+        };
+        let s = match reply(r[0], "stat")? {
+            ProbeReply::Stat(s) => s,
+            other => return Err(unexpected("stat", other)),
+        };
+        let there = s.exists && s.kind == Some(self.kind);
+        let seen = match (s.exists, s.kind) {
+            (false, _) => format!("{} does not exist", self.path),
+            (true, Some(k)) if k == self.kind => {
+                format!("{what} {} exists ({} bytes)", self.path, s.size)
+            }
+            (true, k) => format!("{} exists but is a {k:?}, not a {what}", self.path),
+        };
+        Ok(Verdict {
+            passed: there,
+            feedback: seen,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ContainsArgs {
+    /// The file.
+    path: String,
+    /// Text it must contain.
+    text: String,
+    /// Compare ignoring case.
+    #[serde(default)]
+    ignore_case: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct EqualsArgs {
+    /// The file.
+    path: String,
+    /// Its whole expected content.
+    content: String,
+    /// Ignore leading and trailing whitespace (default true: editors add final newlines).
+    #[serde(default = "yes")]
+    trim: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct MatchesArgs {
+    /// The file.
+    path: String,
+    /// A regular expression (Rust syntax) that must match somewhere in it.
+    regex: String,
+}
+
+/// How a file's text is compared.
+#[derive(Debug)]
+enum TextTest {
+    Contains { text: String, ignore_case: bool },
+    Equals { content: String, trim: bool },
+    Matches(regex::Regex),
+}
+
+/// A test on a file's content.
+#[derive(Debug)]
+struct FileText {
+    path: String,
+    test: TextTest,
+}
+
+impl Check for FileText {
+    fn probes(&self) -> Vec<Probe> {
+        vec![Probe::ReadFile {
+            path: self.path.clone(),
+            max_len: MAX_INLINE_FILE,
+        }]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let f = match reply(r[0], "read file")? {
+            ProbeReply::File(Some(f)) => f,
+            ProbeReply::File(None) => {
+                return Ok(Verdict::fail(format!("file {} does not exist", self.path)));
+            }
+            other => return Err(unexpected("read file", other)),
+        };
+        let text = String::from_utf8_lossy(&f.bytes);
+        let p = &self.path;
+        Ok(match &self.test {
+            TextTest::Contains {
+                text: want,
+                ignore_case,
+            } => {
+                let ok = if *ignore_case {
+                    text.to_lowercase().contains(&want.to_lowercase())
+                } else {
+                    text.contains(want.as_str())
+                };
+                Verdict::when(
+                    ok,
+                    format!("file {p} contains '{}'", clip(want, 60)),
+                    format!(
+                        "file {p} contains '{}', expected it to contain '{}'",
+                        clip(&text, 60),
+                        clip(want, 60)
+                    ),
+                )
+            }
+            TextTest::Equals { content, trim } => {
+                let (got, want) = if *trim {
+                    (text.trim(), content.trim())
+                } else {
+                    (&*text, content.as_str())
+                };
+                Verdict::when(
+                    got == want,
+                    format!("file {p} holds '{}'", clip(want, 60)),
+                    format!(
+                        "file {p} contains '{}', expected '{}'",
+                        clip(got, 60),
+                        clip(want, 60)
+                    ),
+                )
+            }
+            TextTest::Matches(re) => match re.find(&text) {
+                Some(m) => Verdict::pass(format!(
+                    "file {p} matches /{re}/ at '{}'",
+                    clip(m.as_str(), 40)
+                )),
+                None => Verdict::fail(format!(
+                    "file {p} contains '{}', which does not match /{re}/",
+                    clip(&text, 60)
+                )),
+            },
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct CopiedArgs {
+    /// Directory the files come from.
+    source_dir: String,
+    /// Directory they must be copied to.
+    target_dir: String,
+    /// File extension without the dot ("ods").
+    extension: String,
+}
+
+/// Every file of an extension in one directory also in another, with the same size.
+#[derive(Debug)]
+struct Copied {
+    source: String,
+    target: String,
+    ext: String,
+}
+
+impl Check for Copied {
+    fn probes(&self) -> Vec<Probe> {
+        vec![
+            Probe::ListDir {
+                path: self.source.clone(),
+            },
+            Probe::ListDir {
+                path: self.target.clone(),
+            },
+        ]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let list = |i: usize| match reply(r[i], "list dir")? {
+            ProbeReply::Dir(d) => Ok(d.clone()),
+            other => Err(unexpected("list dir", other)),
+        };
+        let suffix = format!(".{}", self.ext.to_lowercase());
+        let Some(src) = list(0)? else {
+            return Ok(Verdict::fail(format!(
+                "source directory {} does not exist",
+                self.source
+            )));
+        };
+        let Some(dst) = list(1)? else {
+            return Ok(Verdict::fail(format!(
+                "target directory {} does not exist",
+                self.target
+            )));
+        };
+        let wanted: Vec<_> = src
+            .iter()
+            .filter(|e| e.kind == FileKind::File && e.name.to_lowercase().ends_with(&suffix))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(Verdict::fail(format!(
+                "{} holds no {suffix} files to copy",
+                self.source
+            )));
+        }
+        let missing: Vec<&str> = wanted
+            .iter()
+            .filter(|w| {
+                !dst.iter()
+                    .any(|d| d.name == w.name && d.size == w.size && d.kind == FileKind::File)
+            })
+            .map(|w| w.name.as_str())
+            .collect();
+        Ok(Verdict::when(
+            missing.is_empty(),
+            format!(
+                "all {} {suffix} files of {} are in {}",
+                wanted.len(),
+                self.source,
+                self.target
+            ),
+            format!(
+                "{} of {} {suffix} files of {} are in {}; missing or different: {}",
+                wanted.len() - missing.len(),
+                wanted.len(),
+                self.source,
+                self.target,
+                clip(&missing.join(", "), 80)
+            ),
+        ))
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ImageArgs {
+    /// The image file.
+    path: String,
+    /// Required width in pixels.
+    #[serde(default)]
+    width: Option<u32>,
+    /// Required height in pixels.
+    #[serde(default)]
+    height: Option<u32>,
+    /// Required format: png, jpeg, gif, bmp, webp, tiff, ...
+    #[serde(default)]
+    format: Option<String>,
+}
+
+/// An image file with a given size and format.
+#[derive(Debug)]
+struct Image {
+    a: ImageArgs,
+}
+
+/// Bytes of the header read to tell an image's format and size.
+const IMAGE_HEADER: u64 = 512 * 1024;
+
+impl Check for Image {
+    fn probes(&self) -> Vec<Probe> {
+        vec![Probe::ReadFile {
+            path: self.a.path.clone(),
+            max_len: IMAGE_HEADER,
+        }]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let p = &self.a.path;
+        let f = match reply(r[0], "read file")? {
+            ProbeReply::File(Some(f)) => f,
+            ProbeReply::File(None) => {
+                return Ok(Verdict::fail(format!("image {p} does not exist")));
+            }
+            other => return Err(unexpected("read file", other)),
+        };
+        let (Ok(size), Ok(kind)) = (
+            imagesize::blob_size(&f.bytes),
+            imagesize::image_type(&f.bytes),
+        ) else {
+            return Ok(Verdict::fail(format!(
+                "{p} is not an image pincer can read"
+            )));
+        };
+        let format = format!("{kind:?}").to_lowercase();
+        let seen = format!("image {p} is a {}x{} {format}", size.width, size.height);
+        let ok = self.a.width.is_none_or(|w| w as usize == size.width)
+            && self.a.height.is_none_or(|h| h as usize == size.height)
+            && self
+                .a
+                .format
+                .as_ref()
+                .is_none_or(|f| f.to_lowercase().replace("jpg", "jpeg") == format);
+        Ok(if ok {
+            Verdict::pass(seen)
+        } else {
+            let want = format!(
+                "{}x{} {}",
+                self.a.width.map_or("*".into(), |w| w.to_string()),
+                self.a.height.map_or("*".into(), |h| h.to_string()),
+                self.a.format.as_deref().unwrap_or("image")
+            );
+            Verdict::fail(format!("{seen}, expected {want}"))
+        })
+    }
+}
+
+pub(super) fn register(lib: &mut Library) {
+    lib.add(
+        "file_exists",
+        "A regular file exists at the path.",
+        Reads::Env(ANY),
+        r#"{"path": "~/notes.txt"}"#,
+        |a: PathArgs, _| {
+            Ok(Exists {
+                path: a.path,
+                kind: FileKind::File,
+            })
+        },
+    );
+    lib.add(
+        "file_absent",
+        "Nothing (no file, no directory) exists at the path.",
+        Reads::Env(ANY),
+        r#"{"path": "~/draft.txt"}"#,
+        |a: PathArgs, _| Ok(Absent { path: a.path }),
+    );
+    lib.add(
+        "dir_exists",
+        "A directory exists at the path.",
+        Reads::Env(ANY),
+        r#"{"path": "~/sheets"}"#,
+        |a: PathArgs, _| {
+            Ok(Exists {
+                path: a.path,
+                kind: FileKind::Dir,
+            })
+        },
+    );
+    lib.add(
+        "file_contains",
+        "The file's text contains the given text.",
+        Reads::Env(ANY),
+        r#"{"path": "~/notes.txt", "text": "hello"}"#,
+        |a: ContainsArgs, _| {
+            Ok(FileText {
+                path: a.path,
+                test: TextTest::Contains {
+                    text: a.text,
+                    ignore_case: a.ignore_case,
+                },
+            })
+        },
+    );
+    lib.add(
+        "file_equals",
+        "The file's whole text equals the given content (trimmed by default).",
+        Reads::Env(ANY),
+        r#"{"path": "~/notes.txt", "content": "hello"}"#,
+        |a: EqualsArgs, _| {
+            Ok(FileText {
+                path: a.path,
+                test: TextTest::Equals {
+                    content: a.content,
+                    trim: a.trim,
+                },
+            })
+        },
+    );
+    lib.add(
+        "file_matches",
+        "A regular expression matches somewhere in the file's text.",
+        Reads::Env(ANY),
+        r#"{"path": "~/notes.txt", "regex": "total: [0-9]+"}"#,
+        |a: MatchesArgs, _| {
+            let re = regex::Regex::new(&a.regex)
+                .map_err(|e| format!("`regex` is not a valid regular expression: {e}"))?;
+            Ok(FileText {
+                path: a.path,
+                test: TextTest::Matches(re),
+            })
+        },
+    );
+    lib.add(
+        "files_copied",
+        "Every file with the extension in the source directory is in the target directory with the same size.",
+        Reads::Env(LINUX),
+        r#"{"source_dir": "~/Documents", "target_dir": "~/sheets", "extension": "ods"}"#,
+        |a: CopiedArgs, _| {
+            Ok(Copied {
+                source: a.source_dir,
+                target: a.target_dir,
+                ext: a.extension.trim_start_matches('.').to_owned(),
+            })
+        },
+    );
+    lib.add(
+        "image_file",
+        "An image file exists with the given width, height and format (each optional).",
+        Reads::Env(ANY),
+        r#"{"path": "~/Pictures/shot.png", "width": 800, "height": 600, "format": "png"}"#,
+        |a: ImageArgs, _| Ok(Image { a }),
+    );
+}
+
+/// Nothing at all exists at a path.
+#[derive(Debug)]
+struct Absent {
+    path: String,
+}
+
+impl Check for Absent {
+    fn probes(&self) -> Vec<Probe> {
+        vec![Probe::Stat {
+            path: self.path.clone(),
+        }]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        match reply(r[0], "stat")? {
+            ProbeReply::Stat(s) => Ok(Verdict::when(
+                !s.exists,
+                format!("{} does not exist", self.path),
+                format!(
+                    "{} exists ({:?}, {} bytes), expected it gone",
+                    self.path,
+                    s.kind.unwrap_or(FileKind::Other),
+                    s.size
+                ),
+            )),
+            other => Err(unexpected("stat", other)),
+        }
+    }
+}

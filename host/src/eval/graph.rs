@@ -1,0 +1,638 @@
+//! The graph evaluator, with CRAB's semantics. A task's checkpoints form a DAG. A node is
+//! *ready* when all its predecessors have passed. After every agent action, every ready
+//! node is checked; a node that passes is latched (never checked again), and successors it
+//! makes ready are checked in the same step (cascade). Failing ready nodes are checked again
+//! next step. The task succeeds when every sink has passed.
+//!
+//! Cost: the probes of every ready node, and speculatively of the successors that could
+//! become ready in this step, go out in one `Batch` per environment, so a step is one round
+//! trip per environment unless a cascade runs deeper than one level.
+
+use super::functions::{BuildError, Library};
+use super::{AgentLog, Check, EvalError, Plan, ProbeResult, Verdict};
+use crate::env::{ClientError, Environment};
+use crate::task::{Platform, Task};
+use petgraph::graph::{DiGraph, NodeIndex};
+use pincer_shared::probe::Probe;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+
+/// Where probes are answered: one batch per environment role.
+pub trait ProbeSource: Sync {
+    /// Runs probes on the environment with this role.
+    fn batch(
+        &self,
+        role: &str,
+        probes: Vec<Probe>,
+    ) -> impl Future<Output = Result<Vec<ProbeResult>, ClientError>> + Send;
+}
+
+/// Live environments by role.
+#[derive(Debug, Clone, Default)]
+pub struct Envs(pub BTreeMap<String, Arc<Environment>>);
+
+impl ProbeSource for Envs {
+    async fn batch(&self, role: &str, probes: Vec<Probe>) -> Result<Vec<ProbeResult>, ClientError> {
+        let env = self.0.get(role).ok_or_else(|| ClientError::Local {
+            env: role.to_owned(),
+            message: format!("no environment bound to role '{role}'"),
+        })?;
+        env.batch(probes).await
+    }
+}
+
+/// A problem with a task's graph, found before anything runs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GraphError {
+    /// No checkpoints.
+    #[error("the task has no checkpoints")]
+    Empty,
+    /// Two checkpoints share an id.
+    #[error("checkpoint id '{0}' is used twice")]
+    DuplicateId(String),
+    /// `after` names a checkpoint that does not exist.
+    #[error("checkpoint '{node}' comes after '{after}', which does not exist{}", nearest.as_ref().map(|n| format!(" (did you mean '{n}'?)")).unwrap_or_default())]
+    UnknownAfter {
+        /// The checkpoint.
+        node: String,
+        /// The missing predecessor.
+        after: String,
+        /// The closest existing id.
+        nearest: Option<String>,
+    },
+    /// The graph has a cycle.
+    #[error("the checkpoints {} form a cycle", nodes.join(" -> "))]
+    Cycle {
+        /// The checkpoints on the cycle.
+        nodes: Vec<String>,
+    },
+    /// A checkpoint reads an environment role the task does not declare.
+    #[error("checkpoint '{node}' reads environment '{role}', but the task declares only {}", known.join(", "))]
+    UnknownRole {
+        /// The checkpoint.
+        node: String,
+        /// The role used.
+        role: String,
+        /// Roles declared.
+        known: Vec<String>,
+    },
+    /// A function that reads an environment has none.
+    #[error("checkpoint '{node}' uses {function}, which reads an environment: give it an `env`")]
+    MissingEnv {
+        /// The checkpoint.
+        node: String,
+        /// The function.
+        function: String,
+    },
+    /// A function cannot run on the role's platform.
+    #[error("checkpoint '{node}' uses {function} on '{role}' ({platform}), but {function} works on {}", supported.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    WrongPlatform {
+        /// The checkpoint.
+        node: String,
+        /// The function.
+        function: String,
+        /// The role.
+        role: String,
+        /// Its platform.
+        platform: Platform,
+        /// Platforms the function supports.
+        supported: Vec<Platform>,
+    },
+    /// The function is unknown or its arguments are bad.
+    #[error("checkpoint '{node}': {error}")]
+    Build {
+        /// The checkpoint.
+        node: String,
+        /// What was wrong.
+        error: BuildError,
+    },
+    /// A setup or teardown step is invalid or names an unknown role.
+    #[error("{phase} step {index} on '{role}': {message}")]
+    BadStep {
+        /// "setup" or "teardown".
+        phase: &'static str,
+        /// The role.
+        role: String,
+        /// Position in the list.
+        index: usize,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+/// Everything wrong with a task, listed together so an author fixes it in one go.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("task '{task}' is invalid:\n{}", errors.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
+pub struct ValidationErrors {
+    /// The task id.
+    pub task: String,
+    /// The problems.
+    pub errors: Vec<GraphError>,
+}
+
+#[derive(Debug)]
+struct Node {
+    id: String,
+    env: Option<String>,
+    function: String,
+    check: Box<dyn Check>,
+    preds: Vec<usize>,
+    succs: Vec<usize>,
+}
+
+/// A validated, built checkpoint graph (immutable; shareable between runs).
+#[derive(Debug)]
+pub struct Graph {
+    nodes: Vec<Node>,
+    sinks: Vec<usize>,
+}
+
+/// How far one checkpoint got.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NodeProgress {
+    /// Checkpoint id.
+    pub id: String,
+    /// The step at which it passed (0: before the first action).
+    pub passed_at: Option<u32>,
+    /// How many times it was checked.
+    pub checks: u32,
+    /// The latest verdict's feedback.
+    pub feedback: Option<String>,
+}
+
+/// What one evaluation step did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StepReport {
+    /// Checkpoints that passed in this step, in the order they passed.
+    pub passed: Vec<String>,
+    /// Checkpoints checked in this step.
+    pub checked: usize,
+    /// Round trips made (batches per environment, summed).
+    pub round_trips: u32,
+}
+
+/// Why a step could not be evaluated.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StepError {
+    /// An environment did not answer.
+    #[error("environment '{role}' failed: {error}")]
+    Environment {
+        /// The role.
+        role: String,
+        /// What failed.
+        error: ClientError,
+    },
+    /// A check could not interpret what it read.
+    #[error("checkpoint '{node}': {error}")]
+    Evaluator {
+        /// The checkpoint.
+        node: String,
+        /// What failed.
+        error: EvalError,
+    },
+}
+
+impl Graph {
+    /// Validates a task and builds its checks.
+    pub fn build(task: &Task, lib: &Library) -> Result<Self, ValidationErrors> {
+        let mut errors = Vec::new();
+        if task.checkpoints.is_empty() {
+            errors.push(GraphError::Empty);
+        }
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (i, c) in task.checkpoints.iter().enumerate() {
+            if index.insert(&c.id, i).is_some() {
+                errors.push(GraphError::DuplicateId(c.id.clone()));
+            }
+        }
+        let roles: Vec<String> = task.envs.keys().cloned().collect();
+        let mut nodes = Vec::new();
+        for c in &task.checkpoints {
+            let mut preds = Vec::new();
+            for a in &c.after {
+                match index.get(a.as_str()) {
+                    Some(&p) => preds.push(p),
+                    None => errors.push(GraphError::UnknownAfter {
+                        node: c.id.clone(),
+                        after: a.clone(),
+                        nearest: nearest(a, task.checkpoints.iter().map(|c| c.id.as_str())),
+                    }),
+                }
+            }
+            if let Some(role) = &c.env
+                && !task.envs.contains_key(role)
+            {
+                errors.push(GraphError::UnknownRole {
+                    node: c.id.clone(),
+                    role: role.clone(),
+                    known: roles.clone(),
+                });
+            }
+            let check = match lib.build(&c.check, &c.args) {
+                Ok(check) => Some(check),
+                Err(error) => {
+                    errors.push(GraphError::Build {
+                        node: c.id.clone(),
+                        error,
+                    });
+                    None
+                }
+            };
+            if check.is_some() && lib.reads_env(&c.check, &c.args) {
+                match c
+                    .env
+                    .as_ref()
+                    .and_then(|r| task.envs.get(r).map(|n| (r, n.platform)))
+                {
+                    None if c.env.is_none() => errors.push(GraphError::MissingEnv {
+                        node: c.id.clone(),
+                        function: c.check.clone(),
+                    }),
+                    Some((role, platform)) => {
+                        let supported = lib.platforms(&c.check, &c.args).unwrap_or_default();
+                        if !supported.contains(&platform) {
+                            errors.push(GraphError::WrongPlatform {
+                                node: c.id.clone(),
+                                function: c.check.clone(),
+                                role: role.clone(),
+                                platform,
+                                supported,
+                            });
+                        }
+                    }
+                    None => {}
+                }
+            }
+            if let Some(check) = check {
+                nodes.push(Node {
+                    id: c.id.clone(),
+                    env: c.env.clone(),
+                    function: c.check.clone(),
+                    check,
+                    preds,
+                    succs: Vec::new(),
+                });
+            }
+        }
+        for (phase, map) in [("setup", &task.setup), ("teardown", &task.teardown)] {
+            for (role, steps) in map {
+                for (i, s) in steps.iter().enumerate() {
+                    let message = if !task.envs.contains_key(role) {
+                        Some(format!(
+                            "the task declares no environment '{role}' (declared: {})",
+                            roles.join(", ")
+                        ))
+                    } else {
+                        s.validate().err()
+                    };
+                    if let Some(message) = message {
+                        errors.push(GraphError::BadStep {
+                            phase,
+                            role: role.clone(),
+                            index: i,
+                            message,
+                        });
+                    }
+                }
+            }
+        }
+        if errors.is_empty()
+            && let Some(cycle) = find_cycle(&nodes)
+        {
+            errors.push(GraphError::Cycle { nodes: cycle });
+        }
+        if !errors.is_empty() {
+            return Err(ValidationErrors {
+                task: task.id.clone(),
+                errors,
+            });
+        }
+        for i in 0..nodes.len() {
+            for p in nodes[i].preds.clone() {
+                nodes[p].succs.push(i);
+            }
+        }
+        let sinks = (0..nodes.len())
+            .filter(|&i| nodes[i].succs.is_empty())
+            .collect();
+        Ok(Self { nodes, sinks })
+    }
+
+    /// Number of checkpoints.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the graph has no checkpoints (never true for a built graph).
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Checkpoint ids in task order.
+    pub fn ids(&self) -> impl Iterator<Item = &str> {
+        self.nodes.iter().map(|n| n.id.as_str())
+    }
+
+    /// Checks every checkpoint now, ready or not (for task authors: `pincer task check`).
+    /// One round trip per environment.
+    pub async fn check_all<S: ProbeSource>(
+        &self,
+        src: &S,
+        log: &AgentLog,
+    ) -> Result<Vec<(String, Result<Verdict, EvalError>)>, StepError> {
+        let all: Vec<usize> = (0..self.nodes.len()).collect();
+        let fetched = self.fetch(&all, src).await?;
+        Ok(all
+            .iter()
+            .map(|&i| {
+                let n = &self.nodes[i];
+                let refs: Vec<&ProbeResult> = fetched[&i].iter().collect();
+                (n.id.clone(), n.check.judge(&refs, log))
+            })
+            .collect())
+    }
+
+    /// Reads the probes of `nodes`, one batch per environment, concurrently.
+    async fn fetch<S: ProbeSource>(
+        &self,
+        nodes: &[usize],
+        src: &S,
+    ) -> Result<HashMap<usize, Vec<ProbeResult>>, StepError> {
+        // Per role: the merged probes, and which slots each node's probes landed in.
+        type Slots = Vec<(usize, Vec<usize>)>;
+        let mut plans: BTreeMap<&str, (Plan, Slots)> = BTreeMap::new();
+        let mut out = HashMap::new();
+        for &i in nodes {
+            let n = &self.nodes[i];
+            let probes = n.check.probes();
+            match (&n.env, probes.is_empty()) {
+                (Some(role), false) => {
+                    let (plan, slots) = plans.entry(role.as_str()).or_default();
+                    let s = plan.add(probes);
+                    slots.push((i, s));
+                }
+                _ => {
+                    out.insert(i, Vec::new());
+                }
+            }
+        }
+        let batches = plans.iter().map(|(role, (plan, _))| async move {
+            let r = src.batch(role, plan.probes().to_vec()).await;
+            (*role, r)
+        });
+        for (role, result) in futures::future::join_all(batches).await {
+            let replies = result.map_err(|error| StepError::Environment {
+                role: role.to_owned(),
+                error,
+            })?;
+            for (i, slots) in &plans[role].1 {
+                out.insert(*i, slots.iter().map(|&s| replies[s].clone()).collect());
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The closest of `candidates` to `name`, if close.
+fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<String> {
+    candidates
+        .map(|c| (strsim::jaro_winkler(name, c), c))
+        .filter(|(s, _)| *s > 0.7)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c.to_owned())
+}
+
+/// A cycle in the graph, as checkpoint ids, if there is one.
+fn find_cycle(nodes: &[Node]) -> Option<Vec<String>> {
+    let mut g: DiGraph<usize, ()> = DiGraph::new();
+    let ix: Vec<NodeIndex> = (0..nodes.len()).map(|i| g.add_node(i)).collect();
+    for (i, n) in nodes.iter().enumerate() {
+        for &p in &n.preds {
+            g.add_edge(ix[p], ix[i], ());
+        }
+    }
+    if petgraph::algo::toposort(&g, None).is_ok() {
+        return None;
+    }
+    // The smallest strongly connected component with a cycle names it.
+    let mut sccs: Vec<Vec<NodeIndex>> = petgraph::algo::tarjan_scc(&g)
+        .into_iter()
+        .filter(|c| c.len() > 1 || g.contains_edge(c[0], c[0]))
+        .collect();
+    sccs.sort_by_key(Vec::len);
+    let mut ids: Vec<String> = sccs
+        .first()?
+        .iter()
+        .map(|&n| nodes[g[n]].id.clone())
+        .collect();
+    ids.sort();
+    let first = ids[0].clone();
+    ids.push(first);
+    Some(ids)
+}
+
+/// One run's evaluation state over a shared [`Graph`].
+#[derive(Debug)]
+pub struct Evaluator {
+    graph: Arc<Graph>,
+    passed_at: Vec<Option<u32>>,
+    remaining: Vec<usize>,
+    checks: Vec<u32>,
+    feedback: Vec<Option<String>>,
+    ready: BTreeSet<usize>,
+}
+
+impl Evaluator {
+    /// A fresh evaluation (nothing passed).
+    pub fn new(graph: Arc<Graph>) -> Self {
+        let remaining: Vec<usize> = graph.nodes.iter().map(|n| n.preds.len()).collect();
+        let ready = (0..graph.nodes.len())
+            .filter(|&i| remaining[i] == 0)
+            .collect();
+        Self {
+            passed_at: vec![None; graph.nodes.len()],
+            checks: vec![0; graph.nodes.len()],
+            feedback: vec![None; graph.nodes.len()],
+            remaining,
+            ready,
+            graph,
+        }
+    }
+
+    /// The check before the first action: which ready checkpoints already pass. Any that
+    /// do mean the setup is broken (the task would score without the agent). Nothing is
+    /// latched.
+    pub async fn initial_check<S: ProbeSource>(
+        &self,
+        src: &S,
+        log: &AgentLog,
+    ) -> Result<Vec<(String, Verdict)>, StepError> {
+        let ready: Vec<usize> = self.ready.iter().copied().collect();
+        let fetched = self.graph.fetch(&ready, src).await?;
+        let mut passing = Vec::new();
+        for i in ready {
+            let n = &self.graph.nodes[i];
+            let refs: Vec<&ProbeResult> = fetched[&i].iter().collect();
+            let v = n
+                .check
+                .judge(&refs, log)
+                .map_err(|error| StepError::Evaluator {
+                    node: n.id.clone(),
+                    error,
+                })?;
+            if v.passed {
+                passing.push((n.id.clone(), v));
+            }
+        }
+        Ok(passing)
+    }
+
+    /// Evaluates after an action (`step` counts actions from 1).
+    pub async fn step<S: ProbeSource>(
+        &mut self,
+        step: u32,
+        src: &S,
+        log: &AgentLog,
+    ) -> Result<StepReport, StepError> {
+        let mut report = StepReport::default();
+        let mut frontier: Vec<usize> = self.ready.iter().copied().collect();
+        let mut fetched: HashMap<usize, Vec<ProbeResult>> = HashMap::new();
+        while !frontier.is_empty() {
+            let need: Vec<usize> = frontier
+                .iter()
+                .copied()
+                .chain(self.lookahead(&frontier))
+                .filter(|i| !fetched.contains_key(i))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if !need.is_empty() {
+                report.round_trips += self.envs_of(&need);
+                fetched.extend(self.graph.fetch(&need, src).await?);
+            }
+            let mut newly = Vec::new();
+            for &i in &frontier {
+                let n = &self.graph.nodes[i];
+                let refs: Vec<&ProbeResult> = fetched[&i].iter().collect();
+                let v = n
+                    .check
+                    .judge(&refs, log)
+                    .map_err(|error| StepError::Evaluator {
+                        node: n.id.clone(),
+                        error,
+                    })?;
+                self.checks[i] += 1;
+                report.checked += 1;
+                self.feedback[i] = Some(v.feedback);
+                if v.passed {
+                    self.passed_at[i] = Some(step);
+                    self.ready.remove(&i);
+                    report.passed.push(n.id.clone());
+                    newly.push(i);
+                }
+            }
+            let mut next = BTreeSet::new();
+            for i in newly {
+                for &s in &self.graph.nodes[i].succs {
+                    self.remaining[s] -= 1;
+                    if self.remaining[s] == 0 {
+                        self.ready.insert(s);
+                        next.insert(s);
+                    }
+                }
+            }
+            frontier = next.into_iter().collect();
+        }
+        Ok(report)
+    }
+
+    /// Successors that would become ready if every node of `frontier` passed.
+    fn lookahead(&self, frontier: &[usize]) -> Vec<usize> {
+        let mut out = BTreeSet::new();
+        for &i in frontier {
+            for &s in &self.graph.nodes[i].succs {
+                if self.passed_at[s].is_none()
+                    && self.graph.nodes[s]
+                        .preds
+                        .iter()
+                        .all(|p| self.passed_at[*p].is_some() || frontier.contains(p))
+                {
+                    out.insert(s);
+                }
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Distinct environments the probes of `nodes` go to.
+    fn envs_of(&self, nodes: &[usize]) -> u32 {
+        nodes
+            .iter()
+            .filter(|&&i| !self.graph.nodes[i].check.probes().is_empty())
+            .filter_map(|&i| self.graph.nodes[i].env.as_deref())
+            .collect::<BTreeSet<_>>()
+            .len() as u32
+    }
+
+    /// Whether every sink has passed.
+    pub fn is_success(&self) -> bool {
+        self.graph
+            .sinks
+            .iter()
+            .all(|&s| self.passed_at[s].is_some())
+    }
+
+    /// Passed checkpoints over all checkpoints.
+    pub fn completion_ratio(&self) -> f64 {
+        let passed = self.passed_at.iter().filter(|p| p.is_some()).count();
+        passed as f64 / self.graph.nodes.len().max(1) as f64
+    }
+
+    /// Passed and total checkpoints.
+    pub fn counts(&self) -> (usize, usize) {
+        (
+            self.passed_at.iter().filter(|p| p.is_some()).count(),
+            self.graph.nodes.len(),
+        )
+    }
+
+    /// Per-checkpoint progress so far.
+    pub fn progress(&self) -> Vec<NodeProgress> {
+        self.graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeProgress {
+                id: n.id.clone(),
+                passed_at: self.passed_at[i],
+                checks: self.checks[i],
+                feedback: self.feedback[i].clone(),
+            })
+            .collect()
+    }
+
+    /// Ids of the checkpoints ready now (for agents' language feedback).
+    pub fn ready_ids(&self) -> Vec<&str> {
+        self.ready
+            .iter()
+            .map(|&i| self.graph.nodes[i].id.as_str())
+            .collect()
+    }
+
+    /// The function name of a checkpoint.
+    pub fn function_of(&self, id: &str) -> Option<&str> {
+        self.graph
+            .nodes
+            .iter()
+            .find(|n| n.id == id)
+            .map(|n| n.function.as_str())
+    }
+}
+
+#[cfg(test)]
+#[path = "graph_tests.rs"]
+mod tests;

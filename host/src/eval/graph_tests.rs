@@ -1,0 +1,395 @@
+//! Semantics of the graph evaluator against an in-memory stand-in for environments (a map
+//! of files per role answering `Stat` and `ReadFile`); the same functions are tested
+//! against real desktops in `tests/tests/checks.rs`.
+
+use super::*;
+use crate::eval::functions::Library;
+use pincer_shared::WireError;
+use pincer_shared::probe::{FileContent, FileKind, FileStat, ProbeReply};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Files per role; counts batches.
+#[derive(Default)]
+struct Fake {
+    files: Mutex<BTreeMap<(String, String), String>>,
+    batches: AtomicU32,
+    broken: Mutex<Option<String>>,
+}
+
+impl Fake {
+    fn put(&self, role: &str, path: &str, text: &str) {
+        self.files
+            .lock()
+            .unwrap()
+            .insert((role.into(), path.into()), text.into());
+    }
+
+    fn rm(&self, role: &str, path: &str) {
+        self.files
+            .lock()
+            .unwrap()
+            .remove(&(role.to_owned(), path.to_owned()));
+    }
+}
+
+impl ProbeSource for Fake {
+    async fn batch(&self, role: &str, probes: Vec<Probe>) -> Result<Vec<ProbeResult>, ClientError> {
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        let files = self.files.lock().unwrap();
+        let broken = self.broken.lock().unwrap().clone();
+        Ok(probes
+            .into_iter()
+            .map(|p| match p {
+                Probe::Stat { path } if broken.as_deref() == Some(path.as_str()) => {
+                    Err(WireError::PermissionDenied { path })
+                }
+                Probe::Stat { path } => {
+                    let f = files.get(&(role.to_owned(), path.clone()));
+                    Ok(ProbeReply::Stat(FileStat {
+                        exists: f.is_some(),
+                        kind: f.map(|_| FileKind::File),
+                        size: f.map_or(0, |t| t.len() as u64),
+                        mode: 0o644,
+                        modified_ms: 0,
+                        path,
+                    }))
+                }
+                Probe::ReadFile { path, .. } => Ok(ProbeReply::File(
+                    files
+                        .get(&(role.to_owned(), path.clone()))
+                        .map(|t| FileContent {
+                            bytes: t.as_bytes().to_vec(),
+                            total_size: t.len() as u64,
+                            path,
+                        }),
+                )),
+                other => Err(WireError::Unsupported {
+                    what: format!("{other:?}"),
+                }),
+            })
+            .collect())
+    }
+}
+
+fn task(nodes: serde_json::Value) -> Task {
+    serde_json::from_value(serde_json::json!({
+        "id": "t",
+        "instruction": "x",
+        "envs": {"desktop": {"platform": "linux"}, "desktop2": {"platform": "linux"}},
+        "checkpoints": nodes
+    }))
+    .unwrap()
+}
+
+fn exists(id: &str, env: &str, path: &str, after: &[&str]) -> serde_json::Value {
+    serde_json::json!({"id": id, "env": env, "check": "file_exists", "args": {"path": path}, "after": after})
+}
+
+fn evaluator(t: &Task) -> Evaluator {
+    Evaluator::new(Arc::new(Graph::build(t, &Library::standard()).unwrap()))
+}
+
+fn log() -> AgentLog {
+    AgentLog::default()
+}
+
+#[tokio::test]
+async fn passes_cascade_within_a_step_and_latch() {
+    let t = task(serde_json::json!([
+        exists("a", "desktop", "/a", &[]),
+        exists("b", "desktop", "/b", &["a"]),
+        exists("c", "desktop", "/c", &["b"])
+    ]));
+    let fake = Fake::default();
+    let mut ev = evaluator(&t);
+    let r = ev.step(1, &fake, &log()).await.unwrap();
+    assert!(r.passed.is_empty());
+    assert_eq!(r.checked, 1, "only the source is ready");
+    for p in ["/a", "/b", "/c"] {
+        fake.put("desktop", p, "x");
+    }
+    let r = ev.step(2, &fake, &log()).await.unwrap();
+    assert_eq!(
+        r.passed,
+        vec!["a", "b", "c"],
+        "a unlocks b unlocks c in the same step"
+    );
+    assert!(ev.is_success());
+    // b was read speculatively with a; c needed one more round trip.
+    assert_eq!(r.round_trips, 2);
+    // Latched: removing the files does not un-pass anything.
+    for p in ["/a", "/b", "/c"] {
+        fake.rm("desktop", p);
+    }
+    let r = ev.step(3, &fake, &log()).await.unwrap();
+    assert_eq!(r.checked, 0);
+    assert!(ev.is_success());
+    let progress = ev.progress();
+    assert!(
+        progress.iter().all(|p| p.passed_at == Some(2)),
+        "{progress:?}"
+    );
+}
+
+#[tokio::test]
+async fn failing_ready_nodes_are_checked_again_next_step() {
+    let t = task(serde_json::json!([
+        exists("a", "desktop", "/a", &[]),
+        exists("b", "desktop", "/b", &["a"])
+    ]));
+    let fake = Fake::default();
+    fake.put("desktop", "/a", "x");
+    let mut ev = evaluator(&t);
+    let r = ev.step(1, &fake, &log()).await.unwrap();
+    assert_eq!(r.passed, vec!["a"]);
+    assert_eq!(ev.ready_ids(), vec!["b"]);
+    let r = ev.step(2, &fake, &log()).await.unwrap();
+    assert_eq!(
+        (r.checked, r.passed.len()),
+        (1, 0),
+        "b re-checked and still failing"
+    );
+    fake.put("desktop", "/b", "x");
+    let r = ev.step(3, &fake, &log()).await.unwrap();
+    assert_eq!(r.passed, vec!["b"]);
+    let p = ev.progress();
+    assert_eq!((p[0].passed_at, p[1].passed_at), (Some(1), Some(3)));
+    assert_eq!(
+        p[1].checks, 3,
+        "b was checked in step 1 (as soon as a passed), 2 and 3"
+    );
+}
+
+#[tokio::test]
+async fn a_node_waits_for_all_its_predecessors() {
+    let t = task(serde_json::json!([
+        exists("a", "desktop", "/a", &[]),
+        exists("b", "desktop2", "/b", &[]),
+        exists("both", "desktop", "/c", &["a", "b"])
+    ]));
+    let fake = Fake::default();
+    fake.put("desktop", "/a", "x");
+    fake.put("desktop", "/c", "x");
+    let mut ev = evaluator(&t);
+    let r = ev.step(1, &fake, &log()).await.unwrap();
+    assert_eq!(
+        r.passed,
+        vec!["a"],
+        "'both' is not ready while b fails, even though /c exists"
+    );
+    fake.put("desktop2", "/b", "x");
+    let r = ev.step(2, &fake, &log()).await.unwrap();
+    assert_eq!(r.passed, vec!["b", "both"]);
+    assert!(ev.is_success());
+    assert_eq!(ev.completion_ratio(), 1.0);
+}
+
+#[tokio::test]
+async fn success_needs_every_sink() {
+    let t = task(serde_json::json!([
+        exists("a", "desktop", "/a", &[]),
+        exists("b", "desktop", "/b", &[])
+    ]));
+    let fake = Fake::default();
+    fake.put("desktop", "/a", "x");
+    let mut ev = evaluator(&t);
+    ev.step(1, &fake, &log()).await.unwrap();
+    assert!(!ev.is_success());
+    assert_eq!(ev.counts(), (1, 2));
+    assert_eq!(ev.completion_ratio(), 0.5);
+}
+
+#[tokio::test]
+async fn the_initial_check_flags_checkpoints_that_already_pass() {
+    let t = task(serde_json::json!([
+        exists("a", "desktop", "/a", &[]),
+        exists("b", "desktop", "/b", &["a"])
+    ]));
+    let fake = Fake::default();
+    fake.put("desktop", "/a", "x");
+    let ev = evaluator(&t);
+    let already = ev.initial_check(&fake, &log()).await.unwrap();
+    assert_eq!(already.len(), 1);
+    assert_eq!(already[0].0, "a");
+    assert!(already[0].1.feedback.contains("/a exists"));
+    assert_eq!(ev.counts().0, 0, "the initial check latches nothing");
+    fake.rm("desktop", "/a");
+    assert!(ev.initial_check(&fake, &log()).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn and_combinator_and_negation_evaluate_on_one_environment() {
+    let t = task(serde_json::json!([
+        {"id": "both", "env": "desktop", "check": "all_of", "args": {"checks": [
+            {"check": "file_contains", "args": {"path": "/a", "text": "hello"}},
+            {"check": "not", "args": {"check": "file_exists", "args": {"path": "/lock"}}}
+        ]}}
+    ]));
+    let fake = Fake::default();
+    fake.put("desktop", "/a", "hello world");
+    fake.put("desktop", "/lock", "");
+    let mut ev = evaluator(&t);
+    let r = ev.step(1, &fake, &log()).await.unwrap();
+    assert!(r.passed.is_empty());
+    assert!(
+        ev.progress()[0]
+            .feedback
+            .as_deref()
+            .unwrap()
+            .contains("not: file /lock exists"),
+        "{:?}",
+        ev.progress()
+    );
+    fake.rm("desktop", "/lock");
+    let r = ev.step(2, &fake, &log()).await.unwrap();
+    assert_eq!(r.passed, vec!["both"]);
+}
+
+#[tokio::test]
+async fn an_eleven_node_graph_over_two_environments_is_one_round_trip_each() {
+    let mut nodes = Vec::new();
+    for i in 0..6 {
+        nodes.push(exists(&format!("d{i}"), "desktop", &format!("/d{i}"), &[]));
+    }
+    for i in 0..5 {
+        nodes.push(exists(&format!("e{i}"), "desktop2", &format!("/e{i}"), &[]));
+    }
+    let t = task(serde_json::Value::Array(nodes));
+    let fake = Fake::default();
+    let mut ev = evaluator(&t);
+    let r = ev.step(1, &fake, &log()).await.unwrap();
+    assert_eq!(r.checked, 11);
+    assert_eq!(r.round_trips, 2);
+    assert_eq!(fake.batches.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn probe_failures_are_evaluator_errors_not_verdicts() {
+    let t = task(serde_json::json!([exists("a", "desktop", "/a", &[])]));
+    let fake = Fake::default();
+    *fake.broken.lock().unwrap() = Some("/a".into());
+    let mut ev = evaluator(&t);
+    match ev.step(1, &fake, &log()).await {
+        Err(StepError::Evaluator { node, error }) => {
+            assert_eq!(node, "a");
+            assert!(error.to_string().contains("permission denied"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn agent_checks_read_the_log_without_round_trips() {
+    let t = task(serde_json::json!([
+        {"id": "typed", "check": "typed_contains", "args": {"text": "Hello"}},
+        {"id": "answered", "check": "answer_equals", "args": {"text": "42"}, "after": ["typed"]}
+    ]));
+    let fake = Fake::default();
+    let mut ev = evaluator(&t);
+    let mut log = AgentLog::default();
+    log.events.push(crate::eval::AgentEvent::Action {
+        env: "desktop".into(),
+        action: pincer_shared::Action::TypeText {
+            text: "well hello there".into(),
+        },
+    });
+    let r = ev.step(1, &fake, &log).await.unwrap();
+    assert_eq!(r.passed, vec!["typed"]);
+    log.events.push(crate::eval::AgentEvent::Answer {
+        text: " 42 ".into(),
+    });
+    let r = ev.step(2, &fake, &log).await.unwrap();
+    assert_eq!(r.passed, vec!["answered"]);
+    assert_eq!(fake.batches.load(Ordering::SeqCst), 0);
+}
+
+fn errors_of(nodes: serde_json::Value) -> Vec<GraphError> {
+    Graph::build(&task(nodes), &Library::standard())
+        .unwrap_err()
+        .errors
+}
+
+#[test]
+fn validation_rejects_bad_graphs_before_anything_runs() {
+    let e = errors_of(serde_json::json!([
+        exists("a", "desktop", "/a", &["c"]),
+        exists("b", "desktop", "/b", &["a"]),
+        exists("c", "desktop", "/c", &["b"])
+    ]));
+    assert_eq!(
+        e,
+        vec![GraphError::Cycle {
+            nodes: vec!["a".into(), "b".into(), "c".into(), "a".into()]
+        }]
+    );
+
+    let e = errors_of(
+        serde_json::json!([{"id": "a", "env": "desktop", "check": "file_exist", "args": {"path": "/a"}}]),
+    );
+    let msg = e[0].to_string();
+    assert!(
+        msg.contains("unknown checkpoint function 'file_exist'")
+            && msg.contains("did you mean file_exists"),
+        "{msg}"
+    );
+
+    let e = errors_of(serde_json::json!([exists("a", "phone", "/a", &[])]));
+    assert!(
+        matches!(&e[0], GraphError::UnknownRole { role, .. } if role == "phone"),
+        "{e:?}"
+    );
+
+    let e = errors_of(serde_json::json!([
+        exists("alpha", "desktop", "/a", &[]),
+        exists("beta", "desktop", "/b", &["alpah"])
+    ]));
+    assert!(
+        e[0].to_string().contains("did you mean 'alpha'"),
+        "{}",
+        e[0]
+    );
+
+    let e = errors_of(
+        serde_json::json!([{"id": "a", "env": "desktop", "check": "file_contains", "args": {"path": "/a"}}]),
+    );
+    assert!(
+        e[0].to_string().contains("missing field `text`"),
+        "{}",
+        e[0]
+    );
+
+    let e =
+        errors_of(serde_json::json!([{"id": "a", "check": "file_exists", "args": {"path": "/a"}}]));
+    assert!(matches!(e[0], GraphError::MissingEnv { .. }), "{e:?}");
+
+    let e = errors_of(serde_json::json!([
+        exists("a", "desktop", "/a", &[]),
+        exists("a", "desktop", "/b", &[])
+    ]));
+    assert!(e.contains(&GraphError::DuplicateId("a".into())));
+
+    let mut t = task(
+        serde_json::json!([{"id": "w", "env": "phone", "check": "window_title_contains", "args": {"text": "x"}}]),
+    );
+    t.envs.insert(
+        "phone".into(),
+        crate::task::EnvNeed {
+            platform: Platform::Android,
+        },
+    );
+    let e = Graph::build(&t, &Library::standard()).unwrap_err();
+    assert!(
+        matches!(e.errors[0], GraphError::WrongPlatform { .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("works on linux"), "{e}");
+
+    let mut t = task(serde_json::json!([exists("a", "desktop", "/a", &[])]));
+    t.setup.insert(
+        "nowhere".into(),
+        vec![crate::task::steps::Step::Sleep { ms: 1 }],
+    );
+    let e = Graph::build(&t, &Library::standard()).unwrap_err();
+    assert!(e.to_string().contains("setup step 0 on 'nowhere'"), "{e}");
+}

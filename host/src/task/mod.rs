@@ -1,0 +1,293 @@
+//! Tasks: what an agent is asked to do, on which environments, how each environment is set
+//! up and torn down, and the checkpoint graph that decides success. Task files are JSON or
+//! TOML; their JSON Schema is generated from these types (`pincer task schema`), and a bad
+//! file is reported with the file, the path inside it and what was expected.
+
+mod load;
+pub mod steps;
+
+pub use load::{LoadError, Source, TaskSet, bundled_suites, load_file, load_path, parse};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A benchmark task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Task {
+    /// Unique id (letters, digits, '-', '_', '.').
+    pub id: String,
+    /// What the agent is told to do.
+    pub instruction: String,
+    /// Free-form labels for filtering (`--tag`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// The environments the task needs, by role (`desktop`, `phone`, `desktop2`, ...).
+    pub envs: BTreeMap<String, EnvNeed>,
+    /// Steps that put each environment into the task's starting state, by role.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub setup: BTreeMap<String, Vec<steps::Step>>,
+    /// Steps that clean up afterwards, by role (run even when the task failed).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub teardown: BTreeMap<String, Vec<steps::Step>>,
+    /// The checkpoint graph: a DAG; the task succeeds when every sink has passed.
+    pub checkpoints: Vec<Checkpoint>,
+    /// Step and time limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// What must hold before setup for the task to make sense (for people reading it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preconditions: Option<String>,
+}
+
+/// What kind of environment a role needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnvNeed {
+    /// The platform.
+    pub platform: Platform,
+}
+
+/// Platforms environments run.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Platform {
+    /// A Linux desktop (local Xvfb desktop, VM, or machine).
+    Linux,
+    /// An Android device or emulator.
+    Android,
+}
+
+impl std::fmt::Display for Platform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Linux => "linux",
+            Self::Android => "android",
+        })
+    }
+}
+
+/// One node of the checkpoint graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Checkpoint {
+    /// Id, unique within the task.
+    pub id: String,
+    /// Role of the environment it reads; omitted for checks of the agent's own actions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    /// Name of a checkpoint function (`pincer task functions` lists them).
+    pub check: String,
+    /// The function's arguments.
+    #[serde(default = "empty_args", skip_serializing_if = "is_empty_args")]
+    #[schemars(with = "BTreeMap<String, serde_json::Value>")]
+    pub args: serde_json::Value,
+    /// Checkpoints that must pass before this one is checked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+}
+
+fn empty_args() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
+}
+
+fn is_empty_args(v: &serde_json::Value) -> bool {
+    v.as_object().is_some_and(serde_json::Map::is_empty)
+}
+
+/// When a run gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Most agent actions.
+    #[serde(default = "default_steps")]
+    pub max_steps: u32,
+    /// Most wall-clock seconds from the first action.
+    #[serde(default = "default_seconds")]
+    pub max_seconds: u32,
+}
+
+fn default_steps() -> u32 {
+    15
+}
+
+fn default_seconds() -> u32 {
+    600
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_steps: default_steps(),
+            max_seconds: default_seconds(),
+        }
+    }
+}
+
+/// How a task spans environments, for aggregating results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlatformClass {
+    /// One Linux desktop.
+    SingleDesktop,
+    /// One Android device.
+    Android,
+    /// Several environments.
+    CrossEnvironment,
+}
+
+impl std::fmt::Display for PlatformClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::SingleDesktop => "single-desktop",
+            Self::Android => "android",
+            Self::CrossEnvironment => "cross-environment",
+        })
+    }
+}
+
+impl Task {
+    /// Which aggregate the task belongs to.
+    pub fn platform_class(&self) -> PlatformClass {
+        match self.envs.values().collect::<Vec<_>>().as_slice() {
+            [one] if one.platform == Platform::Android => PlatformClass::Android,
+            [_] => PlatformClass::SingleDesktop,
+            _ => PlatformClass::CrossEnvironment,
+        }
+    }
+
+    /// The task's JSON Schema.
+    pub fn schema() -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(Self)).unwrap_or_default()
+    }
+
+    /// The checkpoint graph in Graphviz DOT.
+    pub fn to_dot(&self) -> String {
+        let mut out = format!(
+            "digraph \"{}\" {{\n  rankdir=LR;\n  node [shape=box, style=rounded];\n",
+            escape_dot(&self.id)
+        );
+        for c in &self.checkpoints {
+            let env = c.env.as_deref().unwrap_or("agent");
+            out.push_str(&format!(
+                "  \"{}\" [label=\"{}\\n{}({})\"];\n",
+                escape_dot(&c.id),
+                escape_dot(&c.id),
+                escape_dot(&c.check),
+                escape_dot(env)
+            ));
+        }
+        for c in &self.checkpoints {
+            for a in &c.after {
+                out.push_str(&format!(
+                    "  \"{}\" -> \"{}\";\n",
+                    escape_dot(a),
+                    escape_dot(&c.id)
+                ));
+            }
+        }
+        out.push_str("}\n");
+        out
+    }
+
+    /// The checkpoint graph as a Mermaid flowchart.
+    pub fn to_mermaid(&self) -> String {
+        let ids: BTreeMap<&str, String> = self
+            .checkpoints
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.id.as_str(), format!("n{i}")))
+            .collect();
+        let mut out = String::from("flowchart LR\n");
+        for c in &self.checkpoints {
+            let env = c.env.as_deref().unwrap_or("agent");
+            out.push_str(&format!(
+                "  {}[\"{}<br/>{}({})\"]\n",
+                ids[c.id.as_str()],
+                escape_mermaid(&c.id),
+                escape_mermaid(&c.check),
+                escape_mermaid(env)
+            ));
+        }
+        for c in &self.checkpoints {
+            for a in &c.after {
+                if let Some(from) = ids.get(a.as_str()) {
+                    out.push_str(&format!("  {from} --> {}\n", ids[c.id.as_str()]));
+                }
+            }
+        }
+        out
+    }
+}
+
+fn escape_dot(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+fn escape_mermaid(s: &str) -> String {
+    s.replace('"', "#quot;")
+        .replace('<', "#lt;")
+        .replace('>', "#gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task() -> Task {
+        serde_json::from_value(serde_json::json!({
+            "id": "t1",
+            "instruction": "write hello",
+            "envs": {"desktop": {"platform": "linux"}},
+            "checkpoints": [
+                {"id": "a", "env": "desktop", "check": "file_exists", "args": {"path": "/tmp/x"}},
+                {"id": "b \"q\"", "env": "desktop", "check": "file_contains", "args": {"path": "/tmp/x", "text": "hi"}, "after": ["a"]}
+            ]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn defaults_and_classes() {
+        let t = task();
+        assert_eq!(t.limits, Limits::default());
+        assert_eq!(t.platform_class(), PlatformClass::SingleDesktop);
+        let mut cross = t.clone();
+        cross.envs.insert(
+            "phone".into(),
+            EnvNeed {
+                platform: Platform::Android,
+            },
+        );
+        assert_eq!(cross.platform_class(), PlatformClass::CrossEnvironment);
+    }
+
+    #[test]
+    fn graphs_export_to_dot_and_mermaid() {
+        let t = task();
+        let dot = t.to_dot();
+        assert!(dot.contains("\"a\" -> \"b \\\"q\\\"\""), "{dot}");
+        assert!(dot.contains("file_contains(desktop)"), "{dot}");
+        let m = t.to_mermaid();
+        assert!(m.starts_with("flowchart LR"), "{m}");
+        assert!(m.contains("n0 --> n1"), "{m}");
+        assert!(m.contains("b #quot;q#quot;"), "{m}");
+    }
+
+    #[test]
+    fn schema_describes_the_fields() {
+        let s = Task::schema().to_string();
+        for field in [
+            "instruction",
+            "checkpoints",
+            "max_steps",
+            "wait_window",
+            "after",
+        ] {
+            assert!(s.contains(field), "schema lacks {field}");
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! Setup and teardown steps: the typed, declarative things a task may do to an environment
+//! before the agent starts (write a file, run a program, start an app and wait for its
+//! window, put text on the clipboard). They run through the setup class of the protocol.
+
+use crate::env::{ClientError, Environment};
+use base64::Engine as _;
+use pincer_shared::Request;
+use pincer_shared::probe::{Probe, ProbeReply, WindowInfo};
+use pincer_shared::setup::{ExecRequest, Setup, WindowOp};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// One setup or teardown step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "do", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Step {
+    /// Write a file (parents created), from text or base64.
+    WriteFile {
+        /// Destination (`~` is the environment user's home).
+        path: String,
+        /// Text content.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+        /// Binary content, base64.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        base64: Option<String>,
+        /// Octal permission bits, such as "644".
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<String>,
+    },
+    /// Remove a file or directory tree (missing is fine).
+    Remove {
+        /// What to remove.
+        path: String,
+    },
+    /// Create a directory and its parents.
+    MakeDir {
+        /// The directory.
+        path: String,
+    },
+    /// Run a program to completion.
+    Exec {
+        /// Program and arguments.
+        argv: Vec<String>,
+        /// Kill it after this long (default 60 s).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+        /// Fail the setup unless it exits with 0 (default true).
+        #[serde(default = "yes")]
+        check: bool,
+    },
+    /// Start a program and return at once.
+    Launch {
+        /// Program and arguments.
+        argv: Vec<String>,
+    },
+    /// Wait until a window whose title contains this text exists.
+    WaitWindow {
+        /// Part of the title.
+        title_contains: String,
+        /// Give up after this long (default 30 s).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    },
+    /// Change the first window whose title contains this text.
+    Window {
+        /// Part of the title.
+        title_contains: String,
+        /// activate, maximize, restore, minimize or close.
+        op: WindowAction,
+    },
+    /// Wait.
+    Sleep {
+        /// Milliseconds.
+        ms: u64,
+    },
+    /// Put text on the clipboard.
+    SetClipboard {
+        /// The text.
+        text: String,
+    },
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Window operations available to setup steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowAction {
+    /// Raise and focus.
+    Activate,
+    /// Fill the screen.
+    Maximize,
+    /// Undo maximize.
+    Restore,
+    /// Iconify.
+    Minimize,
+    /// Close as the close button does.
+    Close,
+}
+
+impl From<WindowAction> for WindowOp {
+    fn from(a: WindowAction) -> Self {
+        match a {
+            WindowAction::Activate => Self::Activate,
+            WindowAction::Maximize => Self::Maximize,
+            WindowAction::Restore => Self::Restore,
+            WindowAction::Minimize => Self::Minimize,
+            WindowAction::Close => Self::Close,
+        }
+    }
+}
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StepError {
+    /// The environment refused or failed.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The step itself is wrong (bad base64, bad mode).
+    #[error("{0}")]
+    Invalid(String),
+    /// A checked program failed.
+    #[error("`{argv}` ended with {status}: {stderr}")]
+    Failed {
+        /// The command line.
+        argv: String,
+        /// How it ended.
+        status: String,
+        /// The end of its stderr.
+        stderr: String,
+    },
+    /// A wait ran out.
+    #[error("no window with '{title}' in its title after {after:?}")]
+    NoWindow {
+        /// The title part waited for.
+        title: String,
+        /// How long was waited.
+        after: Duration,
+    },
+}
+
+impl Step {
+    /// A one-line description for progress output.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::WriteFile { path, .. } => format!("write {path}"),
+            Self::Remove { path } => format!("remove {path}"),
+            Self::MakeDir { path } => format!("mkdir {path}"),
+            Self::Exec { argv, .. } => format!("exec {}", argv.join(" ")),
+            Self::Launch { argv } => format!("launch {}", argv.join(" ")),
+            Self::WaitWindow { title_contains, .. } => {
+                format!("wait for window '{title_contains}'")
+            }
+            Self::Window { title_contains, op } => {
+                format!("{op:?} window '{title_contains}'").to_lowercase()
+            }
+            Self::Sleep { ms } => format!("sleep {ms} ms"),
+            Self::SetClipboard { .. } => "set clipboard".into(),
+        }
+    }
+
+    /// Checks what can be checked without an environment (base64, modes, empty argv).
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            Self::WriteFile {
+                content,
+                base64,
+                mode,
+                ..
+            } => {
+                if content.is_some() == base64.is_some() {
+                    return Err("write_file needs exactly one of `content` and `base64`".into());
+                }
+                if let Some(b) = base64 {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(b)
+                        .map_err(|e| format!("`base64` is not valid base64: {e}"))?;
+                }
+                if let Some(m) = mode {
+                    parse_mode(m)?;
+                }
+                Ok(())
+            }
+            Self::Exec { argv, .. } | Self::Launch { argv } if argv.is_empty() => {
+                Err("`argv` is empty".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs the step on an environment.
+    pub async fn run(&self, env: &Environment) -> Result<(), StepError> {
+        self.validate().map_err(StepError::Invalid)?;
+        match self {
+            Self::WriteFile {
+                path,
+                content,
+                base64,
+                mode,
+            } => {
+                let bytes = match (content, base64) {
+                    (Some(c), _) => c.as_bytes().to_vec(),
+                    (None, Some(b)) => base64::engine::general_purpose::STANDARD
+                        .decode(b)
+                        .map_err(|e| StepError::Invalid(e.to_string()))?,
+                    (None, None) => Vec::new(),
+                };
+                let mode = mode
+                    .as_deref()
+                    .map(parse_mode)
+                    .transpose()
+                    .map_err(StepError::Invalid)?;
+                env.write_file(path, &bytes, mode.unwrap_or(0o644)).await?;
+            }
+            Self::Remove { path } => env.remove(path).await?,
+            Self::MakeDir { path } => env.make_dir(path).await?,
+            Self::Exec {
+                argv,
+                timeout_ms,
+                check,
+            } => {
+                let mut req = ExecRequest::new(argv.clone());
+                req.timeout_ms = timeout_ms.unwrap_or(60_000);
+                let out = env.exec(req).await?;
+                if *check && !out.status.success() {
+                    let err = String::from_utf8_lossy(&out.stderr);
+                    let tail: String = err
+                        .chars()
+                        .rev()
+                        .take(300)
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect();
+                    return Err(StepError::Failed {
+                        argv: argv.join(" "),
+                        status: out.status.to_string(),
+                        stderr: tail.trim().to_owned(),
+                    });
+                }
+            }
+            Self::Launch { argv } => {
+                env.launch(argv.clone(), Vec::new()).await?;
+            }
+            Self::WaitWindow {
+                title_contains,
+                timeout_ms,
+            } => {
+                wait_window(
+                    env,
+                    title_contains,
+                    Duration::from_millis(timeout_ms.unwrap_or(30_000)),
+                )
+                .await?;
+            }
+            Self::Window { title_contains, op } => {
+                let w = wait_window(env, title_contains, Duration::from_secs(10)).await?;
+                let req = Request::Setup(Setup::Window {
+                    id: w.id,
+                    op: (*op).into(),
+                });
+                env.call(&req, None, env.deadlines().call).await?;
+            }
+            Self::Sleep { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
+            Self::SetClipboard { text } => env.set_clipboard(text).await?,
+        }
+        Ok(())
+    }
+}
+
+fn parse_mode(m: &str) -> Result<u32, String> {
+    u32::from_str_radix(m.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|v| *v <= 0o7777)
+        .ok_or_else(|| format!("mode '{m}' is not octal permission bits such as \"644\""))
+}
+
+/// Polls the window list until a window's title contains `title`.
+pub async fn wait_window(
+    env: &Environment,
+    title: &str,
+    timeout: Duration,
+) -> Result<WindowInfo, StepError> {
+    let start = Instant::now();
+    loop {
+        if let ProbeReply::Windows(ws) = env.probe(Probe::Windows).await?
+            && let Some(w) = ws.into_iter().rev().find(|w| w.title.contains(title))
+        {
+            return Ok(w);
+        }
+        if start.elapsed() > timeout {
+            return Err(StepError::NoWindow {
+                title: title.to_owned(),
+                after: timeout,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs steps in order, stopping at the first failure.
+pub async fn run_all(
+    env: &Environment,
+    steps: &[Step],
+    progress: &mut dyn FnMut(&Step),
+) -> Result<(), (usize, StepError)> {
+    for (i, s) in steps.iter().enumerate() {
+        progress(s);
+        s.run(env).await.map_err(|e| (i, e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_parse_and_validate() {
+        let s: Step = serde_json::from_value(
+            serde_json::json!({"do": "write_file", "path": "~/a", "content": "x", "mode": "600"}),
+        )
+        .unwrap();
+        assert!(s.validate().is_ok());
+        let bad: Step = serde_json::from_value(serde_json::json!({"do": "write_file", "path": "~/a", "content": "x", "base64": "eA=="})).unwrap();
+        assert!(bad.validate().unwrap_err().contains("exactly one"));
+        let bad: Step = serde_json::from_value(
+            serde_json::json!({"do": "write_file", "path": "~/a", "base64": "%%%"}),
+        )
+        .unwrap();
+        assert!(bad.validate().unwrap_err().contains("base64"));
+        let bad: Step = serde_json::from_value(
+            serde_json::json!({"do": "write_file", "path": "~/a", "content": "", "mode": "999"}),
+        )
+        .unwrap();
+        assert!(bad.validate().unwrap_err().contains("octal"));
+        let e: Step =
+            serde_json::from_value(serde_json::json!({"do": "exec", "argv": ["true"]})).unwrap();
+        assert!(matches!(e, Step::Exec { check: true, .. }));
+        assert!(serde_json::from_value::<Step>(serde_json::json!({"do": "explode"})).is_err());
+        assert_eq!(parse_mode("0o755"), Ok(0o755));
+    }
+}
