@@ -1153,7 +1153,14 @@ impl Walk {
         let mut extents = None;
         if let Some(screen) = self.visible.filter(|_| !is_app && core.ifaces.component) {
             let rect = self.extents(app, &obj).await;
-            if rect.is_none_or(|r| r.intersect(&screen).is_none()) {
+            // A showing node without usable bounds is kept (GTK's current notebook page
+            // reports bogus extents, yet its children are on screen); one that is not
+            // showing is hidden.
+            let off_screen = match rect {
+                Some(r) => r.intersect(&screen).is_none(),
+                None => !core.has(STATE_SHOWING),
+            };
+            if off_screen {
                 return None;
             }
             extents = Some(rect);

@@ -149,20 +149,31 @@ impl Reader {
         Ok(())
     }
 
-    fn text(&self) -> Result<Option<String>, WireError> {
-        let atoms = &self.atoms;
-        let owner = self
+    /// The window owning the clipboard selection now.
+    fn owner(&self) -> Result<xproto::Window, WireError> {
+        Ok(self
             .conn
-            .get_selection_owner(atoms.CLIPBOARD)
+            .get_selection_owner(self.atoms.CLIPBOARD)
             .map_err(lost)?
             .reply()
             .map_err(refused)?
-            .owner;
+            .owner)
+    }
+
+    fn text(&self) -> Result<Option<String>, WireError> {
+        let atoms = &self.atoms;
+        let owner = self.owner()?;
         if owner == x11rb::NONE {
             return Ok(None);
         }
         for target in [atoms.UTF8_STRING, AtomEnum::STRING.into()] {
-            if let Some((kind, bytes)) = self.convert(target)? {
+            let converted = match self.convert(target) {
+                // The owner may have exited while we asked (an app closing right after a
+                // copy): then the clipboard is simply empty now.
+                Err(WireError::Timeout { .. }) if self.owner()? == x11rb::NONE => return Ok(None),
+                other => other?,
+            };
+            if let Some((kind, bytes)) = converted {
                 return Ok(Some(if kind == u32::from(AtomEnum::STRING) {
                     // ISO Latin-1: every byte is the code point.
                     bytes.iter().map(|&b| char::from(b)).collect()

@@ -10,6 +10,20 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
+/// Expands a leading `~` in arguments to the agent user's home, as a shell would, so task
+/// files can say `mousepad ~/notes/a.txt` whatever the home directory is.
+fn expand(args: &[String]) -> Vec<String> {
+    args.iter()
+        .map(|a| {
+            if a == "~" || a.starts_with("~/") {
+                crate::probe::resolve(a).display().to_string()
+            } else {
+                a.clone()
+            }
+        })
+        .collect()
+}
+
 /// Runs a program to completion, killing its process group after the timeout.
 pub(crate) async fn run(req: &ExecRequest) -> Result<ExecOutput, WireError> {
     let (program, args) = req
@@ -26,9 +40,10 @@ pub(crate) async fn run(req: &ExecRequest) -> Result<ExecOutput, WireError> {
             ),
         });
     }
+    let args = expand(args);
     let cap = req.max_output.min(MAX_EXEC_OUTPUT);
     let mut cmd = Command::new(program);
-    cmd.args(args)
+    cmd.args(&args)
         .envs(req.env.iter().map(|(k, v)| (k, v)))
         .stdin(if req.stdin.is_empty() {
             Stdio::null()
@@ -112,8 +127,9 @@ pub(crate) fn launch(
         .ok_or_else(|| WireError::InvalidArgument {
             message: "launch needs a program: argv is empty".into(),
         })?;
+    let args = expand(args);
     let mut cmd = Command::new(program);
-    cmd.args(args)
+    cmd.args(&args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -192,6 +208,16 @@ mod tests {
 
     fn req(argv: &[&str]) -> ExecRequest {
         ExecRequest::new(argv.iter().copied())
+    }
+
+    #[tokio::test]
+    async fn home_relative_arguments_are_expanded() {
+        let home = std::env::var("HOME").unwrap();
+        let out = run(&req(&["echo", "~/x", "a~/b", "~"])).await.unwrap();
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            format!("{home}/x a~/b {home}\n")
+        );
     }
 
     #[tokio::test]

@@ -390,6 +390,7 @@ pub fn compose(
         checkpoints,
         limits: Limits::default(),
         preconditions: None,
+        oracle: None,
     })
 }
 

@@ -7,7 +7,7 @@
 use crate::compose::{self, Catalogue, Part};
 use crate::eval::functions::Library;
 use crate::eval::graph::Graph;
-use crate::task::Task;
+use crate::task::{Platform, Task};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -271,6 +271,19 @@ impl Report {
             );
         }
         row("total", self.files.iter().collect(), &mut out);
+        let on_phone = self
+            .files
+            .iter()
+            .filter(|f| f.status == Status::Evaluable)
+            .filter_map(|f| f.task.as_ref())
+            .filter(|t| t.envs.values().any(|e| e.platform == Platform::Android))
+            .count();
+        if on_phone > 0 {
+            let _ = writeln!(
+                out,
+                "({on_phone} of the evaluable tasks need an Android phone: their checks read it through the Android shim's probes)"
+            );
+        }
         if !self.reasons.is_empty() {
             let _ = writeln!(
                 out,
@@ -318,6 +331,245 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// CRAB's benchmark files: `$PINCER_CRAB_FIXTURES`, or `shared/fixtures/crab-benchmark-v0`
+    /// beside the repository (the workspace's `shared/` crate has no fixtures, so the walk
+    /// up from this crate finds the one next to the clone).
+    fn fixtures() -> Option<PathBuf> {
+        if let Some(p) = std::env::var_os("PINCER_CRAB_FIXTURES") {
+            return Some(PathBuf::from(p));
+        }
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .map(|a| a.join("shared/fixtures/crab-benchmark-v0"))
+            .find(|p| p.join("SOURCE.md").is_file())
+    }
+
+    /// (files, evaluable, partial, failed) of a group.
+    fn counts(r: &Report, group: &str) -> (usize, usize, usize, usize) {
+        let fs: Vec<&FileReport> = r.files.iter().filter(|f| f.group == group).collect();
+        let n = |p: fn(&Status) -> bool| fs.iter().filter(|f| p(&f.status)).count();
+        (
+            fs.len(),
+            n(|s| *s == Status::Evaluable),
+            n(|s| matches!(s, Status::Unsupported(_))),
+            n(|s| *s == Status::Failed),
+        )
+    }
+
+    fn task<'a>(r: &'a Report, file: &str) -> &'a Task {
+        r.files
+            .iter()
+            .find(|f| f.file == file)
+            .and_then(|f| f.task.as_ref())
+            .unwrap_or_else(|| panic!("{file} was not converted"))
+    }
+
+    fn after<'a>(t: &'a Task, id: &str) -> &'a [String] {
+        &t.checkpoints
+            .iter()
+            .find(|c| c.id == id)
+            .unwrap_or_else(|| panic!("{}: no checkpoint {id}", t.id))
+            .after
+    }
+
+    #[test]
+    fn crab_benchmark_v0_imports_with_the_expected_counts() {
+        let Some(dir) = fixtures() else {
+            eprintln!(
+                "SKIPPED: CRAB fixtures not found (shared/fixtures/crab-benchmark-v0 beside the repository, or $PINCER_CRAB_FIXTURES)"
+            );
+            return;
+        };
+        let cat = Catalogue::bundled().unwrap();
+        let r = import_dir(&dir, &cat, &Library::standard()).unwrap();
+        let failed: Vec<String> = r
+            .files
+            .iter()
+            .filter(|f| f.status == Status::Failed)
+            .map(|f| format!("{}: {}", f.file, f.detail))
+            .collect();
+        assert!(failed.is_empty(), "failed:\n{}", failed.join("\n"));
+        assert_eq!(r.files.len(), 123);
+        // Fully evaluable = no template that needs the live web, a Google account or a
+        // learned model (docs/crab.md lists them).
+        assert_eq!(counts(&r, "android"), (36, 8, 28, 0));
+        assert_eq!(counts(&r, "ubuntu"), (77, 30, 47, 0));
+        assert_eq!(counts(&r, "cross"), (10, 1, 9, 0));
+        // 19 of the 35 templates are not evaluable offline, and every one is used.
+        assert_eq!(r.reasons.len(), 19, "{:?}", r.reasons.keys());
+        assert!(
+            r.reasons
+                .values()
+                .all(|(name, why)| !name.is_empty() && why.len() > 20)
+        );
+        let summary = r.summary();
+        println!("{summary}");
+        let total: Vec<&str> = summary
+            .lines()
+            .find(|l| l.starts_with("total"))
+            .map(|l| l.split_whitespace().collect())
+            .unwrap_or_default();
+        assert_eq!(total, ["total", "123", "123", "39", "84", "0"], "{summary}");
+        assert!(
+            summary.contains("XFeat") && summary.contains("Google account"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("(9 of the evaluable tasks need an Android phone"),
+            "{summary}"
+        );
+
+        // A cross-environment task: print a file in a terminal, then save it as a Keep note.
+        let t = task(&r, "cross/1e92db38-501e-429b-ac31-453d1af10a25.json");
+        assert_eq!(t.envs.keys().collect::<Vec<_>>(), vec!["desktop", "phone"]);
+        assert_eq!(t.envs["phone"].platform, Platform::Android);
+        assert_eq!(t.envs["desktop"].platform, Platform::Linux);
+        // The desktop sub-graph's sink leads to the phone sub-graph's source.
+        assert_eq!(after(t, "s1.keep"), ["s0.typed-cat"]);
+        let env_of = |id: &str| {
+            t.checkpoints
+                .iter()
+                .find(|c| c.id == id)
+                .and_then(|c| c.env.clone())
+        };
+        assert_eq!(env_of("s0.terminal").as_deref(), Some("desktop"));
+        assert_eq!(env_of("s1.keep").as_deref(), Some("phone"));
+        assert_eq!(env_of("s0.typed-cat"), None);
+        assert_eq!(t.limits.max_steps, CRAB_STEP_LIMIT);
+        // The instruction is CRAB's composed description, not the templates' texts.
+        let file: CrabFile = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("cross/1e92db38-501e-429b-ac31-453d1af10a25.json"))
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(t.instruction, file.description);
+
+        // A diamond (CRAB's mail graph) after a desktop sub-task: the one sink links to the
+        // one source, and the diamond keeps its shape.
+        let t = task(&r, "cross/760ed27e-b1bd-451f-8659-bdb9845fcb7f.json");
+        assert_eq!(after(t, "s1.gmail"), ["s0.typed-cat"]);
+        assert_eq!(
+            after(t, "s1.composed"),
+            ["s1.typed-mail", "s1.typed-content"]
+        );
+        assert_eq!(after(t, "s1.typed-mail"), ["s1.gmail"]);
+
+        // The attribute values are given literally, whatever CRAB's types say: the post
+        // code's task feeds a Writer task whose file is named by hand.
+        let t = task(&r, "cross/05a7633d-b966-471c-8848-e18e69ad265f.json");
+        let query = t.checkpoints.iter().find(|c| c.id == "s0.query").unwrap();
+        assert_eq!(
+            query.args["contains"],
+            serde_json::json!(["Germany", "44145"])
+        );
+        let pasted = t.checkpoints.iter().find(|c| c.id == "s1.pasted").unwrap();
+        assert_eq!(pasted.args["path"], "/home/crab/Desktop/target.odt");
+
+        // Every converted task is written and reads back as a valid task.
+        let out = tempfile::tempdir().unwrap();
+        assert_eq!(r.write_tasks(out.path()).unwrap(), 123);
+        let back = crate::task::load_file(
+            &out.path()
+                .join("cross/1e92db38-501e-429b-ac31-453d1af10a25.json"),
+        )
+        .unwrap();
+        assert_eq!(
+            &back,
+            task(&r, "cross/1e92db38-501e-429b-ac31-453d1af10a25.json")
+        );
+        Graph::build(&back, &Library::standard()).unwrap();
+    }
+
+    #[test]
+    fn every_crab_template_is_complete() {
+        let cat = Catalogue::bundled().unwrap();
+        let lib = Library::standard();
+        let crab: Vec<&compose::Template> = cat
+            .templates
+            .values()
+            .filter(|t| t.id.len() == 36 && t.id.matches('-').count() == 4)
+            .collect();
+        assert_eq!(crab.len(), 35);
+        for t in crab {
+            assert!(!t.name.is_empty(), "{}", t.id);
+            assert!(!t.checkpoints.is_empty(), "{}", t.id);
+            if let Some(u) = &t.unsupported {
+                assert!(u.len() > 20, "{}: say exactly why: {u}", t.id);
+            }
+            // Placeholders name attributes, and every checkpoint builds with values filled.
+            let values: BTreeMap<String, String> = t
+                .attributes
+                .iter()
+                .map(|a| (a.name.clone(), format!("v-{}-42", a.name)))
+                .collect();
+            let task = compose::compose(
+                "t",
+                &[Part {
+                    template: t,
+                    values,
+                }],
+                &[],
+                None,
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", t.id));
+            Graph::build(&task, &lib).unwrap_or_else(|e| panic!("{}: {e}", t.id));
+        }
+    }
+
+    #[test]
+    fn unknown_templates_and_bad_files_fail_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = dir.path().join("ubuntu");
+        std::fs::create_dir_all(&g).unwrap();
+        let ok = r#"{"description": "Say hi.", "tasks": [{"task": "1c3bedc3-ea5a-453c-a15b-223d72ab756d", "attribute": {"content": "hi"}, "output": null}], "adjlist": "0", "id": "ok"}"#;
+        std::fs::write(g.join("ok.json"), ok).unwrap();
+        let unknown = ok.replace("1c3bedc3-ea5a-453c-a15b-223d72ab756d", "nope");
+        std::fs::write(g.join("unknown.json"), unknown).unwrap();
+        std::fs::write(g.join("broken.json"), "{").unwrap();
+        let missing = ok.replace(r#""content": "hi""#, r#""other": "hi""#);
+        std::fs::write(g.join("missing.json"), missing).unwrap();
+        let r = import_dir(
+            dir.path(),
+            &Catalogue::bundled().unwrap(),
+            &Library::standard(),
+        )
+        .unwrap();
+        let detail = |f: &str| {
+            let fr = r
+                .files
+                .iter()
+                .find(|x| x.file == format!("ubuntu/{f}"))
+                .unwrap();
+            (fr.status.clone(), fr.detail.clone())
+        };
+        assert_eq!(detail("ok.json").0, Status::Evaluable);
+        let (s, d) = detail("unknown.json");
+        assert!(
+            s == Status::Failed && d.contains("no pincer template for CRAB sub-task nope"),
+            "{d}"
+        );
+        let (s, d) = detail("broken.json");
+        assert!(
+            s == Status::Failed && d.contains("not a CRAB task file"),
+            "{d}"
+        );
+        let (s, d) = detail("missing.json");
+        assert!(
+            s == Status::Failed && d.contains("no value for attribute 'content'"),
+            "{d}"
+        );
+        assert!(r.summary().contains("failed to convert"), "{}", r.summary());
+        let empty = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            import_dir(
+                empty.path(),
+                &Catalogue::bundled().unwrap(),
+                &Library::standard()
+            ),
+            Err(ImportError::Empty(_))
+        ));
+    }
 
     #[test]
     fn adjlists_parse_like_networkx() {

@@ -3,6 +3,7 @@
 //! graph evaluator, agents and the benchmark runner. The `pincer` binary is a thin CLI
 //! over this library.
 
+pub mod agent;
 pub mod bench;
 pub mod compose;
 pub mod crab;
@@ -11,4 +12,6 @@ pub mod env;
 pub mod eval;
 pub mod metrics;
 pub mod paths;
+pub mod report;
+pub mod run;
 pub mod task;

@@ -6,6 +6,7 @@ mod desktop;
 mod envs;
 mod observe;
 mod ops;
+mod run;
 mod task;
 
 use clap::{Parser, Subcommand};
@@ -54,6 +55,13 @@ enum Command {
     /// Tasks, checkpoint functions, templates, composition and the CRAB importer.
     #[command(subcommand)]
     Task(task::TaskCmd),
+    /// Run a benchmark: tasks x agent over environment sets.
+    Run(run::RunArgs),
+    /// Write the Markdown and HTML report of a run directory.
+    Report {
+        /// The run directory.
+        dir: PathBuf,
+    },
     /// Latency of every kind of call (min, p50, p95, p99, max).
     Bench(observe::BenchArgs),
     /// Make a new random token file.
@@ -124,6 +132,12 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
         Command::File(c) => ops::file(c, &reg).await,
         Command::Bench(a) => observe::bench(a, &reg).await,
         Command::Task(c) => task::run(c, &reg).await,
+        Command::Run(a) => run::run(a, &reg).await,
+        Command::Report { dir } => {
+            let p = pincer::report::write(&dir)?;
+            println!("{}\n{}", p.html.display(), p.markdown.display());
+            Ok(())
+        }
         Command::Token(a) => envs::token(a),
         Command::Demo(a) => demo::run(a, &reg).await,
     }

@@ -43,7 +43,7 @@ pub(crate) enum TaskCmd {
     Functions {
         /// Print each function's argument schema too.
         #[arg(long)]
-        verbose: bool,
+        schemas: bool,
     },
     /// List sub-task templates.
     Templates {
@@ -71,7 +71,7 @@ pub(crate) enum TaskCmd {
         out: Option<PathBuf>,
         /// Print one line per file.
         #[arg(long)]
-        verbose: bool,
+        per_file: bool,
     },
     /// Set a task up on live environments and print every checkpoint's state now.
     Check {
@@ -171,7 +171,7 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
             }
         }
         TaskCmd::Schema => println!("{}", serde_json::to_string_pretty(&Task::schema())?),
-        TaskCmd::Functions { verbose } => {
+        TaskCmd::Functions { schemas } => {
             for f in lib.iter() {
                 let reads = match f.reads {
                     Reads::Env(p) => p
@@ -184,7 +184,7 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
                 };
                 println!("{:<24} [{reads}] {}", f.name, f.summary);
                 println!("{:<24} e.g. {}", "", f.example);
-                if verbose {
+                if schemas {
                     println!("{}", serde_json::to_string_pretty(&f.schema)?);
                 }
             }
@@ -235,10 +235,10 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
                 None => println!("{json}"),
             }
         }
-        TaskCmd::ImportCrab { dir, out, verbose } => {
+        TaskCmd::ImportCrab { dir, out, per_file } => {
             let cat = Catalogue::bundled()?;
             let report = pincer::crab::import_dir(&dir, &cat, &lib)?;
-            if verbose {
+            if per_file {
                 for f in &report.files {
                     println!("{:<8} {:<44} {}", f.status.label(), f.file, f.detail);
                 }

@@ -276,6 +276,12 @@ impl Environment {
             .map(|s| s.info.clone())
     }
 
+    /// Screen width and height as reported when the current connection was made.
+    pub fn screen_size(&self) -> (u32, u32) {
+        self.info()
+            .map_or((0, 0), |i| (i.screen.width, i.screen.height))
+    }
+
     /// The deadlines in force.
     pub fn deadlines(&self) -> &Deadlines {
         &self.deadlines

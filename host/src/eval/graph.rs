@@ -14,7 +14,7 @@ use crate::env::{ClientError, Environment};
 use crate::task::{Platform, Task};
 use petgraph::graph::{DiGraph, NodeIndex};
 use pincer_shared::probe::Probe;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Arc;
@@ -151,7 +151,7 @@ pub struct Graph {
 }
 
 /// How far one checkpoint got.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeProgress {
     /// Checkpoint id.
     pub id: String,
@@ -164,7 +164,7 @@ pub struct NodeProgress {
 }
 
 /// What one evaluation step did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepReport {
     /// Checkpoints that passed in this step, in the order they passed.
     pub passed: Vec<String>,

@@ -4,6 +4,7 @@
 //! file is reported with the file, the path inside it and what was expected.
 
 mod load;
+pub mod oracle;
 pub mod steps;
 
 pub use load::{LoadError, Source, TaskSet, bundled_suites, load_file, load_path, parse};
@@ -39,6 +40,9 @@ pub struct Task {
     /// What must hold before setup for the task to make sense (for people reading it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preconditions: Option<String>,
+    /// Steps that solve the task, replayed by the oracle agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<Vec<oracle::OracleStep>>,
 }
 
 /// What kind of environment a role needs.
@@ -221,6 +225,19 @@ impl Task {
         }
         out
     }
+}
+
+/// A file-name-safe form of an id.
+pub fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 fn escape_dot(s: &str) -> String {

@@ -307,7 +307,7 @@ pub async fn wait_window(
 pub async fn run_all(
     env: &Environment,
     steps: &[Step],
-    progress: &mut dyn FnMut(&Step),
+    progress: &mut (dyn FnMut(&Step) + Send),
 ) -> Result<(), (usize, StepError)> {
     for (i, s) in steps.iter().enumerate() {
         progress(s);

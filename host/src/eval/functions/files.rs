@@ -1,9 +1,10 @@
 //! Files and directories: existence, content, patterns, copies and images.
 
+use super::system::final_line;
 use super::{ANY, LINUX, Library, Reads, clip};
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
 use pincer_shared::limits::MAX_INLINE_FILE;
-use pincer_shared::probe::{FileKind, Probe, ProbeReply};
+use pincer_shared::probe::{FileContent, FileKind, Probe, ProbeReply};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -53,6 +54,47 @@ impl Check for Exists {
     }
 }
 
+/// The probes that read a file's content: its stat first, so that a directory (or a
+/// device) where the file should be is judged as the agent's doing instead of failing the
+/// read, which the guest refuses for anything but a file.
+fn read_probes(path: &str, max_len: u64) -> Vec<Probe> {
+    vec![
+        Probe::Stat { path: path.into() },
+        Probe::ReadFile {
+            path: path.into(),
+            max_len,
+        },
+    ]
+}
+
+/// The content read by [`read_probes`], or what was there instead (`what`: "file",
+/// "image").
+fn read<'a>(
+    path: &str,
+    r: &[&'a ProbeResult],
+    what: &str,
+) -> Result<Result<&'a FileContent, String>, EvalError> {
+    let s = match reply(r[0], "stat")? {
+        ProbeReply::Stat(s) => s,
+        other => return Err(unexpected("stat", other)),
+    };
+    match s.kind {
+        None => return Ok(Err(format!("{what} {path} does not exist"))),
+        Some(FileKind::Dir) => return Ok(Err(format!("{path} is a directory, not a {what}"))),
+        Some(FileKind::Other) => {
+            return Ok(Err(format!("{path} is a special file, not a {what}")));
+        }
+        // A symlink is read through.
+        Some(FileKind::File | FileKind::Symlink) => {}
+    }
+    match reply(r[1], "read file")? {
+        ProbeReply::File(Some(f)) => Ok(Ok(f)),
+        // Gone (or a dangling link) between the stat and the read.
+        ProbeReply::File(None) => Ok(Err(format!("{what} {path} does not exist"))),
+        other => Err(unexpected("read file", other)),
+    }
+}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ContainsArgs {
@@ -86,7 +128,8 @@ fn yes() -> bool {
 struct MatchesArgs {
     /// The file.
     path: String,
-    /// A regular expression (Rust syntax) that must match somewhere in it.
+    /// A regular expression (Rust syntax) that must match somewhere in it (`$` also matches
+    /// before the final newline).
     regex: String,
 }
 
@@ -107,19 +150,13 @@ struct FileText {
 
 impl Check for FileText {
     fn probes(&self) -> Vec<Probe> {
-        vec![Probe::ReadFile {
-            path: self.path.clone(),
-            max_len: MAX_INLINE_FILE,
-        }]
+        read_probes(&self.path, MAX_INLINE_FILE)
     }
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
-        let f = match reply(r[0], "read file")? {
-            ProbeReply::File(Some(f)) => f,
-            ProbeReply::File(None) => {
-                return Ok(Verdict::fail(format!("file {} does not exist", self.path)));
-            }
-            other => return Err(unexpected("read file", other)),
+        let f = match read(&self.path, r, "file")? {
+            Ok(f) => f,
+            Err(seen) => return Ok(Verdict::fail(seen)),
         };
         let text = String::from_utf8_lossy(&f.bytes);
         let p = &self.path;
@@ -159,7 +196,7 @@ impl Check for FileText {
                     ),
                 )
             }
-            TextTest::Matches(re) => match re.find(&text) {
+            TextTest::Matches(re) => match re.find(final_line(&text)) {
                 Some(m) => Verdict::pass(format!(
                     "file {p} matches /{re}/ at '{}'",
                     clip(m.as_str(), 40)
@@ -287,20 +324,14 @@ const IMAGE_HEADER: u64 = 512 * 1024;
 
 impl Check for Image {
     fn probes(&self) -> Vec<Probe> {
-        vec![Probe::ReadFile {
-            path: self.a.path.clone(),
-            max_len: IMAGE_HEADER,
-        }]
+        read_probes(&self.a.path, IMAGE_HEADER)
     }
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
         let p = &self.a.path;
-        let f = match reply(r[0], "read file")? {
-            ProbeReply::File(Some(f)) => f,
-            ProbeReply::File(None) => {
-                return Ok(Verdict::fail(format!("image {p} does not exist")));
-            }
-            other => return Err(unexpected("read file", other)),
+        let f = match read(p, r, "image")? {
+            Ok(f) => f,
+            Err(seen) => return Ok(Verdict::fail(seen)),
         };
         let (Ok(size), Ok(kind)) = (
             imagesize::blob_size(&f.bytes),

@@ -6,8 +6,11 @@
 //! `any_of` combine others on the same environment.
 
 mod agent;
+mod android;
+mod documents;
 mod files;
 mod logic;
+mod media;
 mod system;
 mod tree;
 
@@ -103,6 +106,9 @@ impl Library {
         tree::register(&mut lib);
         agent::register(&mut lib);
         logic::register(&mut lib);
+        documents::register(&mut lib);
+        media::register(&mut lib);
+        android::register(&mut lib);
         lib
     }
 

@@ -13,6 +13,13 @@ struct ProcessArgs {
     name: String,
 }
 
+/// Text without its final line break, for regular expressions: command output and files
+/// end with one, and `^2$` should match `wc -l`'s "2\n" as it does in Python's `re`.
+pub(super) fn final_line(text: &str) -> &str {
+    text.strip_suffix('\n')
+        .map_or(text, |t| t.strip_suffix('\r').unwrap_or(t))
+}
+
 fn matches_process(p: &ProcessInfo, name: &str) -> bool {
     p.name == name
         || p.cmdline
@@ -103,7 +110,12 @@ fn describe(w: &WindowInfo) -> String {
 
 impl Check for Active {
     fn probes(&self) -> Vec<Probe> {
-        vec![Probe::ActiveWindow]
+        match self.0 {
+            ActiveTest::Title { .. } => vec![Probe::ActiveWindow],
+            // The window names its process by `comm`, which the kernel cuts to 15 bytes
+            // ("gtk3-widget-fac"); the process table has the program's full name.
+            ActiveTest::Process(_) => vec![Probe::ActiveWindow, Probe::Processes],
+        }
     }
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
@@ -128,14 +140,31 @@ impl Check for Active {
                     ),
                 )
             }
-            ActiveTest::Process(name) => Verdict::when(
-                w.process_name.as_deref() == Some(name.as_str()),
-                format!("the active window is {}", describe(w)),
-                format!(
-                    "the active window is {}, expected one of process '{name}'",
-                    describe(w)
-                ),
-            ),
+            ActiveTest::Process(name) => {
+                let ps = match reply(r[1], "processes")? {
+                    ProbeReply::Processes(ps) => ps,
+                    other => return Err(unexpected("processes", other)),
+                };
+                let owner = w.pid.and_then(|pid| ps.iter().find(|p| p.pid == pid));
+                // A window of a process outside the listed ones (another session) is
+                // judged by its `comm` alone.
+                let ok = match owner {
+                    Some(p) => matches_process(p, name),
+                    None => w.process_name.as_deref() == Some(name.as_str()),
+                };
+                let program = owner
+                    .and_then(|p| p.cmdline.first())
+                    .and_then(|a| a.rsplit('/').next());
+                let seen = match program {
+                    Some(program) => format!("'{}' ({})", clip(&w.title, 60), clip(program, 40)),
+                    None => describe(w),
+                };
+                Verdict::when(
+                    ok,
+                    format!("the active window is {seen}"),
+                    format!("the active window is {seen}, expected one of process '{name}'"),
+                )
+            }
         })
     }
 }
@@ -186,7 +215,8 @@ struct ClipContainsArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ClipMatchesArgs {
-    /// Regular expression that must match the clipboard text.
+    /// Regular expression that must match the clipboard text (`$` also matches before a
+    /// final newline).
     regex: String,
 }
 
@@ -232,7 +262,7 @@ impl Check for Clipboard {
                 )
             }
             ClipTest::Matches(re) => Verdict::when(
-                re.is_match(text),
+                re.is_match(final_line(text)),
                 format!("the clipboard holds '{}'", clip(text, 60)),
                 format!(
                     "the clipboard holds '{}', which does not match /{re}/",
@@ -262,11 +292,29 @@ struct Gsettings {
     value: String,
 }
 
-fn unquote(s: &str) -> &str {
+/// A GVariant string as `gsettings get` prints it, unquoted: in single quotes, or in
+/// double quotes when it holds a single quote, with `\` escapes. Anything else (numbers,
+/// booleans, arrays, an expected value written without quotes) is returned as it is.
+fn unquote(s: &str) -> String {
     let s = s.trim();
-    s.strip_prefix('\'')
-        .and_then(|t| t.strip_suffix('\''))
-        .unwrap_or(s)
+    let inner = ['\'', '"']
+        .into_iter()
+        .find_map(|q| s.strip_prefix(q)?.strip_suffix(q));
+    let Some(inner) = inner else {
+        return s.to_owned();
+    };
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match (c, chars.clone().next()) {
+            ('\\', Some(next @ ('\\' | '\'' | '"'))) => {
+                out.push(next);
+                chars.next();
+            }
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 impl Check for Gsettings {
@@ -307,7 +355,8 @@ impl Check for Gsettings {
 struct CommandArgs {
     /// Program and arguments (no shell unless you run one).
     argv: Vec<String>,
-    /// Regular expression that must match its standard output.
+    /// Regular expression that must match its standard output (`$` also matches before the
+    /// final newline).
     regex: String,
     /// Kill it after this many milliseconds.
     #[serde(default = "ten_seconds")]
@@ -342,11 +391,18 @@ impl Check for Command {
         };
         let text = String::from_utf8_lossy(&out.stdout);
         let cmd = clip(&self.argv.join(" "), 40);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // Why a command printed nothing useful is usually on its standard error.
+        let complaint = if stderr.trim().is_empty() {
+            String::new()
+        } else {
+            format!(", stderr '{}'", clip(stderr.trim(), 80))
+        };
         Ok(Verdict::when(
-            self.re.is_match(&text),
+            self.re.is_match(final_line(&text)),
             format!("`{cmd}` printed '{}'", clip(&text, 60)),
             format!(
-                "`{cmd}` printed '{}' ({}), which does not match /{}/",
+                "`{cmd}` printed '{}' ({}{complaint}), which does not match /{}/",
                 clip(&text, 60),
                 out.status,
                 self.re
@@ -463,4 +519,29 @@ pub(super) fn register(lib: &mut Library) {
             })
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{final_line, unquote};
+
+    #[test]
+    fn gsettings_strings_compare_unquoted() {
+        assert_eq!(unquote("'prefer-dark'"), "prefer-dark");
+        assert_eq!(unquote("prefer-dark"), "prefer-dark");
+        // `gsettings get` switches to double quotes when the string holds a single quote.
+        assert_eq!(unquote("\"Bob's\""), "Bob's");
+        assert_eq!(unquote(r"'a\\b \'c\''"), r"a\b 'c'");
+        assert_eq!(unquote("''"), "");
+        assert_eq!(unquote("uint32 5"), "uint32 5");
+        assert_eq!(unquote("['a', 'b']"), "['a', 'b']");
+    }
+
+    #[test]
+    fn only_the_final_line_break_is_dropped() {
+        assert_eq!(final_line("2\n"), "2");
+        assert_eq!(final_line("2\r\n"), "2");
+        assert_eq!(final_line("a\nb\n\n"), "a\nb\n");
+        assert_eq!(final_line("2"), "2");
+    }
 }

@@ -1,6 +1,6 @@
 //! The UI tree: a node matching a selector exists (or, with `count`, at least that many).
 
-use super::{ANY, Library, Reads};
+use super::{ANY, Library, Reads, clip};
 use crate::eval::selector::Selector;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
 use pincer_shared::observe::{TreeRequest, TreeScope};
@@ -56,23 +56,40 @@ impl Check for NodeExists {
         let sel = &self.a.selector;
         Ok(match found.first() {
             Some(n) if found.len() >= self.a.count => {
+                let text = n
+                    .text
+                    .as_deref()
+                    .filter(|t| !t.is_empty())
+                    .map(|t| format!(" with text '{}'", clip(t, 60)))
+                    .unwrap_or_default();
                 let at = n
                     .bounds
                     .map(|b| format!(" at {},{} {}x{}", b.x, b.y, b.width, b.height))
                     .unwrap_or_default();
                 Verdict::pass(format!(
-                    "found {} {:?}{at} ({} matching {sel})",
+                    "found {} {:?}{text}{at} ({} matching {sel})",
                     n.role,
                     n.name,
                     found.len()
                 ))
             }
-            _ => Verdict::fail(format!(
-                "{} of {} nodes match {sel}, expected at least {}",
-                found.len(),
-                tree.node_count,
-                self.a.count
-            )),
+            _ => {
+                // A scope that selects no application gives an empty desktop root.
+                let nothing = tree.root.role != "application" && tree.root.children.is_empty();
+                let scope = match &self.a.app {
+                    Some(app) if nothing => {
+                        format!(" (no application '{app}' in the UI tree)")
+                    }
+                    Some(app) => format!(" in application '{app}'"),
+                    None => String::new(),
+                };
+                Verdict::fail(format!(
+                    "{} of {} nodes{scope} match {sel}, expected at least {}",
+                    found.len(),
+                    tree.node_count,
+                    self.a.count
+                ))
+            }
         })
     }
 }

@@ -1,0 +1,935 @@
+//! The agents' action space: typed actions per platform, the tool (function-calling)
+//! definitions with JSON schemas that LLM backends send, parsing of a model's tool call or
+//! JSON text into an action, and resolution of an action into protocol input for one
+//! environment. Elements are named by their Set-of-Marks number; the click lands on the
+//! centre of the element's box.
+
+use crate::task::Platform;
+use pincer_shared::Action;
+use pincer_shared::action::{Gesture, MouseButton, Point, SystemKey};
+use pincer_shared::key::parse_combo;
+use pincer_shared::observe::Rect;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where on the screen: a Set-of-Marks element or coordinates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Target {
+    /// A numbered element from the marked screenshot.
+    Element {
+        /// The element's number.
+        element: u32,
+    },
+    /// Screen pixels.
+    Point {
+        /// From the left.
+        x: i32,
+        /// From the top.
+        y: i32,
+    },
+}
+
+/// One action an agent chose.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum AgentAction {
+    /// Left click.
+    Click {
+        /// Environment role.
+        env: String,
+        /// Where.
+        target: Target,
+    },
+    /// Double click.
+    DoubleClick {
+        /// Environment role.
+        env: String,
+        /// Where.
+        target: Target,
+    },
+    /// Right click.
+    RightClick {
+        /// Environment role.
+        env: String,
+        /// Where.
+        target: Target,
+    },
+    /// Type text (into the focused field, or click an element first).
+    Type {
+        /// Environment role.
+        env: String,
+        /// The text.
+        text: String,
+        /// Click this first.
+        target: Option<Target>,
+    },
+    /// Press one key ("enter", "tab", "escape", "a").
+    Key {
+        /// Environment role.
+        env: String,
+        /// The key.
+        key: String,
+    },
+    /// Press a key combination ("ctrl+s", ["ctrl", "shift", "t"]).
+    Hotkey {
+        /// Environment role.
+        env: String,
+        /// The keys, modifiers first.
+        keys: Vec<String>,
+    },
+    /// Scroll by wheel notches; positive dy scrolls down.
+    Scroll {
+        /// Environment role.
+        env: String,
+        /// Horizontal notches.
+        dx: i32,
+        /// Vertical notches.
+        dy: i32,
+        /// Where to scroll.
+        target: Option<Target>,
+    },
+    /// Drag from one place to another.
+    Drag {
+        /// Environment role.
+        env: String,
+        /// Start.
+        from: Target,
+        /// End.
+        to: Target,
+    },
+    /// Tap (phones).
+    Tap {
+        /// Environment role.
+        env: String,
+        /// Where.
+        target: Target,
+    },
+    /// Long press (phones).
+    LongPress {
+        /// Environment role.
+        env: String,
+        /// Where.
+        target: Target,
+    },
+    /// Swipe (phones).
+    Swipe {
+        /// Environment role.
+        env: String,
+        /// Start.
+        from: Target,
+        /// End.
+        to: Target,
+    },
+    /// Enter text (phones).
+    Text {
+        /// Environment role.
+        env: String,
+        /// The text.
+        text: String,
+    },
+    /// Home button (phones).
+    Home {
+        /// Environment role.
+        env: String,
+    },
+    /// Back button (phones).
+    Back {
+        /// Environment role.
+        env: String,
+    },
+    /// Do nothing for a while (let an app load).
+    Wait {
+        /// Seconds, at most 10.
+        seconds: f64,
+    },
+    /// Declare the task done.
+    Complete,
+    /// Answer the task's question.
+    Submit {
+        /// The answer.
+        answer: String,
+    },
+    /// Declare the task impossible.
+    Infeasible {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Why an agent's output is not a usable action.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid action: {0}")]
+pub struct InvalidAction(pub String);
+
+impl AgentAction {
+    /// The environment role it acts on, if any.
+    pub fn env(&self) -> Option<&str> {
+        match self {
+            Self::Click { env, .. }
+            | Self::DoubleClick { env, .. }
+            | Self::RightClick { env, .. }
+            | Self::Type { env, .. }
+            | Self::Key { env, .. }
+            | Self::Hotkey { env, .. }
+            | Self::Scroll { env, .. }
+            | Self::Drag { env, .. }
+            | Self::Tap { env, .. }
+            | Self::LongPress { env, .. }
+            | Self::Swipe { env, .. }
+            | Self::Text { env, .. }
+            | Self::Home { env }
+            | Self::Back { env } => Some(env),
+            Self::Wait { .. } | Self::Complete | Self::Submit { .. } | Self::Infeasible { .. } => {
+                None
+            }
+        }
+    }
+
+    /// The tool name of this action.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Click { .. } => "click",
+            Self::DoubleClick { .. } => "double_click",
+            Self::RightClick { .. } => "right_click",
+            Self::Type { .. } => "type",
+            Self::Key { .. } => "key",
+            Self::Hotkey { .. } => "hotkey",
+            Self::Scroll { .. } => "scroll",
+            Self::Drag { .. } => "drag",
+            Self::Tap { .. } => "tap",
+            Self::LongPress { .. } => "long_press",
+            Self::Swipe { .. } => "swipe",
+            Self::Text { .. } => "text",
+            Self::Home { .. } => "home",
+            Self::Back { .. } => "back",
+            Self::Wait { .. } => "wait",
+            Self::Complete => "complete",
+            Self::Submit { .. } => "submit",
+            Self::Infeasible { .. } => "infeasible",
+        }
+    }
+
+    /// A short human description ("click element 4 on desktop").
+    pub fn describe(&self) -> String {
+        let t = |t: &Target| match t {
+            Target::Element { element } => format!("element {element}"),
+            Target::Point { x, y } => format!("({x}, {y})"),
+        };
+        match self {
+            Self::Click { env, target }
+            | Self::DoubleClick { env, target }
+            | Self::RightClick { env, target }
+            | Self::Tap { env, target }
+            | Self::LongPress { env, target } => {
+                format!("{} {} on {env}", self.name(), t(target))
+            }
+            Self::Type { env, text, target } => format!(
+                "type {:?}{} on {env}",
+                text,
+                target
+                    .as_ref()
+                    .map(|x| format!(" into {}", t(x)))
+                    .unwrap_or_default()
+            ),
+            Self::Text { env, text } => format!("text {text:?} on {env}"),
+            Self::Key { env, key } => format!("key {key} on {env}"),
+            Self::Hotkey { env, keys } => format!("hotkey {} on {env}", keys.join("+")),
+            Self::Scroll { env, dx, dy, .. } => format!("scroll ({dx}, {dy}) on {env}"),
+            Self::Drag { env, from, to } | Self::Swipe { env, from, to } => {
+                format!("{} {} -> {} on {env}", self.name(), t(from), t(to))
+            }
+            Self::Home { env } | Self::Back { env } => format!("{} on {env}", self.name()),
+            Self::Wait { seconds } => format!("wait {seconds} s"),
+            Self::Complete => "complete".into(),
+            Self::Submit { answer } => format!("submit {answer:?}"),
+            Self::Infeasible { reason } => format!("infeasible: {reason}"),
+        }
+    }
+}
+
+/// A tool an LLM can call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolSpec {
+    /// Tool name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of its parameters.
+    pub parameters: serde_json::Value,
+}
+
+const DESKTOP: &[&str] = &[
+    "click",
+    "double_click",
+    "right_click",
+    "type",
+    "key",
+    "hotkey",
+    "scroll",
+    "drag",
+];
+const PHONE: &[&str] = &["tap", "long_press", "swipe", "text", "home", "back"];
+
+fn target_schema(what: &str) -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "description": format!("{what}: an element number from the marked screenshot ({{\"element\": 4}}) or screen pixels ({{\"x\": 100, \"y\": 200}})"),
+        "properties": {
+            "element": {"type": "integer", "description": "element number"},
+            "x": {"type": "integer"},
+            "y": {"type": "integer"}
+        }
+    })
+}
+
+/// The tools for a task whose environments have these roles and platforms. With several
+/// environments, every input tool takes a required `env`.
+pub fn tools(roles: &BTreeMap<String, Platform>) -> Vec<ToolSpec> {
+    let many = roles.len() > 1;
+    let mut out = Vec::new();
+    let mut input_tool = |name: &str,
+                          description: &str,
+                          platform: Platform,
+                          mut props: serde_json::Map<String, serde_json::Value>,
+                          mut required: Vec<&str>| {
+        let envs: Vec<&String> = roles
+            .iter()
+            .filter(|(_, p)| **p == platform)
+            .map(|(r, _)| r)
+            .collect();
+        if envs.is_empty() {
+            return;
+        }
+        if many {
+            props.insert("env".into(), serde_json::json!({"type": "string", "enum": envs, "description": "which environment"}));
+            required.insert(0, "env");
+        }
+        out.push(ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            parameters: serde_json::json!({"type": "object", "properties": props, "required": required}),
+        });
+    };
+    let obj = |v: serde_json::Value| v.as_object().cloned().unwrap_or_default();
+    let tgt = |w: &str| obj(serde_json::json!({ "target": target_schema(w) }));
+    input_tool(
+        "click",
+        "Left-click an element or a point.",
+        Platform::Linux,
+        tgt("where to click"),
+        vec!["target"],
+    );
+    input_tool(
+        "double_click",
+        "Double-click an element or a point.",
+        Platform::Linux,
+        tgt("where to double-click"),
+        vec!["target"],
+    );
+    input_tool(
+        "right_click",
+        "Right-click an element or a point.",
+        Platform::Linux,
+        tgt("where to right-click"),
+        vec!["target"],
+    );
+    let mut type_props =
+        obj(serde_json::json!({"text": {"type": "string", "description": "text to type"}}));
+    type_props.insert("target".into(), target_schema("optional: click here first"));
+    input_tool(
+        "type",
+        "Type text into the focused field (or click a target first).",
+        Platform::Linux,
+        type_props,
+        vec!["text"],
+    );
+    input_tool(
+        "key",
+        "Press one key: enter, tab, escape, backspace, delete, up, down, left, right, home, end, pageup, pagedown, f1..f12, or a character.",
+        Platform::Linux,
+        obj(serde_json::json!({"key": {"type": "string"}})),
+        vec!["key"],
+    );
+    input_tool(
+        "hotkey",
+        "Press a key combination, modifiers first: [\"ctrl\", \"s\"].",
+        Platform::Linux,
+        obj(serde_json::json!({"keys": {"type": "array", "items": {"type": "string"}}})),
+        vec!["keys"],
+    );
+    let mut scroll = obj(
+        serde_json::json!({"dx": {"type": "integer", "description": "notches right (negative: left)"}, "dy": {"type": "integer", "description": "notches down (negative: up)"}}),
+    );
+    scroll.insert("target".into(), target_schema("optional: where to scroll"));
+    input_tool(
+        "scroll",
+        "Scroll with the mouse wheel.",
+        Platform::Linux,
+        scroll,
+        vec!["dx", "dy"],
+    );
+    input_tool(
+        "drag",
+        "Drag with the left button held.",
+        Platform::Linux,
+        obj(serde_json::json!({"from": target_schema("start"), "to": target_schema("end")})),
+        vec!["from", "to"],
+    );
+    input_tool(
+        "tap",
+        "Tap an element or a point.",
+        Platform::Android,
+        tgt("where to tap"),
+        vec!["target"],
+    );
+    input_tool(
+        "long_press",
+        "Press and hold an element or a point.",
+        Platform::Android,
+        tgt("where to press"),
+        vec!["target"],
+    );
+    input_tool(
+        "swipe",
+        "Swipe from one place to another.",
+        Platform::Android,
+        obj(serde_json::json!({"from": target_schema("start"), "to": target_schema("end")})),
+        vec!["from", "to"],
+    );
+    input_tool(
+        "text",
+        "Enter text into the focused field.",
+        Platform::Android,
+        obj(serde_json::json!({"text": {"type": "string"}})),
+        vec!["text"],
+    );
+    input_tool(
+        "home",
+        "Press the home button.",
+        Platform::Android,
+        serde_json::Map::new(),
+        vec![],
+    );
+    input_tool(
+        "back",
+        "Press the back button.",
+        Platform::Android,
+        serde_json::Map::new(),
+        vec![],
+    );
+    out.push(ToolSpec {
+        name: "wait".into(),
+        description: "Wait a few seconds for something to load.".into(),
+        parameters: serde_json::json!({"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}),
+    });
+    out.push(ToolSpec {
+        name: "complete".into(),
+        description: "Declare that the task is done.".into(),
+        parameters: serde_json::json!({"type": "object", "properties": {}}),
+    });
+    out.push(ToolSpec {
+        name: "submit".into(),
+        description: "Give the answer the task asks for.".into(),
+        parameters: serde_json::json!({"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}),
+    });
+    out.push(ToolSpec {
+        name: "infeasible".into(),
+        description: "Declare that the task cannot be done, and why.".into(),
+        parameters: serde_json::json!({"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]}),
+    });
+    out
+}
+
+fn field<'a>(
+    args: &'a serde_json::Value,
+    name: &str,
+    tool: &str,
+) -> Result<&'a serde_json::Value, InvalidAction> {
+    args.get(name)
+        .ok_or_else(|| InvalidAction(format!("{tool} needs `{name}`")))
+}
+
+fn string(args: &serde_json::Value, name: &str, tool: &str) -> Result<String, InvalidAction> {
+    field(args, name, tool)?
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| InvalidAction(format!("{tool}: `{name}` must be a string")))
+}
+
+fn int(v: &serde_json::Value) -> Option<i32> {
+    v.as_i64()
+        .or_else(|| v.as_f64().map(|f| f.round() as i64))
+        .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+        .and_then(|i| i32::try_from(i).ok())
+}
+
+fn target(v: &serde_json::Value, tool: &str) -> Result<Target, InvalidAction> {
+    if let Some(e) = v.get("element").and_then(int) {
+        return u32::try_from(e)
+            .map(|element| Target::Element { element })
+            .map_err(|_| InvalidAction(format!("{tool}: element {e} is not an element number")));
+    }
+    if let Some(e) = int(v) {
+        return u32::try_from(e)
+            .map(|element| Target::Element { element })
+            .map_err(|_| InvalidAction(format!("{tool}: element {e} is not an element number")));
+    }
+    match (v.get("x").and_then(int), v.get("y").and_then(int)) {
+        (Some(x), Some(y)) => Ok(Target::Point { x, y }),
+        _ => Err(InvalidAction(format!(
+            "{tool}: a target is {{\"element\": N}} or {{\"x\": X, \"y\": Y}}, got {v}"
+        ))),
+    }
+}
+
+/// Reads a target given either as a `target` object or as top-level element/x/y fields.
+fn target_of(args: &serde_json::Value, name: &str, tool: &str) -> Result<Target, InvalidAction> {
+    match args.get(name) {
+        Some(v) => target(v, tool),
+        None if name == "target" => target(args, tool),
+        None => Err(InvalidAction(format!("{tool} needs `{name}`"))),
+    }
+}
+
+/// Parses a tool call into an action. `roles` are the task's environments; with one, `env`
+/// may be left out.
+pub fn parse(
+    tool: &str,
+    args: &serde_json::Value,
+    roles: &BTreeMap<String, Platform>,
+) -> Result<AgentAction, InvalidAction> {
+    let tool = tool.trim().to_lowercase();
+    let wanted = if DESKTOP.contains(&tool.as_str()) {
+        Some(Platform::Linux)
+    } else if PHONE.contains(&tool.as_str()) {
+        Some(Platform::Android)
+    } else {
+        None
+    };
+    let env = match wanted {
+        None => String::new(),
+        Some(p) => {
+            let of_platform: Vec<&String> = roles
+                .iter()
+                .filter(|(_, q)| **q == p)
+                .map(|(r, _)| r)
+                .collect();
+            match args.get("env").and_then(|v| v.as_str()) {
+                Some(e) if of_platform.iter().any(|r| *r == e) => e.to_owned(),
+                Some(e) => {
+                    return Err(InvalidAction(format!(
+                        "{tool} on '{e}': the {p} environments here are {}",
+                        of_platform
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                None if of_platform.len() == 1 => of_platform[0].clone(),
+                None if of_platform.is_empty() => {
+                    return Err(InvalidAction(format!(
+                        "{tool} needs a {p} environment and this task has none"
+                    )));
+                }
+                None => {
+                    return Err(InvalidAction(format!(
+                        "{tool} needs `env`: one of {}",
+                        of_platform
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            }
+        }
+    };
+    let a = args;
+    Ok(match tool.as_str() {
+        "click" => AgentAction::Click {
+            env,
+            target: target_of(a, "target", &tool)?,
+        },
+        "double_click" => AgentAction::DoubleClick {
+            env,
+            target: target_of(a, "target", &tool)?,
+        },
+        "right_click" => AgentAction::RightClick {
+            env,
+            target: target_of(a, "target", &tool)?,
+        },
+        "type" => AgentAction::Type {
+            env,
+            text: string(a, "text", &tool)?,
+            target: a.get("target").map(|t| target(t, &tool)).transpose()?,
+        },
+        "key" => {
+            let key = string(a, "key", &tool)?;
+            parse_combo(&key).map_err(|e| InvalidAction(e.to_string()))?;
+            AgentAction::Key { env, key }
+        }
+        "hotkey" => {
+            let keys: Vec<String> = match field(a, "keys", &tool)? {
+                serde_json::Value::Array(ks) => ks
+                    .iter()
+                    .map(|k| k.as_str().map(str::to_owned))
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| InvalidAction("hotkey: `keys` must be strings".into()))?,
+                serde_json::Value::String(s) => s.split('+').map(|k| k.trim().to_owned()).collect(),
+                _ => {
+                    return Err(InvalidAction(
+                        "hotkey: `keys` is a list such as [\"ctrl\", \"s\"]".into(),
+                    ));
+                }
+            };
+            parse_combo(&keys.join("+")).map_err(|e| InvalidAction(e.to_string()))?;
+            AgentAction::Hotkey { env, keys }
+        }
+        "scroll" => AgentAction::Scroll {
+            env,
+            dx: a.get("dx").and_then(int).unwrap_or(0),
+            dy: a.get("dy").and_then(int).unwrap_or(0),
+            target: a.get("target").map(|t| target(t, &tool)).transpose()?,
+        },
+        "drag" => AgentAction::Drag {
+            env,
+            from: target_of(a, "from", &tool)?,
+            to: target_of(a, "to", &tool)?,
+        },
+        "tap" => AgentAction::Tap {
+            env,
+            target: target_of(a, "target", &tool)?,
+        },
+        "long_press" => AgentAction::LongPress {
+            env,
+            target: target_of(a, "target", &tool)?,
+        },
+        "swipe" => AgentAction::Swipe {
+            env,
+            from: target_of(a, "from", &tool)?,
+            to: target_of(a, "to", &tool)?,
+        },
+        "text" => AgentAction::Text {
+            env,
+            text: string(a, "text", &tool)?,
+        },
+        "home" => AgentAction::Home { env },
+        "back" => AgentAction::Back { env },
+        "wait" => AgentAction::Wait {
+            seconds: a
+                .get("seconds")
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or(1.0)
+                .clamp(0.0, 10.0),
+        },
+        "complete" | "done" | "finish" => AgentAction::Complete,
+        "submit" | "answer" => AgentAction::Submit {
+            answer: string(a, "answer", &tool)?,
+        },
+        "infeasible" => AgentAction::Infeasible {
+            reason: a
+                .get("reason")
+                .and_then(|r| r.as_str())
+                .unwrap_or("")
+                .to_owned(),
+        },
+        other => return Err(InvalidAction(format!("unknown action '{other}'"))),
+    })
+}
+
+/// Parses JSON-in-text output (for models without tool calling): the first JSON object in
+/// the text, `{"action": "click", ...}`, or a list of them.
+pub fn parse_text(
+    text: &str,
+    roles: &BTreeMap<String, Platform>,
+) -> Result<Vec<AgentAction>, InvalidAction> {
+    let start = text
+        .find(['{', '['])
+        .ok_or_else(|| InvalidAction("no JSON action in the reply".into()))?;
+    let mut de =
+        serde_json::Deserializer::from_str(&text[start..]).into_iter::<serde_json::Value>();
+    let v = de
+        .next()
+        .ok_or_else(|| InvalidAction("no JSON action in the reply".into()))?
+        .map_err(|e| InvalidAction(format!("the JSON action does not parse: {e}")))?;
+    let items = match v {
+        serde_json::Value::Array(a) => a,
+        other => vec![other],
+    };
+    items
+        .iter()
+        .map(|item| {
+            let name = item
+                .get("action")
+                .or_else(|| item.get("name"))
+                .and_then(|n| n.as_str())
+                .ok_or_else(|| InvalidAction(format!("{item} has no \"action\"")))?;
+            let args = item
+                .get("arguments")
+                .or_else(|| item.get("args"))
+                .unwrap_or(item);
+            parse(name, args, roles)
+        })
+        .collect()
+}
+
+/// The screen boxes of the marked elements of one environment, by number.
+pub type Marks = BTreeMap<u32, Rect>;
+
+fn point(t: &Target, marks: &Marks) -> Result<Point, InvalidAction> {
+    match t {
+        Target::Point { x, y } => Ok(Point::new(*x, *y)),
+        Target::Element { element } => marks.get(element).map(Rect::center).ok_or_else(|| {
+            InvalidAction(format!(
+                "there is no element {element} on the marked screenshot"
+            ))
+        }),
+    }
+}
+
+/// The protocol input for an action on its environment, with elements resolved through
+/// that environment's marks. Meta actions (wait, complete, submit, infeasible) give none.
+pub fn resolve(a: &AgentAction, marks: &Marks) -> Result<Vec<Action>, InvalidAction> {
+    let click = |t: &Target, button: MouseButton, count: u8| -> Result<Action, InvalidAction> {
+        Ok(Action::Click {
+            at: Some(point(t, marks)?),
+            button,
+            count,
+        })
+    };
+    let keys = |s: &str| parse_combo(s).map_err(|e| InvalidAction(e.to_string()));
+    Ok(match a {
+        AgentAction::Click { target, .. } => vec![click(target, MouseButton::Left, 1)?],
+        AgentAction::DoubleClick { target, .. } => vec![click(target, MouseButton::Left, 2)?],
+        AgentAction::RightClick { target, .. } => vec![click(target, MouseButton::Right, 1)?],
+        AgentAction::Type { text, target, .. } => {
+            let mut out = Vec::new();
+            if let Some(t) = target {
+                out.push(click(t, MouseButton::Left, 1)?);
+            }
+            out.push(Action::TypeText { text: text.clone() });
+            out
+        }
+        AgentAction::Key { key, .. } => match keys(key)?.as_slice() {
+            [one] => vec![Action::KeyPress { key: *one }],
+            many => vec![Action::Hotkey {
+                keys: many.to_vec(),
+            }],
+        },
+        AgentAction::Hotkey { keys: ks, .. } => vec![Action::Hotkey {
+            keys: keys(&ks.join("+"))?,
+        }],
+        AgentAction::Scroll { dx, dy, target, .. } => vec![Action::Scroll {
+            at: target.as_ref().map(|t| point(t, marks)).transpose()?,
+            dx: *dx,
+            dy: *dy,
+        }],
+        AgentAction::Drag { from, to, .. } => vec![Action::Drag {
+            from: point(from, marks)?,
+            to: point(to, marks)?,
+            button: MouseButton::Left,
+            duration_ms: 300,
+        }],
+        AgentAction::Tap { target, .. } => vec![Action::Touch(Gesture::Tap {
+            at: point(target, marks)?,
+        })],
+        AgentAction::LongPress { target, .. } => vec![Action::Touch(Gesture::LongPress {
+            at: point(target, marks)?,
+            duration_ms: 800,
+        })],
+        AgentAction::Swipe { from, to, .. } => vec![Action::Touch(Gesture::Swipe {
+            from: point(from, marks)?,
+            to: point(to, marks)?,
+            duration_ms: 300,
+        })],
+        AgentAction::Text { text, .. } => vec![Action::TypeText { text: text.clone() }],
+        AgentAction::Home { .. } => vec![Action::SystemKey(SystemKey::Home)],
+        AgentAction::Back { .. } => vec![Action::SystemKey(SystemKey::Back)],
+        AgentAction::Wait { .. }
+        | AgentAction::Complete
+        | AgentAction::Submit { .. }
+        | AgentAction::Infeasible { .. } => Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one() -> BTreeMap<String, Platform> {
+        [("desktop".to_owned(), Platform::Linux)].into()
+    }
+
+    fn cross() -> BTreeMap<String, Platform> {
+        [
+            ("desktop".to_owned(), Platform::Linux),
+            ("desktop2".to_owned(), Platform::Linux),
+            ("phone".to_owned(), Platform::Android),
+        ]
+        .into()
+    }
+
+    #[test]
+    fn tools_follow_the_environments() {
+        let names: Vec<String> = tools(&one()).into_iter().map(|t| t.name).collect();
+        assert!(names.contains(&"click".to_owned()) && !names.contains(&"tap".to_owned()));
+        assert!(
+            tools(&one())[0].parameters["required"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r != "env")
+        );
+        let t = tools(&cross());
+        let click = t.iter().find(|t| t.name == "click").unwrap();
+        assert_eq!(
+            click.parameters["properties"]["env"]["enum"],
+            serde_json::json!(["desktop", "desktop2"])
+        );
+        let tap = t.iter().find(|t| t.name == "tap").unwrap();
+        assert_eq!(
+            tap.parameters["properties"]["env"]["enum"],
+            serde_json::json!(["phone"])
+        );
+    }
+
+    #[test]
+    fn tool_calls_parse_with_lenient_shapes() {
+        let r = one();
+        assert_eq!(
+            parse("click", &serde_json::json!({"target": {"element": 4}}), &r).unwrap(),
+            AgentAction::Click {
+                env: "desktop".into(),
+                target: Target::Element { element: 4 }
+            }
+        );
+        assert_eq!(
+            parse("click", &serde_json::json!({"x": 10, "y": "20"}), &r).unwrap(),
+            AgentAction::Click {
+                env: "desktop".into(),
+                target: Target::Point { x: 10, y: 20 }
+            }
+        );
+        assert_eq!(
+            parse("click", &serde_json::json!({"target": 7}), &r).unwrap(),
+            AgentAction::Click {
+                env: "desktop".into(),
+                target: Target::Element { element: 7 }
+            }
+        );
+        assert_eq!(
+            parse("hotkey", &serde_json::json!({"keys": "ctrl+s"}), &r).unwrap(),
+            AgentAction::Hotkey {
+                env: "desktop".into(),
+                keys: vec!["ctrl".into(), "s".into()]
+            }
+        );
+        assert!(
+            parse(
+                "hotkey",
+                &serde_json::json!({"keys": ["ctrl", "hyper"]}),
+                &r
+            )
+            .unwrap_err()
+            .0
+            .contains("hyper")
+        );
+        assert!(
+            parse("tap", &serde_json::json!({"x": 1, "y": 2}), &r)
+                .unwrap_err()
+                .0
+                .contains("android")
+        );
+        assert!(
+            parse("fly", &serde_json::json!({}), &r)
+                .unwrap_err()
+                .0
+                .contains("unknown action")
+        );
+        let c = cross();
+        assert!(
+            parse("click", &serde_json::json!({"x": 1, "y": 2}), &c)
+                .unwrap_err()
+                .0
+                .contains("needs `env`")
+        );
+        assert!(
+            parse(
+                "click",
+                &serde_json::json!({"env": "phone", "x": 1, "y": 2}),
+                &c
+            )
+            .unwrap_err()
+            .0
+            .contains("desktop, desktop2")
+        );
+        assert_eq!(
+            parse("tap", &serde_json::json!({"x": 1, "y": 2}), &c)
+                .unwrap()
+                .env(),
+            Some("phone")
+        );
+    }
+
+    #[test]
+    fn json_in_text_is_found_in_prose() {
+        let r = one();
+        let a = parse_text(
+            "I will save now.\n```json\n{\"action\": \"hotkey\", \"keys\": [\"ctrl\", \"s\"]}\n```",
+            &r,
+        )
+        .unwrap();
+        assert_eq!(
+            a,
+            vec![AgentAction::Hotkey {
+                env: "desktop".into(),
+                keys: vec!["ctrl".into(), "s".into()]
+            }]
+        );
+        let a = parse_text(
+            "[{\"action\": \"type\", \"text\": \"hi\"}, {\"action\": \"complete\"}]",
+            &r,
+        )
+        .unwrap();
+        assert_eq!(a.len(), 2);
+        assert!(parse_text("I am not sure.", &r).is_err());
+    }
+
+    #[test]
+    fn elements_resolve_to_their_centres() {
+        let marks: Marks = [(3, Rect::new(100, 200, 50, 20))].into();
+        let a = AgentAction::Type {
+            env: "desktop".into(),
+            text: "x".into(),
+            target: Some(Target::Element { element: 3 }),
+        };
+        assert_eq!(
+            resolve(&a, &marks).unwrap(),
+            vec![
+                Action::click(125, 210),
+                Action::TypeText { text: "x".into() }
+            ]
+        );
+        let bad = AgentAction::Click {
+            env: "desktop".into(),
+            target: Target::Element { element: 9 },
+        };
+        assert!(
+            resolve(&bad, &marks)
+                .unwrap_err()
+                .0
+                .contains("no element 9")
+        );
+        let k = AgentAction::Key {
+            env: "desktop".into(),
+            key: "ctrl+a".into(),
+        };
+        assert!(matches!(
+            resolve(&k, &marks).unwrap()[0],
+            Action::Hotkey { .. }
+        ));
+        assert!(resolve(&AgentAction::Complete, &marks).unwrap().is_empty());
+    }
+}

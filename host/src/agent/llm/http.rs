@@ -1,0 +1,389 @@
+//! The HTTP client of one agent: POSTs a chat to the provider, retries 429s, 5xxs and lost
+//! connections with exponential backoff (or as long as `Retry-After` says), bounds each
+//! request by the timeout, and returns the decoded reply with the exchange to store. The
+//! key is sent only as a request header (`Authorization`, `x-api-key`, `x-goog-api-key`),
+//! never in the URL, and is scrubbed from every error text.
+
+use super::conversation::Message;
+use super::wire::{self, Chat, Images, Reply};
+use super::{Provider, Secret, Settings};
+use crate::agent::{AgentError, Exchange, ToolSpec};
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, HeaderValue};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The `anthropic-version` pincer speaks.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The first wait before retrying; doubled each time.
+const BACKOFF_BASE: Duration = Duration::from_secs(1);
+
+/// The longest wait between attempts, whatever the server asks.
+const MAX_WAIT: Duration = Duration::from_secs(120);
+
+/// One model call's outcome.
+#[derive(Debug)]
+pub(crate) struct Call {
+    /// The decoded reply.
+    pub(crate) reply: Reply,
+    /// What is stored in the trajectory.
+    pub(crate) exchange: Exchange,
+}
+
+/// A provider endpoint with its client.
+pub(crate) struct Backend {
+    provider: Provider,
+    model: String,
+    /// The full request URL.
+    url: String,
+    key: Option<Secret>,
+    client: reqwest::Client,
+    retries: u32,
+    timeout: Duration,
+    temperature: Option<f64>,
+    max_tokens: Option<u32>,
+    openai_official: bool,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("provider", &self.provider)
+            .field("url", &self.url)
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
+}
+
+/// TLS with ring (the workspace's provider) and the system's trust store.
+fn tls() -> Result<rustls::ClientConfig, AgentError> {
+    use rustls_platform_verifier::BuilderVerifierExt as _;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_platform_verifier())
+        .map_err(|e| AgentError(format!("cannot set up TLS for the model API: {e}")))?
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+impl Backend {
+    pub(crate) fn new(s: &Settings, key: Option<Secret>) -> Result<Self, AgentError> {
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls()?)
+            .timeout(s.timeout)
+            .connect_timeout(s.timeout.min(Duration::from_secs(15)))
+            .user_agent(concat!("pincer/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| AgentError(format!("cannot make the HTTP client: {e}")))?;
+        Ok(Self {
+            provider: s.provider,
+            model: s.model.clone(),
+            url: format!("{}{}", s.base_url, wire::path(s.provider, &s.model)),
+            key,
+            client,
+            retries: s.retries,
+            timeout: s.timeout,
+            temperature: s.temperature,
+            max_tokens: s.max_tokens,
+            openai_official: s.provider == Provider::OpenAi && super::is_openai_host(&s.base_url),
+        })
+    }
+
+    fn headers(&self) -> Result<HeaderMap, AgentError> {
+        let mut h = HeaderMap::new();
+        h.insert(
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let bad_key = || {
+            AgentError(format!(
+                "the {} API key holds characters that cannot go in an HTTP header",
+                self.provider
+            ))
+        };
+        if let Some(k) = &self.key {
+            let (name, value) = match self.provider {
+                Provider::OpenAi => ("authorization", format!("Bearer {}", k.expose())),
+                Provider::Anthropic => ("x-api-key", k.expose().to_owned()),
+                Provider::Gemini => ("x-goog-api-key", k.expose().to_owned()),
+            };
+            let mut v = HeaderValue::from_str(&value).map_err(|_| bad_key())?;
+            v.set_sensitive(true);
+            h.insert(name, v);
+        }
+        if self.provider == Provider::Anthropic {
+            h.insert(
+                "anthropic-version",
+                HeaderValue::from_static(ANTHROPIC_VERSION),
+            );
+        }
+        Ok(h)
+    }
+
+    /// Removes the key from a text that may quote it.
+    fn scrub(&self, text: String) -> String {
+        match &self.key {
+            Some(k) if !k.expose().is_empty() => text.replace(k.expose(), "<redacted>"),
+            _ => text,
+        }
+    }
+
+    /// Sends one chat, retrying what may pass on a second try.
+    pub(crate) async fn chat(
+        &self,
+        who: &str,
+        system: &str,
+        messages: &[Message],
+        tools: &[ToolSpec],
+    ) -> Result<Call, AgentError> {
+        let chat = Chat {
+            model: &self.model,
+            system,
+            messages,
+            tools,
+            temperature: self.temperature,
+            max_tokens: self.max_tokens,
+            openai_official: self.openai_official,
+        };
+        let body = serde_json::to_vec(&wire::encode(self.provider, &chat, Images::Inline))
+            .map_err(|e| AgentError(format!("encoding the request: {e}")))?;
+        let stored = wire::encode(self.provider, &chat, Images::Reference);
+        let headers = self.headers()?;
+        let attempts = self.retries + 1;
+        let mut last = String::new();
+        for attempt in 0..attempts {
+            let started = Instant::now();
+            let sent = self
+                .client
+                .post(&self.url)
+                .headers(headers.clone())
+                .body(body.clone())
+                .send()
+                .await;
+            let wait = match sent {
+                Ok(resp) => {
+                    let status = resp.status();
+                    let asked = retry_after(resp.headers());
+                    match resp.bytes().await {
+                        Ok(bytes) if status.is_success() => {
+                            let v: serde_json::Value =
+                                serde_json::from_slice(&bytes).map_err(|e| {
+                                    AgentError(self.scrub(format!(
+                                        "{} API at {}: the reply is not JSON ({e}): {}",
+                                        self.provider,
+                                        self.url,
+                                        wire::error_message(&bytes)
+                                    )))
+                                })?;
+                            let reply =
+                                wire::decode(self.provider, &v).map_err(|e| {
+                                    AgentError(self.scrub(format!(
+                                        "{} API at {}: {e}",
+                                        self.provider, self.url
+                                    )))
+                                })?;
+                            let exchange = Exchange {
+                                who: who.to_owned(),
+                                request: stored,
+                                response: v,
+                                ms: started.elapsed().as_millis() as u64,
+                            };
+                            return Ok(Call { reply, exchange });
+                        }
+                        Ok(bytes) => {
+                            let what = format!(
+                                "{} {}: {}",
+                                status.as_u16(),
+                                status.canonical_reason().unwrap_or(""),
+                                wire::error_message(&bytes)
+                            );
+                            if !retryable(status) {
+                                return Err(AgentError(self.scrub(format!(
+                                    "{} API at {} refused the request: {what}{}",
+                                    self.provider,
+                                    self.url,
+                                    self.hint(status)
+                                ))));
+                            }
+                            last = what;
+                            asked
+                        }
+                        Err(e) => {
+                            last = format!(
+                                "{} then the body was lost: {}",
+                                status.as_u16(),
+                                describe(&e)
+                            );
+                            None
+                        }
+                    }
+                }
+                Err(e) if e.is_timeout() => {
+                    last = format!("no answer within {} s (timeout_s)", self.timeout.as_secs());
+                    None
+                }
+                Err(e) if e.is_connect() || e.is_request() => {
+                    last = describe(&e);
+                    None
+                }
+                Err(e) => {
+                    return Err(AgentError(self.scrub(format!(
+                        "{} API at {}: {}",
+                        self.provider,
+                        self.url,
+                        describe(&e)
+                    ))));
+                }
+            };
+            if attempt + 1 < attempts {
+                let wait = wait.unwrap_or_else(|| backoff(attempt)).min(MAX_WAIT);
+                tracing::warn!(provider = %self.provider, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, "model API call failed, retrying: {}", self.scrub(last.clone()));
+                tokio::time::sleep(wait).await;
+            }
+        }
+        Err(AgentError(self.scrub(format!(
+            "{} API at {} failed {attempts} time{}; the last: {last}",
+            self.provider,
+            self.url,
+            if attempts == 1 { "" } else { "s" }
+        ))))
+    }
+
+    /// What to do about a refusal.
+    fn hint(&self, status: StatusCode) -> String {
+        match status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                format!(" (check the API key for {})", self.provider)
+            }
+            StatusCode::NOT_FOUND => {
+                format!(" (is the model '{}' and the base_url right?)", self.model)
+            }
+            _ => String::new(),
+        }
+    }
+}
+
+/// Rate limits, overloads, server errors and request timeouts may pass.
+fn retryable(status: StatusCode) -> bool {
+    status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT
+        || status.is_server_error()
+}
+
+/// How long the server asks us to wait: `retry-after-ms` (OpenAI) or `Retry-After` in
+/// seconds. (HTTP dates fall back to the backoff.)
+fn retry_after(h: &HeaderMap) -> Option<Duration> {
+    let num = |name: &str| {
+        h.get(name)?
+            .to_str()
+            .ok()?
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+    };
+    num("retry-after-ms")
+        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
+        .or_else(|| {
+            num("retry-after").map(|s| Duration::from_secs_f64(s.min(MAX_WAIT.as_secs_f64())))
+        })
+}
+
+/// 1 s, 2 s, 4 s, ... with up to a quarter more at random, so parallel workers spread out.
+fn backoff(attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let base = BACKOFF_BASE.saturating_mul(1u32 << attempt.min(6));
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(attempt);
+    let jitter = (h.finish() % 1000) as f64 / 4000.0;
+    base.mul_f64(1.0 + jitter)
+}
+
+/// An error with its causes, without the URL (the caller names the endpoint).
+fn describe(e: &reqwest::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_read_in_seconds_or_milliseconds() {
+        let mut h = HeaderMap::new();
+        assert_eq!(retry_after(&h), None);
+        h.insert("retry-after", HeaderValue::from_static("3"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(3)));
+        h.insert("retry-after-ms", HeaderValue::from_static("250"));
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(250)));
+        let mut h = HeaderMap::new();
+        h.insert(
+            "retry-after",
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&h), None);
+        h.insert("retry-after", HeaderValue::from_static("100000"));
+        assert_eq!(retry_after(&h), Some(MAX_WAIT));
+    }
+
+    #[test]
+    fn backoff_doubles_with_bounded_jitter() {
+        for a in 0..4 {
+            let b = backoff(a);
+            let base = BACKOFF_BASE * (1 << a);
+            assert!(b >= base && b <= base.mul_f64(1.25), "{a}: {b:?}");
+        }
+        assert!(
+            retryable(StatusCode::TOO_MANY_REQUESTS)
+                && retryable(StatusCode::BAD_GATEWAY)
+                && retryable(StatusCode::from_u16(529).unwrap())
+        );
+        assert!(!retryable(StatusCode::BAD_REQUEST) && !retryable(StatusCode::UNAUTHORIZED));
+    }
+
+    #[test]
+    fn keys_go_in_headers_and_never_into_texts() {
+        let s = Settings::parse("gemini:gemini-2.5-flash", &[]).unwrap();
+        let b = Backend::new(&s, Some(Secret("AIza-secret".into()))).unwrap();
+        assert_eq!(
+            b.url,
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
+        );
+        let h = b.headers().unwrap();
+        assert_eq!(h["x-goog-api-key"], "AIza-secret");
+        assert!(h["x-goog-api-key"].is_sensitive());
+        assert_eq!(b.scrub("bad key AIza-secret".into()), "bad key <redacted>");
+        assert!(!format!("{b:?}").contains("AIza"));
+        let s = Settings::parse("anthropic:claude", &[]).unwrap();
+        let h = Backend::new(&s, Some(Secret("sk-ant".into())))
+            .unwrap()
+            .headers()
+            .unwrap();
+        assert_eq!(
+            (
+                h["x-api-key"].to_str().unwrap(),
+                h["anthropic-version"].to_str().unwrap()
+            ),
+            ("sk-ant", ANTHROPIC_VERSION)
+        );
+        let s = Settings::parse(
+            "openai:llama",
+            &["base_url=http://localhost:11434/v1".to_owned()],
+        )
+        .unwrap();
+        let b = Backend::new(&s, None).unwrap();
+        assert_eq!(b.url, "http://localhost:11434/v1/chat/completions");
+        assert!(b.headers().unwrap().get("authorization").is_none());
+        assert!(!b.openai_official);
+    }
+}

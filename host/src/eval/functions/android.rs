@@ -1,0 +1,1443 @@
+//! Android: the foreground app, settings and content providers read through the Android
+//! shim's command probes, and the UI hierarchy through its UI-tree probe. These functions
+//! are declared ahead of the shim; their judges are tested on hand-made replies that
+//! follow the formats real devices print.
+//!
+//! The shim's contract, which these checks rely on:
+//! - `Probe::Command` runs the argv as the `shell` user (as `adb shell` would), so
+//!   `dumpsys`, `content` and `settings` answer as they do over adb.
+//! - `Probe::UiTree` returns the hierarchy `uiautomator dump` shows, in document order,
+//!   one [`UiNode`] per `<node>`: `name` = `content-desc`, `text` = `text` (`None` when
+//!   empty), and `attributes` `resource-id`, `class` and `package` copied verbatim.
+
+use super::{Library, Reads, clip};
+use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
+use crate::task::Platform;
+use pincer_shared::observe::TreeRequest;
+use pincer_shared::probe::{Probe, ProbeReply};
+use pincer_shared::setup::ExecOutput;
+use pincer_shared::tree::UiNode;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+const ANDROID: &[Platform] = &[Platform::Android];
+
+/// Most bytes kept of a command's output (`dumpsys activity activities` runs to ~100 KiB
+/// with many tasks).
+const MAX_OUTPUT: u64 = 1024 * 1024;
+
+fn command(argv: &[&str]) -> Probe {
+    Probe::Command {
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        timeout_ms: 15_000,
+        max_output: MAX_OUTPUT,
+    }
+}
+
+fn tree_probe() -> Probe {
+    Probe::UiTree(TreeRequest::default())
+}
+
+fn command_output<'a>(r: &'a ProbeResult, what: &str) -> Result<&'a ExecOutput, EvalError> {
+    match reply(r, what)? {
+        ProbeReply::Command(o) => Ok(o),
+        other => Err(unexpected(what, other)),
+    }
+}
+
+fn tree(r: &ProbeResult) -> Result<&UiNode, EvalError> {
+    match reply(r, "ui tree")? {
+        ProbeReply::UiTree(t) => Ok(&t.root),
+        other => Err(unexpected("ui tree", other)),
+    }
+}
+
+/// A node's `resource-id`.
+fn rid(n: &UiNode) -> &str {
+    n.attributes.get("resource-id").map_or("", String::as_str)
+}
+
+/// A node's widget class ("android.widget.TextView").
+fn class(n: &UiNode) -> &str {
+    n.attributes.get("class").map_or("", String::as_str)
+}
+
+/// A node's `content-desc`.
+fn desc(n: &UiNode) -> &str {
+    &n.name
+}
+
+/// A node's `text`.
+fn text(n: &UiNode) -> &str {
+    n.text.as_deref().unwrap_or("")
+}
+
+/// Every node in document order (the order of `<node>` elements in a uiautomator dump).
+fn nodes(root: &UiNode) -> impl Iterator<Item = &UiNode> {
+    root.walk().map(|(_, n)| n)
+}
+
+fn with_id<'a>(root: &'a UiNode, id: &'a str) -> impl Iterator<Item = &'a UiNode> {
+    nodes(root).filter(move |n| rid(n) == id)
+}
+
+fn digits(s: &str) -> String {
+    s.chars().filter(char::is_ascii_digit).collect()
+}
+
+/// A test of a text, as task files write it: `{"equals": "x"}`, `{"contains": "x"}`,
+/// `{"digits": "+1 234"}` (same digits, other characters ignored) or `{"regex": "^x"}`.
+/// Case-sensitive, as CRAB compares.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum TextArg {
+    /// The whole text is this.
+    Equals(String),
+    /// The text contains this.
+    Contains(String),
+    /// The text's digits are this value's digits.
+    Digits(String),
+    /// The regular expression matches somewhere in the text.
+    Regex(String),
+}
+
+#[derive(Debug, Clone)]
+enum TextTest {
+    Equals(String),
+    Contains(String),
+    Digits(String),
+    Regex(regex::Regex),
+}
+
+impl TextTest {
+    fn new(a: TextArg, field: &str) -> Result<Self, String> {
+        Ok(match a {
+            TextArg::Equals(s) => Self::Equals(s),
+            TextArg::Contains(s) => Self::Contains(s),
+            TextArg::Digits(s) => {
+                let d = digits(&s);
+                if d.is_empty() {
+                    return Err(format!("`{field}.digits` '{s}' holds no digits"));
+                }
+                Self::Digits(d)
+            }
+            TextArg::Regex(r) => {
+                Self::Regex(regex::Regex::new(&r).map_err(|e| {
+                    format!("`{field}.regex` is not a valid regular expression: {e}")
+                })?)
+            }
+        })
+    }
+
+    fn test(&self, s: &str) -> bool {
+        match self {
+            Self::Equals(w) => s == w,
+            Self::Contains(w) => s.contains(w.as_str()),
+            Self::Digits(w) => digits(s) == *w,
+            Self::Regex(re) => re.is_match(s),
+        }
+    }
+}
+
+impl std::fmt::Display for TextTest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Equals(w) => write!(f, "equal to '{}'", clip(w, 50)),
+            Self::Contains(w) => write!(f, "containing '{}'", clip(w, 50)),
+            Self::Digits(w) => write!(f, "with the digits {w}"),
+            Self::Regex(re) => write!(f, "matching /{re}/"),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ForegroundArgs {
+    /// Package name, or a part of the `package/activity` component (CRAB matches substrings).
+    package: String,
+}
+
+/// The resumed (foreground) activity belongs to a package.
+#[derive(Debug)]
+struct Foreground {
+    package: String,
+}
+
+/// The argv of the foreground-activity probe.
+const DUMPSYS_ACTIVITIES: &[&str] = &["dumpsys", "activity", "activities"];
+
+/// Components (`package/activity`) of the resumed activities `dumpsys activity activities`
+/// lists: `mResumedActivity:` (Android 10 and 11), `ResumedActivity:` and
+/// `topResumedActivity=` (Android 12 and later).
+fn resumed_components(dump: &str) -> Vec<&str> {
+    let mut out: Vec<&str> = dump
+        .lines()
+        .filter(|l| l.contains("ResumedActivity"))
+        .filter_map(|l| {
+            let record = &l[l.find("ActivityRecord{")? + "ActivityRecord{".len()..];
+            let record = &record[..record.find('}').unwrap_or(record.len())];
+            record.split_whitespace().find(|t| t.contains('/'))
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
+impl Check for Foreground {
+    fn probes(&self) -> Vec<Probe> {
+        vec![command(DUMPSYS_ACTIVITIES)]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let out = command_output(r[0], "dumpsys activity activities")?;
+        if !out.status.success() {
+            return Err(EvalError::Unexpected {
+                probe: "dumpsys activity activities".into(),
+                got: format!(
+                    "{} ({})",
+                    clip(&String::from_utf8_lossy(&out.stderr), 100),
+                    out.status
+                ),
+            });
+        }
+        let dump = String::from_utf8_lossy(&out.stdout);
+        let resumed = resumed_components(&dump);
+        let pkg = &self.package;
+        Ok(match resumed.iter().find(|c| c.contains(pkg.as_str())) {
+            Some(c) => Verdict::pass(format!("the foreground activity is {c}")),
+            None if resumed.is_empty() => {
+                Verdict::fail(format!("no activity is resumed, expected one of {pkg}"))
+            }
+            None => Verdict::fail(format!(
+                "the foreground activity is {}, expected one of {pkg}",
+                resumed.join(", ")
+            )),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NodeArgs {
+    /// The node's `resource-id`, exactly ("com.android.dialer:id/digits").
+    #[serde(default)]
+    resource_id: Option<String>,
+    /// The node's widget class, exactly ("android.widget.EditText").
+    #[serde(default)]
+    class: Option<String>,
+    /// A test of the node's `text`.
+    #[serde(default)]
+    text: Option<TextArg>,
+    /// A test of the node's `content-desc`.
+    #[serde(default)]
+    content_desc: Option<TextArg>,
+    /// Only the first node (in document order) with that id and class counts, as CRAB's
+    /// `xpath(...)[0]` does; otherwise any may match.
+    #[serde(default)]
+    first: bool,
+}
+
+/// A node of the Android UI hierarchy with a resource id or class whose text and
+/// content description pass tests.
+#[derive(Debug)]
+struct Node {
+    resource_id: Option<String>,
+    class: Option<String>,
+    text: Option<TextTest>,
+    desc: Option<TextTest>,
+    first: bool,
+}
+
+impl Node {
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(id) = &self.resource_id {
+            parts.push(format!("id {id}"));
+        }
+        if let Some(c) = &self.class {
+            parts.push(format!("class {c}"));
+        }
+        if let Some(t) = &self.text {
+            parts.push(format!("text {t}"));
+        }
+        if let Some(t) = &self.desc {
+            parts.push(format!("content-desc {t}"));
+        }
+        let what = format!("node with {}", parts.join(", "));
+        if self.first {
+            format!("first {what}")
+        } else {
+            format!("a {what}")
+        }
+    }
+}
+
+impl Check for Node {
+    fn probes(&self) -> Vec<Probe> {
+        vec![tree_probe()]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let root = tree(r[0])?;
+        let candidates: Vec<&UiNode> = nodes(root)
+            .filter(|n| self.resource_id.as_deref().is_none_or(|id| rid(n) == id))
+            .filter(|n| self.class.as_deref().is_none_or(|c| class(n) == c))
+            .take(if self.first { 1 } else { usize::MAX })
+            .collect();
+        let ok = |n: &&&UiNode| {
+            self.text.as_ref().is_none_or(|t| t.test(text(n)))
+                && self.desc.as_ref().is_none_or(|t| t.test(desc(n)))
+        };
+        let show = |n: &UiNode| {
+            format!(
+                "text '{}' content-desc '{}'",
+                clip(text(n), 40),
+                clip(desc(n), 40)
+            )
+        };
+        let want = self.describe();
+        Ok(match candidates.iter().find(ok) {
+            Some(n) => Verdict::pass(format!("found the {want}: {}", show(n))),
+            None if candidates.is_empty()
+                || (self.resource_id.is_none() && self.class.is_none()) =>
+            {
+                Verdict::fail(format!("the screen shows no {want}"))
+            }
+            None => Verdict::fail(format!(
+                "the screen shows no {want}; {} such node(s), first with {}",
+                candidates.len(),
+                show(candidates[0])
+            )),
+        })
+    }
+}
+
+/// Classes of Google Calendar's event list (support library, then AndroidX).
+const RECYCLER_VIEWS: &[&str] = &[
+    "android.support.v7.widget.RecyclerView",
+    "androidx.recyclerview.widget.RecyclerView",
+];
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct CalendarArgs {
+    /// Text of the date as the list's content descriptions write it ("17 August 2024").
+    date: String,
+    /// Text of the event ("Jeju"), if the event itself must be listed too.
+    #[serde(default)]
+    content: Option<String>,
+    /// Compare ignoring case.
+    #[serde(default)]
+    ignore_case: bool,
+}
+
+/// The first list on screen (Calendar's schedule) has an item whose content description
+/// holds the date, and, with `content`, an item that holds the event's text.
+#[derive(Debug)]
+struct Calendar {
+    a: CalendarArgs,
+}
+
+impl Check for Calendar {
+    fn probes(&self) -> Vec<Probe> {
+        vec![tree_probe()]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let root = tree(r[0])?;
+        let Some(list) = nodes(root).find(|n| RECYCLER_VIEWS.contains(&class(n))) else {
+            return Ok(Verdict::fail(
+                "the screen shows no event list (RecyclerView)",
+            ));
+        };
+        let fold = |s: &str| {
+            if self.a.ignore_case {
+                s.to_lowercase()
+            } else {
+                s.to_owned()
+            }
+        };
+        let items: Vec<String> = list.children.iter().map(|c| fold(desc(c))).collect();
+        let has = |want: &str| items.iter().any(|d| d.contains(&fold(want)));
+        let shown = clip(
+            &list
+                .children
+                .iter()
+                .map(|c| format!("'{}'", desc(c)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            100,
+        );
+        let date_ok = has(&self.a.date);
+        let content_ok = self.a.content.as_deref().is_none_or(has);
+        let want = match &self.a.content {
+            Some(c) => format!("the date '{}' and the event '{c}'", self.a.date),
+            None => format!("the date '{}'", self.a.date),
+        };
+        Ok(Verdict::when(
+            date_ok && content_ok,
+            format!("the event list shows {want}"),
+            format!("the event list ({shown}) does not show {want}"),
+        ))
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ContactShownArgs {
+    /// The contact's display name.
+    name: String,
+}
+
+/// Contacts shows the named contact's page with an email address on it.
+#[derive(Debug)]
+struct ContactEmailShown {
+    name: String,
+    email: regex::Regex,
+}
+
+const CONTACT_TITLE: &str = "com.android.contacts:id/photo_touch_intercept_overlay";
+const CONTACT_HEADER: &str = "com.android.contacts:id/header";
+
+impl Check for ContactEmailShown {
+    fn probes(&self) -> Vec<Probe> {
+        vec![tree_probe()]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let root = tree(r[0])?;
+        let Some(title) = with_id(root, CONTACT_TITLE).next() else {
+            return Ok(Verdict::fail("the screen shows no contact page"));
+        };
+        if desc(title) != self.name {
+            return Ok(Verdict::fail(format!(
+                "the contact page shows '{}', expected '{}'",
+                desc(title),
+                self.name
+            )));
+        }
+        let has_email_row = nodes(root)
+            .any(|n| class(n) == "android.widget.RelativeLayout" && desc(n).contains("Email"));
+        if !has_email_row {
+            return Ok(Verdict::fail(format!(
+                "the page of {} shows no email row",
+                self.name
+            )));
+        }
+        Ok(match with_id(root, CONTACT_HEADER).next() {
+            Some(h) if self.email.is_match(text(h)) => Verdict::pass(format!(
+                "the page of {} shows the email {}",
+                self.name,
+                text(h)
+            )),
+            Some(h) => Verdict::fail(format!(
+                "the page of {} shows '{}', which is not an email address",
+                self.name,
+                clip(text(h), 60)
+            )),
+            None => Verdict::fail(format!("the page of {} shows no email", self.name)),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ContactSavedArgs {
+    /// The contact's display name, exactly.
+    name: String,
+    /// An email address of the contact (compared ignoring case).
+    mail: String,
+}
+
+/// The contacts provider holds a contact with this name and email.
+#[derive(Debug)]
+struct ContactSaved {
+    a: ContactSavedArgs,
+}
+
+/// The argv of the contacts-email query.
+const CONTACT_EMAILS: &[&str] = &[
+    "content",
+    "query",
+    "--uri",
+    "content://com.android.contacts/data/emails",
+    "--projection",
+    "display_name:data1",
+];
+
+/// (display name, address) rows of `content query` output for [`CONTACT_EMAILS`]. The tool
+/// prints `Row: <n> display_name=<v>, data1=<v>` per row (`NULL` for nulls) and
+/// `No result found.` when there are none.
+fn email_rows(out: &str) -> Vec<(&str, &str)> {
+    out.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("Row: ")?;
+            let rest = rest.split_once(' ')?.1.strip_prefix("display_name=")?;
+            rest.rsplit_once(", data1=")
+        })
+        .collect()
+}
+
+impl Check for ContactSaved {
+    fn probes(&self) -> Vec<Probe> {
+        vec![command(CONTACT_EMAILS)]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let out = command_output(r[0], "content query contacts")?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || stdout.contains("Error while accessing provider") {
+            return Err(EvalError::Unexpected {
+                probe: "content query contacts".into(),
+                got: clip(
+                    &format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)),
+                    120,
+                ),
+            });
+        }
+        let rows = email_rows(&stdout);
+        let (name, mail) = (&self.a.name, &self.a.mail);
+        let hit = rows
+            .iter()
+            .any(|(n, m)| n.trim() == name.trim() && m.trim().eq_ignore_ascii_case(mail.trim()));
+        let seen = clip(
+            &rows
+                .iter()
+                .map(|(n, m)| format!("{n} <{m}>"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            100,
+        );
+        Ok(Verdict::when(
+            hit,
+            format!("contact {name} <{mail}> is saved"),
+            if rows.is_empty() {
+                format!("no contact has an email; expected {name} <{mail}>")
+            } else {
+                format!("contacts with emails: {seen}; expected {name} <{mail}>")
+            },
+        ))
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct PhotosArgs {
+    /// Text the details panel must show in a label (the file's name or path).
+    file: String,
+}
+
+/// Google Photos' details panel shows the file and a date and time.
+#[derive(Debug)]
+struct PhotosDetails {
+    file: String,
+    date: regex::Regex,
+}
+
+const PHOTOS_LABEL: &str = "com.google.android.apps.photos:id/label";
+
+impl Check for PhotosDetails {
+    fn probes(&self) -> Vec<Probe> {
+        vec![tree_probe()]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let root = tree(r[0])?;
+        let has = |id: &str| with_id(root, id).next().is_some();
+        if !has("com.google.android.apps.photos:id/exif_item_layout")
+            || !has("com.google.android.apps.photos:id/datetime_item_layout")
+        {
+            return Ok(Verdict::fail("the screen shows no Photos details panel"));
+        }
+        let labels: Vec<&str> = with_id(root, PHOTOS_LABEL).map(text).collect();
+        if !labels.iter().any(|l| l.contains(self.file.as_str())) {
+            return Ok(Verdict::fail(format!(
+                "the details panel ({}) does not show '{}'",
+                clip(&labels.join(" | "), 80),
+                self.file
+            )));
+        }
+        // The date and time label comes first in the panel.
+        Ok(match labels.first() {
+            Some(l) if self.date.is_match(l) => {
+                Verdict::pass(format!("the details of {} show the date {l}", self.file))
+            }
+            Some(l) => Verdict::fail(format!(
+                "the details panel's first label is '{}', not a date and time",
+                clip(l, 60)
+            )),
+            None => Verdict::fail("the details panel has no labels"),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GmailArgs {
+    /// A recipient's address.
+    mail: String,
+    /// Text of the message body.
+    content: String,
+}
+
+/// Gmail's compose screen has the recipient and the body.
+#[derive(Debug)]
+struct GmailCompose {
+    a: GmailArgs,
+}
+
+impl Check for GmailCompose {
+    fn probes(&self) -> Vec<Probe> {
+        vec![tree_probe()]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let root = tree(r[0])?;
+        let (mail, content) = (&self.a.mail, &self.a.content);
+        let chips: Vec<&str> = with_id(root, "com.google.android.gm:id/peoplekit_chip")
+            .map(desc)
+            .collect();
+        if !chips.iter().any(|c| c.contains(mail.as_str())) {
+            return Ok(Verdict::fail(format!(
+                "the recipients ({}) do not include {mail}",
+                clip(&chips.join(", "), 80)
+            )));
+        }
+        if with_id(root, "com.google.android.gm:id/body_wrapper")
+            .next()
+            .is_none()
+        {
+            return Ok(Verdict::fail("the screen shows no message body"));
+        }
+        let found = nodes(root)
+            .any(|n| class(n) == "android.widget.EditText" && text(n).contains(content.as_str()));
+        Ok(Verdict::when(
+            found,
+            format!("a message to {mail} holds '{}'", clip(content, 60)),
+            format!("no text field holds '{}'", clip(content, 60)),
+        ))
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct MapsArgs {
+    /// Texts the search box must contain, each.
+    contains: Vec<String>,
+}
+
+/// Google Maps' search box holds texts.
+#[derive(Debug)]
+struct MapsSearch {
+    contains: Vec<String>,
+}
+
+impl Check for MapsSearch {
+    fn probes(&self) -> Vec<Probe> {
+        vec![tree_probe()]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let root = tree(r[0])?;
+        let Some(bx) = with_id(
+            root,
+            "com.google.android.apps.maps:id/search_omnibox_text_box",
+        )
+        .next() else {
+            return Ok(Verdict::fail("the screen shows no Maps search box"));
+        };
+        // The query is the box's last child (a hint or chip may come first).
+        let Some(q) = bx.children.last().and_then(|c| c.text.as_deref()) else {
+            return Ok(Verdict::fail("the Maps search box holds no text"));
+        };
+        let missing: Vec<&str> = self
+            .contains
+            .iter()
+            .filter(|w| !q.contains(w.as_str()))
+            .map(String::as_str)
+            .collect();
+        Ok(Verdict::when(
+            missing.is_empty(),
+            format!("the Maps search box holds '{}'", clip(q, 60)),
+            format!(
+                "the Maps search box holds '{}', without {}",
+                clip(q, 60),
+                missing.join(", ")
+            ),
+        ))
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SettingArgs {
+    /// `system`, `secure` or `global`.
+    namespace: String,
+    /// The key ("bluetooth_name").
+    key: String,
+    /// A test of its value.
+    value: TextArg,
+}
+
+/// An Android setting (`settings get NAMESPACE KEY`).
+#[derive(Debug)]
+struct Setting {
+    namespace: String,
+    key: String,
+    value: TextTest,
+}
+
+impl Check for Setting {
+    fn probes(&self) -> Vec<Probe> {
+        vec![command(&["settings", "get", &self.namespace, &self.key])]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let what = format!("settings get {} {}", self.namespace, self.key);
+        let out = command_output(r[0], &what)?;
+        if !out.status.success() {
+            return Err(EvalError::Unexpected {
+                probe: what,
+                got: format!(
+                    "{} ({})",
+                    clip(&String::from_utf8_lossy(&out.stderr), 100),
+                    out.status
+                ),
+            });
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let got = stdout.trim_end_matches(['\n', '\r']);
+        if got == "null" {
+            return Ok(Verdict::fail(format!(
+                "setting {} {} is not set, expected it {}",
+                self.namespace, self.key, self.value
+            )));
+        }
+        Ok(Verdict::when(
+            self.value.test(got),
+            format!(
+                "setting {} {} is '{}'",
+                self.namespace,
+                self.key,
+                clip(got, 60)
+            ),
+            format!(
+                "setting {} {} is '{}', expected it {}",
+                self.namespace,
+                self.key,
+                clip(got, 60),
+                self.value
+            ),
+        ))
+    }
+}
+
+fn setting_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+pub(super) fn register(lib: &mut Library) {
+    lib.add(
+        "android_foreground_app",
+        "The resumed (foreground) activity's component contains the package name (`dumpsys activity activities`).",
+        Reads::Env(ANDROID),
+        r#"{"package": "com.google.android.deskclock"}"#,
+        |a: ForegroundArgs, _| {
+            if a.package.trim().is_empty() {
+                return Err("`package` is empty".into());
+            }
+            Ok(Foreground { package: a.package })
+        },
+    );
+    lib.add(
+        "android_node",
+        "A node of the Android UI hierarchy, by resource id and/or class, whose text and content-desc pass tests (equals, contains, digits, regex).",
+        Reads::Env(ANDROID),
+        r#"{"resource_id": "com.android.dialer:id/digits", "text": {"digits": "123 456"}, "first": true}"#,
+        |a: NodeArgs, _| {
+            if a.resource_id.is_none() && a.class.is_none() && a.text.is_none() && a.content_desc.is_none() {
+                return Err("give `resource_id`, `class`, `text` or `content_desc`".into());
+            }
+            if a.first && a.resource_id.is_none() && a.class.is_none() {
+                return Err("`first` needs a `resource_id` or `class` to pick the first node of".into());
+            }
+            Ok(Node {
+                text: a.text.map(|t| TextTest::new(t, "text")).transpose()?,
+                desc: a.content_desc.map(|t| TextTest::new(t, "content_desc")).transpose()?,
+                resource_id: a.resource_id,
+                class: a.class,
+                first: a.first,
+            })
+        },
+    );
+    lib.add(
+        "android_calendar_events",
+        "The first event list on screen (Calendar's RecyclerView) has an item whose content-desc holds the date, and with `content` one that holds the event.",
+        Reads::Env(ANDROID),
+        r#"{"date": "17 August 2024", "content": "Chile National Day", "ignore_case": true}"#,
+        |a: CalendarArgs, _| {
+            if a.date.is_empty() {
+                return Err("`date` is empty".into());
+            }
+            Ok(Calendar { a })
+        },
+    );
+    lib.add(
+        "android_contact_email_shown",
+        "Contacts shows the page of the named contact, with an email row and an email address.",
+        Reads::Env(ANDROID),
+        r#"{"name": "John Lauphin"}"#,
+        |a: ContactShownArgs, _| {
+            Ok(ContactEmailShown {
+                name: a.name,
+                email: regex::Regex::new(r"^[\w.+-]+@[\w-]+(\.[\w-]+)+")
+                    .map_err(|e| e.to_string())?,
+            })
+        },
+    );
+    lib.add(
+        "android_contact_saved",
+        "The contacts provider holds a contact with the name and the email address (`content query`).",
+        Reads::Env(ANDROID),
+        r#"{"name": "John Haruhimiya", "mail": "abcdcly@qq.com"}"#,
+        |a: ContactSavedArgs, _| {
+            if a.name.trim().is_empty() || a.mail.trim().is_empty() {
+                return Err("`name` and `mail` must not be empty".into());
+            }
+            Ok(ContactSaved { a })
+        },
+    );
+    lib.add(
+        "android_photos_details",
+        "Google Photos' details panel shows a label with the file and, first, a date and time.",
+        Reads::Env(ANDROID),
+        r#"{"file": "movie_list.txt"}"#,
+        |a: PhotosArgs, _| {
+            Ok(PhotosDetails {
+                file: a.file,
+                date: regex::Regex::new(
+                    r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun),\s(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s\d{1,2},\s\d{4}\s•\s\d{1,2}:\d{2}\s(AM|PM)",
+                )
+                .map_err(|e| e.to_string())?,
+            })
+        },
+    );
+    lib.add(
+        "android_gmail_compose",
+        "Gmail's compose screen has the recipient and a text field holding the message.",
+        Reads::Env(ANDROID),
+        r#"{"mail": "crabbb@gmail.com", "content": "Hello John"}"#,
+        |a: GmailArgs, _| Ok(GmailCompose { a }),
+    );
+    lib.add(
+        "android_maps_search",
+        "Google Maps' search box holds every one of the texts.",
+        Reads::Env(ANDROID),
+        r#"{"contains": ["Japan", "1010021"]}"#,
+        |a: MapsArgs, _| {
+            if a.contains.is_empty() {
+                return Err("`contains` is empty".into());
+            }
+            Ok(MapsSearch {
+                contains: a.contains,
+            })
+        },
+    );
+    lib.add(
+        "android_setting",
+        "An Android setting (`settings get NAMESPACE KEY`) passes a test; an unset key fails.",
+        Reads::Env(ANDROID),
+        r#"{"namespace": "secure", "key": "bluetooth_name", "value": {"contains": "Sydney"}}"#,
+        |a: SettingArgs, _| {
+            if !matches!(a.namespace.as_str(), "system" | "secure" | "global") {
+                return Err(format!(
+                    "`namespace` '{}' is not system, secure or global",
+                    a.namespace
+                ));
+            }
+            if !setting_name(&a.key) {
+                return Err(format!(
+                    "`key` '{}' is not a setting name (letters, digits, '_', '.', '-')",
+                    a.key
+                ));
+            }
+            Ok(Setting {
+                value: TextTest::new(a.value, "value")?,
+                namespace: a.namespace,
+                key: a.key,
+            })
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    //! The replies below are synthetic stand-ins for a device: hand-written in the formats
+    //! an Android 11 (API 30) emulator prints for these commands and that `uiautomator dump`
+    //! describes, cut to the lines the checks read.
+
+    use super::*;
+    use crate::eval::functions::Library;
+    use pincer_shared::WireError;
+    use pincer_shared::setup::ExitStatus;
+    use pincer_shared::tree::UiTree;
+    use std::collections::BTreeMap;
+
+    fn run(name: &str, args: serde_json::Value, reply: ProbeResult) -> Verdict {
+        let lib = Library::standard();
+        let check = lib.build(name, &args).unwrap();
+        assert_eq!(check.probes().len(), 1);
+        check.judge(&[&reply], &AgentLog::default()).unwrap()
+    }
+
+    fn stdout(text: &str) -> ProbeResult {
+        Ok(ProbeReply::Command(ExecOutput {
+            status: ExitStatus::Exited(0),
+            stdout: text.as_bytes().to_vec(),
+            stderr: Vec::new(),
+            truncated: false,
+            elapsed_ms: 12,
+        }))
+    }
+
+    /// A uiautomator node: class, resource id, text, content-desc, children.
+    fn n(class: &str, id: &str, text: &str, desc: &str, children: Vec<UiNode>) -> UiNode {
+        let mut attributes = BTreeMap::new();
+        attributes.insert("class".to_owned(), class.to_owned());
+        attributes.insert("resource-id".to_owned(), id.to_owned());
+        let package = id.split(':').next().unwrap_or_default();
+        attributes.insert("package".to_owned(), package.to_owned());
+        UiNode {
+            role: class.rsplit('.').next().unwrap_or_default().to_lowercase(),
+            name: desc.to_owned(),
+            text: (!text.is_empty()).then(|| text.to_owned()),
+            attributes,
+            children,
+            ..UiNode::default()
+        }
+    }
+
+    fn screen(children: Vec<UiNode>) -> ProbeResult {
+        let root = n("android.widget.FrameLayout", "", "", "", children);
+        Ok(ProbeReply::UiTree(UiTree {
+            node_count: root.count() as u32,
+            root,
+            truncated: false,
+            walk_us: 0,
+        }))
+    }
+
+    const TEXT: &str = "android.widget.TextView";
+
+    /// `dumpsys activity activities` on an API 30 emulator with Clock in front.
+    const DUMPSYS_API30: &str = "\
+ACTIVITY MANAGER ACTIVITIES (dumpsys activity activities)
+Display #0 (activities from top to bottom):
+
+  Stack #23: type=standard mode=fullscreen
+  isSleeping=false
+  mBounds=Rect(0, 0 - 0, 0)
+    Task id #23
+    mBounds=Rect(0, 0 - 0, 0)
+    mMinWidth=-1
+    * TaskRecord{5c3a0e1 #23 A=com.google.android.deskclock U=0 StackId=23 sz=1}
+      affinity=com.google.android.deskclock
+      intent={act=android.intent.action.MAIN cat=[android.intent.category.LAUNCHER] flg=0x10200000 cmp=com.google.android.deskclock/com.android.deskclock.DeskClock}
+      * Hist #0: ActivityRecord{8a1f2c4 u0 com.google.android.deskclock/com.android.deskclock.DeskClock t23}
+          packageName=com.google.android.deskclock processName=com.google.android.deskclock
+
+    Running activities (most recent first):
+      TaskRecord{5c3a0e1 #23 A=com.google.android.deskclock U=0 StackId=23 sz=1}
+        Run #0: ActivityRecord{8a1f2c4 u0 com.google.android.deskclock/com.android.deskclock.DeskClock t23}
+
+    mResumedActivity: ActivityRecord{8a1f2c4 u0 com.google.android.deskclock/com.android.deskclock.DeskClock t23}
+
+  Stack #0: type=home mode=fullscreen
+    * Hist #0: ActivityRecord{1b7e9f0 u0 com.google.android.apps.nexuslauncher/.NexusLauncherActivity t22}
+    mLastPausedActivity: ActivityRecord{1b7e9f0 u0 com.google.android.apps.nexuslauncher/.NexusLauncherActivity t22}
+
+ ResumedActivity:ActivityRecord{8a1f2c4 u0 com.google.android.deskclock/com.android.deskclock.DeskClock t23}
+ mFocusedStack=ActivityStack{d3a45b7 stackId=23 type=standard mode=fullscreen visible=true translucent=false size=1}
+";
+
+    /// The same on Android 13 (API 33): `topResumedActivity=` and no `mResumedActivity`.
+    const DUMPSYS_API33: &str = "\
+ACTIVITY MANAGER ACTIVITIES (dumpsys activity activities)
+Display #0 (activities from top to bottom):
+  * Task{2c4e8b1 #41 type=standard A=10131:com.android.contacts U=0 visible=true visibleRequested=true mode=fullscreen translucent=false sz=1}
+    topResumedActivity=ActivityRecord{9e0d6c2 u0 com.android.contacts/.activities.PeopleActivity t41}
+    * Hist #0: ActivityRecord{9e0d6c2 u0 com.android.contacts/.activities.PeopleActivity t41}
+  Resumed activities in task display areas (from top to bottom):
+    ResumedActivity: ActivityRecord{9e0d6c2 u0 com.android.contacts/.activities.PeopleActivity t41}
+";
+
+    #[test]
+    fn the_foreground_app_is_read_from_dumpsys() {
+        assert_eq!(
+            resumed_components(DUMPSYS_API30),
+            vec!["com.google.android.deskclock/com.android.deskclock.DeskClock"]
+        );
+        let pass = |pkg: &str, dump: &str| {
+            run(
+                "android_foreground_app",
+                serde_json::json!({"package": pkg}),
+                stdout(dump),
+            )
+        };
+        assert!(pass("com.google.android.deskclock", DUMPSYS_API30).passed);
+        // The launcher is listed, but paused, not resumed.
+        let v = pass("com.google.android.apps.nexuslauncher", DUMPSYS_API30);
+        assert!(
+            !v.passed && v.feedback.contains("deskclock"),
+            "{}",
+            v.feedback
+        );
+        // CRAB's substring match: the package without its final "s" still matches.
+        assert!(pass("com.android.contact", DUMPSYS_API33).passed);
+        assert!(!pass("com.android.dialer", DUMPSYS_API33).passed);
+        let none = pass("com.android.dialer", "ACTIVITY MANAGER ACTIVITIES\n");
+        assert!(
+            !none.passed && none.feedback.contains("no activity"),
+            "{}",
+            none.feedback
+        );
+    }
+
+    #[test]
+    fn a_failing_dumpsys_is_an_evaluator_error_not_a_verdict() {
+        let lib = Library::standard();
+        let check = lib
+            .build(
+                "android_foreground_app",
+                &serde_json::json!({"package": "x"}),
+            )
+            .unwrap();
+        let failed: ProbeResult = Ok(ProbeReply::Command(ExecOutput {
+            status: ExitStatus::Exited(255),
+            stdout: Vec::new(),
+            stderr: b"Can't find service: activity".to_vec(),
+            truncated: false,
+            elapsed_ms: 3,
+        }));
+        assert!(check.judge(&[&failed], &AgentLog::default()).is_err());
+        let refused: ProbeResult = Err(WireError::Forbidden {
+            class: pincer_shared::RequestClass::Setup,
+            reason: "started with --read-only".into(),
+        });
+        assert!(matches!(
+            check.judge(&[&refused], &AgentLog::default()),
+            Err(EvalError::Probe { .. })
+        ));
+    }
+
+    /// Messages' conversation with 98801234 after sending a message.
+    fn messages() -> ProbeResult {
+        let m = "com.google.android.apps.messaging:id/";
+        screen(vec![
+            n(
+                TEXT,
+                &format!("{m}conversation_title"),
+                "98801234",
+                "",
+                vec![],
+            ),
+            n(
+                "androidx.recyclerview.widget.RecyclerView",
+                &format!("{m}messages_list"),
+                "",
+                "",
+                vec![
+                    n(
+                        TEXT,
+                        &format!("{m}message_text"),
+                        "Earlier message",
+                        "",
+                        vec![],
+                    ),
+                    n(
+                        TEXT,
+                        &format!("{m}message_text"),
+                        "The meeting starts from 10am today",
+                        "",
+                        vec![],
+                    ),
+                ],
+            ),
+            n(
+                "android.widget.EditText",
+                &format!("{m}compose_message_text"),
+                "Text message",
+                "",
+                vec![],
+            ),
+        ])
+    }
+
+    #[test]
+    fn nodes_match_by_id_with_text_tests() {
+        let m = "com.google.android.apps.messaging:id/";
+        let node = |args: serde_json::Value| run("android_node", args, messages());
+        assert!(node(serde_json::json!({"resource_id": format!("{m}conversation_title"), "text": {"equals": "98801234"}, "first": true})).passed);
+        assert!(!node(serde_json::json!({"resource_id": format!("{m}conversation_title"), "text": {"equals": "9880123"}, "first": true})).passed);
+        // Any message bubble may hold the text; with `first`, only the first counts.
+        let any = serde_json::json!({"resource_id": format!("{m}message_text"), "text": {"contains": "10am"}});
+        assert!(node(any.clone()).passed);
+        let mut first = any;
+        first["first"] = true.into();
+        let v = node(first);
+        assert!(
+            !v.passed && v.feedback.contains("Earlier message"),
+            "{}",
+            v.feedback
+        );
+        // Case-sensitive, as CRAB compares.
+        assert!(!node(serde_json::json!({"resource_id": format!("{m}message_text"), "text": {"contains": "10AM"}})).passed);
+        assert!(
+            node(
+                serde_json::json!({"class": "android.widget.EditText", "text": {"regex": "^Text"}})
+            )
+            .passed
+        );
+    }
+
+    #[test]
+    fn dialer_digits_ignore_formatting() {
+        let d = |text: &str| {
+            screen(vec![n(
+                "android.widget.EditText",
+                "com.android.dialer:id/digits",
+                text,
+                "",
+                vec![],
+            )])
+        };
+        let args = serde_json::json!({"resource_id": "com.android.dialer:id/digits", "text": {"digits": "123456789"}, "first": true});
+        assert!(run("android_node", args.clone(), d("123-456-789")).passed);
+        assert!(!run("android_node", args.clone(), d("123-456-78")).passed);
+        let v = run("android_node", args, screen(vec![]));
+        assert!(
+            !v.passed && v.feedback.contains("shows no"),
+            "{}",
+            v.feedback
+        );
+    }
+
+    #[test]
+    fn drive_folders_need_text_and_description_on_one_node() {
+        let id = "com.google.android.apps.docs:id/entry_label";
+        let args = serde_json::json!({"resource_id": id, "text": {"equals": "Bengaluru"}, "content_desc": {"equals": "Bengaluru Folder"}});
+        let ok = screen(vec![
+            n(TEXT, id, "Bengaluru.pdf", "Bengaluru.pdf PDF", vec![]),
+            n(TEXT, id, "Bengaluru", "Bengaluru Folder", vec![]),
+        ]);
+        assert!(run("android_node", args.clone(), ok).passed);
+        let split = screen(vec![
+            n(TEXT, id, "Bengaluru", "Bengaluru Shared folder", vec![]),
+            n(TEXT, id, "Other", "Bengaluru Folder", vec![]),
+        ]);
+        assert!(!run("android_node", args, split).passed);
+    }
+
+    #[test]
+    fn bad_node_arguments_are_refused() {
+        let lib = Library::standard();
+        for bad in [
+            serde_json::json!({}),
+            serde_json::json!({"text": {"equals": "x"}, "first": true}),
+            serde_json::json!({"resource_id": "a", "text": {"digits": "none"}}),
+            serde_json::json!({"resource_id": "a", "text": {"regex": "("}}),
+            serde_json::json!({"resource_id": "a", "text": {"starts": "x"}}),
+        ] {
+            assert!(lib.build("android_node", &bad).is_err(), "{bad}");
+        }
+    }
+
+    /// Calendar's schedule view on 17 August 2024.
+    fn schedule(class: &str) -> ProbeResult {
+        screen(vec![n(
+            class,
+            "com.google.android.calendar:id/alternate_timeline_fragment_container",
+            "",
+            "",
+            vec![
+                n(
+                    "android.view.View",
+                    "",
+                    "",
+                    "Saturday 17 August 2024",
+                    vec![],
+                ),
+                n(
+                    "android.view.View",
+                    "",
+                    "",
+                    "Chile National Day, All day",
+                    vec![],
+                ),
+                n("android.view.View", "", "", "", vec![]),
+            ],
+        )])
+    }
+
+    #[test]
+    fn calendar_items_show_dates_and_events() {
+        let support = "android.support.v7.widget.RecyclerView";
+        let ev = |args: serde_json::Value| run("android_calendar_events", args, schedule(support));
+        assert!(ev(serde_json::json!({"date": "17 August 2024"})).passed);
+        assert!(!ev(serde_json::json!({"date": "16 July 2024"})).passed);
+        // Case-sensitive unless asked, as CRAB's two calendar checks differ.
+        assert!(!ev(serde_json::json!({"date": "17 august 2024"})).passed);
+        assert!(ev(serde_json::json!({"date": "17 august 2024", "content": "chile national day", "ignore_case": true})).passed);
+        assert!(!ev(serde_json::json!({"date": "17 August 2024", "content": "Jeju", "ignore_case": true})).passed);
+        // Newer Calendar builds use AndroidX's RecyclerView.
+        let args = serde_json::json!({"date": "17 August 2024"});
+        assert!(
+            run(
+                "android_calendar_events",
+                args.clone(),
+                schedule("androidx.recyclerview.widget.RecyclerView")
+            )
+            .passed
+        );
+        let v = run(
+            "android_calendar_events",
+            args,
+            schedule("android.widget.ListView"),
+        );
+        assert!(
+            !v.passed && v.feedback.contains("no event list"),
+            "{}",
+            v.feedback
+        );
+    }
+
+    fn contact_page(name: &str, email: &str) -> ProbeResult {
+        screen(vec![
+            n("android.view.View", CONTACT_TITLE, "", name, vec![]),
+            n(
+                "android.widget.RelativeLayout",
+                "",
+                "",
+                &format!("Email {email}"),
+                vec![n(TEXT, CONTACT_HEADER, email, "", vec![])],
+            ),
+        ])
+    }
+
+    #[test]
+    fn contact_pages_show_an_email() {
+        let args = serde_json::json!({"name": "John Lauphin"});
+        let shown = |page| run("android_contact_email_shown", args.clone(), page);
+        assert!(shown(contact_page("John Lauphin", "john.lauphin@gmail.com")).passed);
+        assert!(!shown(contact_page("Karoon Wei", "karroonw@gmail.com")).passed);
+        assert!(!shown(contact_page("John Lauphin", "+44 20 7946 0000")).passed);
+        assert!(!shown(screen(vec![])).passed);
+    }
+
+    /// `content query --uri content://com.android.contacts/data/emails --projection
+    /// display_name:data1` with two contacts.
+    const CONTACT_ROWS: &str = "\
+Row: 0 display_name=John Lauphin, data1=john.lauphin@gmail.com
+Row: 1 display_name=Wei, Karoon, data1=karroonw@gmail.com
+Row: 2 display_name=John Haruhimiya, data1=ABCDCLY@qq.com
+";
+
+    #[test]
+    fn saved_contacts_are_read_from_the_provider() {
+        assert_eq!(
+            email_rows(CONTACT_ROWS)[1],
+            ("Wei, Karoon", "karroonw@gmail.com")
+        );
+        let saved = |name: &str, mail: &str, out: &str| {
+            run(
+                "android_contact_saved",
+                serde_json::json!({"name": name, "mail": mail}),
+                stdout(out),
+            )
+            .passed
+        };
+        assert!(saved("John Haruhimiya", "abcdcly@qq.com", CONTACT_ROWS));
+        assert!(saved("Wei, Karoon", "karroonw@gmail.com", CONTACT_ROWS));
+        assert!(!saved(
+            "John Haruhimiya",
+            "john.lauphin@gmail.com",
+            CONTACT_ROWS
+        ));
+        assert!(!saved(
+            "John Haruhimiya",
+            "abcdcly@qq.com",
+            "No result found.\n"
+        ));
+    }
+
+    fn photos_details(first_label: &str) -> ProbeResult {
+        let p = "com.google.android.apps.photos:id/";
+        screen(vec![
+            n(
+                "android.widget.LinearLayout",
+                &format!("{p}datetime_item_layout"),
+                "",
+                "",
+                vec![n(TEXT, &format!("{p}label"), first_label, "", vec![])],
+            ),
+            n(
+                "android.widget.LinearLayout",
+                &format!("{p}exif_item_layout"),
+                "",
+                "",
+                vec![
+                    n(
+                        TEXT,
+                        &format!("{p}label"),
+                        "/storage/emulated/0/Pictures/cat.png",
+                        "",
+                        vec![],
+                    ),
+                    n(TEXT, &format!("{p}label"), "0.3MP • 640 × 480", "", vec![]),
+                ],
+            ),
+        ])
+    }
+
+    #[test]
+    fn photos_details_show_the_file_and_its_date() {
+        let args = serde_json::json!({"file": "/Pictures/cat.png"});
+        let d = |label: &str| {
+            run(
+                "android_photos_details",
+                args.clone(),
+                photos_details(label),
+            )
+        };
+        assert!(d("Wed, May 15, 2024 • 10:32 AM").passed);
+        // One-digit days and hours, and Android 13's narrow no-break space before PM.
+        assert!(d("Sun, Jun 2, 2024 • 9:05\u{202f}PM").passed);
+        assert!(!d("Yesterday").passed);
+        let other = run(
+            "android_photos_details",
+            serde_json::json!({"file": "/Movies/movie_list.txt"}),
+            photos_details("Wed, May 15, 2024 • 10:32 AM"),
+        );
+        assert!(
+            !other.passed && other.feedback.contains("does not show"),
+            "{}",
+            other.feedback
+        );
+    }
+
+    #[test]
+    fn gmail_compose_has_recipient_and_body() {
+        let g = "com.google.android.gm:id/";
+        let compose = |chip: &str, body: &str| {
+            screen(vec![
+                n(
+                    "android.widget.MultiAutoCompleteTextView",
+                    &format!("{g}to"),
+                    "",
+                    "",
+                    vec![n(
+                        "android.widget.Button",
+                        &format!("{g}peoplekit_chip"),
+                        "",
+                        chip,
+                        vec![],
+                    )],
+                ),
+                n(
+                    "android.widget.LinearLayout",
+                    &format!("{g}body_wrapper"),
+                    "",
+                    "",
+                    vec![n("android.widget.EditText", "", body, "", vec![])],
+                ),
+            ])
+        };
+        let args = serde_json::json!({"mail": "crabbb@gmail.com", "content": "Hello John"});
+        let ok = |s| run("android_gmail_compose", args.clone(), s).passed;
+        assert!(ok(compose("crabbb@gmail.com", "Hello John, see you")));
+        assert!(!ok(compose("other@gmail.com", "Hello John")));
+        assert!(!ok(compose("crabbb@gmail.com", "Hi")));
+    }
+
+    #[test]
+    fn the_maps_query_is_the_search_box_last_child() {
+        let bx = |children| {
+            screen(vec![n(
+                "android.widget.FrameLayout",
+                "com.google.android.apps.maps:id/search_omnibox_text_box",
+                "",
+                "",
+                children,
+            )])
+        };
+        let args = serde_json::json!({"contains": ["Japan", "2770885"]});
+        let q = |s| run("android_maps_search", args.clone(), s);
+        assert!(
+            q(bx(vec![
+                n(TEXT, "", "Search here", "", vec![]),
+                n("android.widget.EditText", "", "2770885 Japan", "", vec![])
+            ]))
+            .passed
+        );
+        let v = q(bx(vec![n(
+            "android.widget.EditText",
+            "",
+            "2770885",
+            "",
+            vec![],
+        )]));
+        assert!(!v.passed && v.feedback.contains("Japan"), "{}", v.feedback);
+        assert!(!q(bx(vec![])).passed);
+        assert!(!q(screen(vec![])).passed);
+    }
+
+    #[test]
+    fn settings_are_read_with_settings_get() {
+        let lib = Library::standard();
+        let args = serde_json::json!({"namespace": "secure", "key": "bluetooth_name", "value": {"contains": "Sydney"}});
+        let check = lib.build("android_setting", &args).unwrap();
+        assert_eq!(
+            check.probes(),
+            vec![command(&["settings", "get", "secure", "bluetooth_name"])]
+        );
+        assert!(run("android_setting", args.clone(), stdout("Sydney\n")).passed);
+        assert!(
+            !run(
+                "android_setting",
+                args.clone(),
+                stdout("sdk_gphone_x86_64\n")
+            )
+            .passed
+        );
+        let unset = run("android_setting", args, stdout("null\n"));
+        assert!(
+            !unset.passed && unset.feedback.contains("not set"),
+            "{}",
+            unset.feedback
+        );
+        assert!(
+            lib.build(
+                "android_setting",
+                &serde_json::json!({"namespace": "vendor", "key": "k", "value": {"equals": "v"}})
+            )
+            .is_err()
+        );
+        assert!(
+            lib.build(
+                "android_setting",
+                &serde_json::json!({"namespace": "secure", "key": "a b", "value": {"equals": "v"}})
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn android_functions_run_only_on_android() {
+        let lib = Library::standard();
+        for def in lib.iter().filter(|d| d.name.starts_with("android_")) {
+            assert_eq!(def.reads, Reads::Env(ANDROID), "{}", def.name);
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! Run reports. `report.md` is the summary for terminals and pull requests: the run header,
+//! scores by platform class and by termination, one row per task run and the harness's
+//! overhead per step. `report.html` is one self-contained page with the same tables and a
+//! trajectory viewer (screenshots, actions, thoughts, model traffic, and the checkpoint
+//! graph lighting up step by step). Both are built from the run directory alone, so any run
+//! (finished, interrupted, or copied from another machine) can be reported again with
+//! `pincer report DIR`.
+
+mod graph;
+mod html;
+mod images;
+mod load;
+mod markdown;
+mod tables;
+#[cfg(test)]
+mod tests;
+
+use anyhow::Context;
+use std::path::{Path, PathBuf};
+
+/// Where a report was written.
+#[derive(Debug, Clone)]
+pub struct ReportPaths {
+    /// The HTML report.
+    pub html: PathBuf,
+    /// The Markdown summary.
+    pub markdown: PathBuf,
+}
+
+/// Writes `report.md` and `report.html` into a run directory. Fails only when `dir` is not a
+/// run directory or the files cannot be written; missing trajectories, screenshots or task
+/// definitions are shown as missing.
+pub fn write(dir: &Path) -> anyhow::Result<ReportPaths> {
+    let run = load::RunDir::read(dir)?;
+    let paths = ReportPaths {
+        html: dir.join("report.html"),
+        markdown: dir.join("report.md"),
+    };
+    write_atomically(&paths.markdown, markdown::render(&run).as_bytes())?;
+    write_atomically(&paths.html, html::render(&run).as_bytes())?;
+    Ok(paths)
+}
+
+/// Writes through a temporary file so a reader never sees half a report.
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".tmp");
+    let tmp = path.with_file_name(name);
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,373 @@
+//! The benchmark runner: many tasks over many environment sets in parallel, with repeats
+//! and seeds, append-only results (`--resume` skips finished runs), trajectories, Ctrl-C
+//! that finishes the current step and records `aborted`, progress bars with live SR/CR, and
+//! a summary table at the end.
+
+pub mod record;
+pub mod sets;
+pub mod task;
+
+use crate::agent::Agent;
+use crate::agent::observe::ObservationConfig;
+use crate::eval::functions::Library;
+use crate::eval::graph::Graph;
+use crate::metrics::{Summary, Termination};
+use crate::task::Task;
+use anyhow::{Context, bail};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use record::{JsonlWriter, TaskRecord};
+use sets::EnvSet;
+use std::collections::{BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Makes a fresh agent for a worker (each set has its own).
+pub type AgentFactory = Arc<dyn Fn(u64) -> anyhow::Result<Box<dyn Agent>> + Send + Sync>;
+
+/// What to run.
+pub struct RunConfig {
+    /// Tasks.
+    pub tasks: Vec<Task>,
+    /// Makes agents, given a seed.
+    pub agent: AgentFactory,
+    /// Agent name for the run header.
+    pub agent_name: String,
+    /// Environment sets (one worker each).
+    pub sets: Vec<EnvSet>,
+    /// Runs per task.
+    pub repeat: u32,
+    /// Base seed; repeat `r` uses `seed + r`.
+    pub seed: u64,
+    /// Run directory.
+    pub out: PathBuf,
+    /// Skip task runs already in `results.jsonl`.
+    pub resume: bool,
+    /// What agents see.
+    pub observation: ObservationConfig,
+    /// Set on Ctrl-C.
+    pub cancel: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for RunConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunConfig")
+            .field("tasks", &self.tasks.len())
+            .field("agent", &self.agent_name)
+            .field("sets", &self.sets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Progress display: bars on a terminal, lines otherwise.
+struct Display {
+    multi: MultiProgress,
+    overall: ProgressBar,
+    per_set: Vec<(String, ProgressBar)>,
+    tty: bool,
+}
+
+impl task::Progress for Display {
+    fn status(&self, set: &str, task: &str, text: &str) {
+        if let Some((_, bar)) = self.per_set.iter().find(|(s, _)| s == set) {
+            bar.set_message(format!("{task}: {text}"));
+        }
+    }
+}
+
+impl Display {
+    fn new(total: u64, sets: &[EnvSet]) -> Self {
+        let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let multi = if tty {
+            MultiProgress::new()
+        } else {
+            MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden())
+        };
+        let overall = multi.add(ProgressBar::new(total));
+        overall.set_style(
+            ProgressStyle::with_template(
+                "{bar:30.cyan/blue} {pos}/{len} tasks {elapsed_precise} {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        let per_set = sets
+            .iter()
+            .map(|s| {
+                let b = multi.add(ProgressBar::new_spinner());
+                b.set_style(
+                    ProgressStyle::with_template("  {prefix} {spinner} {wide_msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                );
+                b.set_prefix(s.name.clone());
+                b.enable_steady_tick(std::time::Duration::from_millis(200));
+                (s.name.clone(), b)
+            })
+            .collect();
+        Self {
+            multi,
+            overall,
+            per_set,
+            tty,
+        }
+    }
+
+    fn finished(&self, rec: &TaskRecord, all: &[TaskRecord]) {
+        let s = Summary::of(all.iter().map(|r| r.outcome()).collect::<Vec<_>>().iter());
+        self.overall.set_message(format!(
+            "SR {:.0}%  CR {:.0}%",
+            s.success_rate * 100.0,
+            s.completion * 100.0
+        ));
+        self.overall.inc(1);
+        let line = format!(
+            "{:<7} {:<40} {:<17} {}/{} checkpoints, {} actions, {:.1} s{}",
+            rec.env_set,
+            rec.task,
+            rec.termination.to_string(),
+            rec.passed,
+            rec.total,
+            rec.actions,
+            rec.wall_ms as f64 / 1000.0,
+            rec.detail
+                .as_deref()
+                .filter(|_| rec.termination != Termination::Success)
+                .map(|d| format!(" ({})", d.chars().take(100).collect::<String>()))
+                .unwrap_or_default()
+        );
+        if self.tty {
+            let _ = self.multi.println(line);
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    fn close(&self) {
+        for (_, b) in &self.per_set {
+            b.finish_and_clear();
+        }
+        self.overall.finish();
+    }
+}
+
+/// Validates every task before anything runs; returns the built graphs.
+pub fn prepare(tasks: &[Task], lib: &Library) -> anyhow::Result<Vec<Arc<Graph>>> {
+    let mut graphs = Vec::new();
+    let mut errors = Vec::new();
+    for t in tasks {
+        match Graph::build(t, lib) {
+            Ok(g) => graphs.push(Arc::new(g)),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    if !errors.is_empty() {
+        bail!("{} invalid tasks:\n{}", errors.len(), errors.join("\n"));
+    }
+    Ok(graphs)
+}
+
+/// Runs everything; returns every record of the run directory (earlier ones included when
+/// resuming).
+pub async fn run(cfg: RunConfig) -> anyhow::Result<Vec<TaskRecord>> {
+    std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating {}", cfg.out.display()))?;
+    let results_path = cfg.out.join("results.jsonl");
+    let previous = if cfg.resume {
+        record::read_results(&results_path)?
+    } else {
+        Vec::new()
+    };
+    if !cfg.resume && results_path.exists() {
+        bail!(
+            "{} already holds results: pass --resume to continue that run, or choose another --out",
+            cfg.out.display()
+        );
+    }
+    // Aborted runs are redone on resume; everything else that finished stays.
+    let done: BTreeSet<(String, u32)> = previous
+        .iter()
+        .filter(|r| r.termination != Termination::Aborted)
+        .map(|r| (r.task.clone(), r.repeat))
+        .collect();
+    let graphs = prepare(&cfg.tasks, &Library::standard())?;
+    let mut queue: VecDeque<(usize, u32)> = VecDeque::new();
+    for r in 0..cfg.repeat.max(1) {
+        for (i, t) in cfg.tasks.iter().enumerate() {
+            if !done.contains(&(t.id.clone(), r)) {
+                queue.push_back((i, r));
+            }
+        }
+    }
+    for (i, _) in &queue {
+        let t = &cfg.tasks[*i];
+        if !cfg.sets.iter().any(|s| s.fits(t)) {
+            bail!(
+                "no environment set has the roles task '{}' needs ({})",
+                t.id,
+                t.envs.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+    let skipped = done.len();
+    if skipped > 0 {
+        eprintln!(
+            "resuming: {skipped} task runs already finished, {} to go",
+            queue.len()
+        );
+    }
+    let meta = serde_json::json!({
+        "agent": cfg.agent_name,
+        "tasks": cfg.tasks.iter().map(|t| &t.id).collect::<Vec<_>>(),
+        "repeat": cfg.repeat,
+        "seed": cfg.seed,
+        "sets": cfg.sets.iter().map(|s| (s.name.clone(), s.envs.keys().cloned().collect::<Vec<_>>())).collect::<Vec<_>>(),
+        "observation": cfg.observation,
+    });
+    std::fs::write(
+        cfg.out.join("run.json"),
+        serde_json::to_string_pretty(&meta)?,
+    )?;
+    // The report draws each task's checkpoint graph (`after` edges) from these.
+    std::fs::write(
+        cfg.out.join("tasks.json"),
+        serde_json::to_string_pretty(&cfg.tasks)?,
+    )?;
+
+    let display = Arc::new(Display::new(queue.len() as u64, &cfg.sets));
+    let queue = Arc::new(Mutex::new(queue));
+    let writer = Arc::new(Mutex::new(JsonlWriter::append(&results_path)?));
+    let all = Arc::new(Mutex::new(previous));
+    let cfg = Arc::new(cfg);
+    let tasks: Arc<Vec<Task>> = Arc::new(cfg.tasks.clone());
+    let graphs = Arc::new(graphs);
+    let mut workers = Vec::new();
+    for (si, set) in cfg.sets.iter().cloned().enumerate() {
+        let (queue, writer, all, cfg, tasks, graphs, display) = (
+            queue.clone(),
+            writer.clone(),
+            all.clone(),
+            cfg.clone(),
+            tasks.clone(),
+            graphs.clone(),
+            display.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            loop {
+                if cfg.cancel.load(Ordering::SeqCst) {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                // Take the next task this set can run.
+                let next = {
+                    let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
+                    let pos = q.iter().position(|(i, _)| set.fits(&tasks[*i]));
+                    pos.and_then(|p| q.remove(p))
+                };
+                let Some((i, r)) = next else { return Ok(()) };
+                let seed = cfg.seed.wrapping_add(u64::from(r));
+                let mut agent = (cfg.agent)(seed.wrapping_add(si as u64 * 1_000_003))?;
+                let ctx = task::Context {
+                    set: &set,
+                    observation: cfg.observation,
+                    out: &cfg.out,
+                    cancel: &cfg.cancel,
+                    progress: display.as_ref(),
+                };
+                let rec =
+                    task::run(&tasks[i], graphs[i].clone(), agent.as_mut(), r, seed, &ctx).await;
+                writer
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .write(&rec)?;
+                let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
+                all.push(rec.clone());
+                display.finished(&rec, &latest(all.clone()));
+            }
+        }));
+    }
+    let mut first_error = None;
+    for w in workers {
+        match w.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => first_error = first_error.or(Some(e)),
+            Err(e) => first_error = first_error.or(Some(anyhow::anyhow!("a worker failed: {e}"))),
+        }
+    }
+    display.close();
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let all = all.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Ok(latest(all))
+}
+
+/// One record per task run: when a run was aborted and redone on resume, the redo.
+pub fn latest(records: Vec<TaskRecord>) -> Vec<TaskRecord> {
+    let mut out: Vec<TaskRecord> = Vec::new();
+    for r in records {
+        match out
+            .iter_mut()
+            .find(|o| o.task == r.task && o.repeat == r.repeat)
+        {
+            Some(o) => *o = r,
+            None => out.push(r),
+        }
+    }
+    out
+}
+
+/// The summary table printed at the end of a run.
+pub fn summary_table(records: &[TaskRecord]) -> String {
+    use std::fmt::Write;
+    let outcomes: Vec<_> = records.iter().map(TaskRecord::outcome).collect();
+    let by = Summary::by_class(&outcomes);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<18} {:>5} {:>6} {:>7} {:>7} {:>9} {:>7} {:>8} {:>9}",
+        "platform", "runs", "scored", "SR", "CR", "EE", "steps", "wall s", "SR sd"
+    );
+    // Classes first, "all" last.
+    let rows = by
+        .iter()
+        .filter(|(c, _)| *c != "all")
+        .chain(by.iter().filter(|(c, _)| *c == "all"));
+    for (class, s) in rows {
+        let _ = writeln!(
+            out,
+            "{:<18} {:>5} {:>6} {:>6.1}% {:>6.1}% {:>9.4} {:>7.1} {:>8.1} {:>9.3}",
+            class,
+            s.runs,
+            s.scored,
+            s.success_rate * 100.0,
+            s.completion * 100.0,
+            s.execution_efficiency,
+            s.steps,
+            s.wall_s,
+            s.success_by_seed.sd
+        );
+    }
+    if let Some(all) = by.get("all") {
+        let ends: Vec<String> = all
+            .terminations
+            .iter()
+            .map(|(t, n)| format!("{t} {n}"))
+            .collect();
+        let _ = writeln!(out, "terminations: {}", ends.join(", "));
+    }
+    let mut harness: Vec<f64> = records
+        .iter()
+        .map(|r| r.harness_ms_p50)
+        .filter(|v| *v > 0.0)
+        .collect();
+    harness.sort_by(f64::total_cmp);
+    if let Some(m) = harness.get(harness.len() / 2) {
+        let _ = writeln!(
+            out,
+            "harness overhead per step (median of task medians): {m:.1} ms"
+        );
+    }
+    out
+}
+
+/// The results file of a run directory.
+pub fn results_file(dir: &Path) -> PathBuf {
+    dir.join("results.jsonl")
+}

@@ -1,0 +1,232 @@
+//! What a run leaves on disk: `results.jsonl` (one line per finished task run, fsynced, the
+//! file `--resume` reads) and one trajectory directory per task run with `steps.jsonl` and
+//! the screenshots each step's agent saw.
+
+use crate::agent::{Exchange, Usage};
+use crate::eval::graph::{NodeProgress, StepReport};
+use crate::metrics::{Outcome, Termination};
+use crate::task::PlatformClass;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// One finished task run: a line of `results.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// Task id.
+    pub task: String,
+    /// Repetition (0-based) of this task in the run.
+    pub repeat: u32,
+    /// Seed given to the agent.
+    pub seed: u64,
+    /// Agent name.
+    pub agent: String,
+    /// Platform class.
+    pub class: PlatformClass,
+    /// The task's instruction.
+    pub instruction: String,
+    /// Why it ended.
+    pub termination: Termination,
+    /// Details of the ending (error text, false completion feedback).
+    pub detail: Option<String>,
+    /// Checkpoints passed.
+    pub passed: usize,
+    /// Checkpoints in the graph.
+    pub total: usize,
+    /// Agent actions executed (waits excluded).
+    pub actions: u32,
+    /// Model tokens.
+    pub usage: Usage,
+    /// Wall time from setup to teardown, milliseconds.
+    pub wall_ms: u64,
+    /// Median harness time per step (observation, execution, evaluation; no model), ms.
+    pub harness_ms_p50: f64,
+    /// Environment set that ran it.
+    pub env_set: String,
+    /// Per-checkpoint progress (step each passed at).
+    pub progress: Vec<NodeProgress>,
+    /// Trajectory directory, relative to the run directory.
+    pub trajectory: String,
+    /// Unix time (ms) when it started.
+    pub started_ms: u64,
+}
+
+impl TaskRecord {
+    /// The scoring view of this record.
+    pub fn outcome(&self) -> Outcome {
+        Outcome {
+            task: self.task.clone(),
+            class: self.class,
+            seed: u64::from(self.repeat),
+            termination: self.termination,
+            passed: self.passed,
+            total: self.total,
+            actions: self.actions,
+            tokens: self.usage.total(),
+            wall_ms: self.wall_ms,
+        }
+    }
+}
+
+/// One step of a trajectory: a line of `steps.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// Step number (1 = first decision).
+    pub step: u32,
+    /// Images the agent saw, per environment role (file names in the trajectory directory).
+    pub images: Vec<ImageRef>,
+    /// The marked elements per role, as listed to the agent.
+    pub elements: Vec<(String, String)>,
+    /// The model's reasoning, if any.
+    pub thought: Option<String>,
+    /// Actions, as JSON.
+    pub actions: Vec<serde_json::Value>,
+    /// Results of executing each action ("ok" or an error).
+    pub results: Vec<String>,
+    /// Why the agent's output was unusable, if it was.
+    pub invalid: Option<String>,
+    /// Model calls (requests and responses; images by reference).
+    pub exchanges: Vec<Exchange>,
+    /// Tokens of this step.
+    pub usage: Usage,
+    /// Evaluation after this step's actions.
+    pub evaluation: Vec<StepReport>,
+    /// Checkpoints that passed in this step.
+    pub passed: Vec<String>,
+    /// Harness milliseconds: observe, act, evaluate.
+    pub timing: Timing,
+}
+
+/// A screenshot file of a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageRef {
+    /// Environment role.
+    pub role: String,
+    /// "screenshot" or "marks".
+    pub kind: String,
+    /// File name.
+    pub file: String,
+}
+
+/// Where a step's harness time went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    /// Building observations (capture, marks, encoding).
+    pub observe_ms: f64,
+    /// Executing actions.
+    pub act_ms: f64,
+    /// Evaluating checkpoints.
+    pub evaluate_ms: f64,
+    /// Waiting for the agent (model latency).
+    pub agent_ms: f64,
+}
+
+impl Timing {
+    /// Harness time: everything but the agent.
+    pub fn harness_ms(&self) -> f64 {
+        self.observe_ms + self.act_ms + self.evaluate_ms
+    }
+}
+
+/// Appends lines to a JSONL file, fsyncing each.
+#[derive(Debug)]
+pub struct JsonlWriter {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl JsonlWriter {
+    /// Opens (creating) for appending.
+    pub fn append(path: &Path) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Self {
+            file,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Writes one value as a line and makes it durable.
+    pub fn write<T: Serialize>(&mut self, v: &T) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(v).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        self.file.write_all(&line)?;
+        self.file.sync_data()
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Reads the records of a results file; a torn last line (a crash mid-write) is skipped.
+pub fn read_results(path: &Path) -> std::io::Result<Vec<TaskRecord>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+/// Reads a trajectory's steps.
+pub fn read_steps(dir: &Path) -> std::io::Result<Vec<StepRecord>> {
+    let text = std::fs::read_to_string(dir.join("steps.jsonl"))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_survive_a_torn_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("results.jsonl");
+        let mut w = JsonlWriter::append(&p).unwrap();
+        let rec = TaskRecord {
+            task: "t".into(),
+            repeat: 0,
+            seed: 1,
+            agent: "oracle".into(),
+            class: PlatformClass::SingleDesktop,
+            instruction: "x".into(),
+            termination: Termination::Success,
+            detail: None,
+            passed: 2,
+            total: 2,
+            actions: 3,
+            usage: Usage::default(),
+            wall_ms: 10,
+            harness_ms_p50: 5.0,
+            env_set: "s0".into(),
+            progress: vec![],
+            trajectory: "tasks/t-0".into(),
+            started_ms: 0,
+        };
+        w.write(&rec).unwrap();
+        drop(w);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&p)
+            .unwrap()
+            .write_all(b"{\"task\": \"half")
+            .unwrap();
+        let back = read_results(&p).unwrap();
+        assert_eq!(back, vec![rec]);
+        assert!(
+            read_results(&dir.path().join("none.jsonl"))
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

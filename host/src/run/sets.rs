@@ -1,0 +1,149 @@
+//! Environment sets: the environments one task runs on, by role. From `--set ROLE=ENV,...`
+//! (names in the envs file), or, with none given, local desktops brought up for the run and
+//! stopped afterwards (the embedded default).
+
+use crate::desktop::{self, DesktopOptions};
+use crate::env::registry::Registry;
+use crate::env::{Deadlines, Environment};
+use crate::task::{Platform, Task};
+use anyhow::{Context, bail};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// The environments of one worker.
+#[derive(Debug, Clone)]
+pub struct EnvSet {
+    /// Name for logs and results ("s0").
+    pub name: String,
+    /// Environments by role.
+    pub envs: BTreeMap<String, Arc<Environment>>,
+    /// Platforms by role.
+    pub platforms: BTreeMap<String, Platform>,
+}
+
+impl EnvSet {
+    /// Whether this set can run the task (it has every role with the right platform).
+    pub fn fits(&self, task: &Task) -> bool {
+        task.envs
+            .iter()
+            .all(|(role, need)| self.platforms.get(role) == Some(&need.platform))
+    }
+}
+
+/// Local desktops made for a run, stopped when dropped... explicitly, via [`LocalDesktops::stop`].
+#[derive(Debug, Default)]
+pub struct LocalDesktops {
+    names: Vec<String>,
+}
+
+impl LocalDesktops {
+    /// Stops every desktop made for the run.
+    pub async fn stop(&mut self, reg: &Registry) {
+        for n in self.names.drain(..) {
+            if let Err(e) = desktop::down(reg, &n).await {
+                eprintln!("warning: stopping desktop '{n}': {e:#}");
+            }
+        }
+    }
+}
+
+/// Roles the tasks need, with platforms; conflicting platforms for one role are an error.
+pub fn roles_needed(tasks: &[&Task]) -> anyhow::Result<BTreeMap<String, Platform>> {
+    let mut out: BTreeMap<String, Platform> = BTreeMap::new();
+    for t in tasks {
+        for (role, need) in &t.envs {
+            if let Some(p) = out.insert(role.clone(), need.platform)
+                && p != need.platform
+            {
+                bail!(
+                    "role '{role}' is {p} in one task and {} in task '{}'",
+                    need.platform,
+                    t.id
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Brings up `count` sets of local desktops for the Linux roles the tasks need.
+pub async fn local_sets(
+    reg: &Registry,
+    roles: &BTreeMap<String, Platform>,
+    count: usize,
+    size: (u32, u32),
+    made: &mut LocalDesktops,
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<Vec<EnvSet>> {
+    if let Some((role, _)) = roles.iter().find(|(_, p)| **p != Platform::Linux) {
+        bail!(
+            "the tasks need '{role}', which is not a Linux desktop: give environments with --set {role}=NAME"
+        );
+    }
+    let tag = std::process::id() % 100_000;
+    let mut sets = Vec::new();
+    for i in 0..count {
+        let mut envs = BTreeMap::new();
+        for role in roles.keys() {
+            let name = format!("run{tag}-s{i}-{role}");
+            progress(&format!("starting local desktop {name}"));
+            desktop::up(
+                reg,
+                &DesktopOptions {
+                    name: name.clone(),
+                    size,
+                    window_manager: true,
+                    read_only: false,
+                    port: 0,
+                    home: None,
+                },
+            )
+            .await
+            .with_context(|| format!("starting local desktop for role '{role}'"))?;
+            made.names.push(name.clone());
+            let env = reg.connect(Some(&name), Deadlines::default()).await?;
+            envs.insert(role.clone(), Arc::new(env));
+        }
+        sets.push(EnvSet {
+            name: format!("s{i}"),
+            envs,
+            platforms: roles.clone(),
+        });
+    }
+    Ok(sets)
+}
+
+/// Sets from `ROLE=ENV,ROLE=ENV` specs, connecting through the envs file.
+pub async fn named_sets(reg: &Registry, specs: &[String]) -> anyhow::Result<Vec<EnvSet>> {
+    let file = reg.load()?;
+    let mut sets = Vec::new();
+    let mut used = BTreeSet::new();
+    for (i, spec) in specs.iter().enumerate() {
+        let mut envs = BTreeMap::new();
+        let mut platforms = BTreeMap::new();
+        for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (role, name) = pair.split_once('=').with_context(|| {
+                format!("--set '{spec}': write ROLE=ENV pairs, e.g. desktop=vm1,phone=pixel")
+            })?;
+            if !used.insert(name.to_owned()) {
+                bail!("environment '{name}' is in two sets; each set needs its own environments");
+            }
+            let entry = file.envs.get(name).with_context(|| {
+                format!("--set: no environment '{name}' in {}", reg.path().display())
+            })?;
+            let platform = match entry.platform.as_str() {
+                "android" => Platform::Android,
+                _ => Platform::Linux,
+            };
+            let env = reg.connect(Some(name), Deadlines::default()).await?;
+            envs.insert(role.to_owned(), Arc::new(env));
+            platforms.insert(role.to_owned(), platform);
+        }
+        sets.push(EnvSet {
+            name: format!("s{i}"),
+            envs,
+            platforms,
+        });
+    }
+    Ok(sets)
+}

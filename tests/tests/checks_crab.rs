@@ -1,0 +1,662 @@
+//! The checkpoint functions added for CRAB's templates, judged against real state on real
+//! local desktops through the evaluator: documents written by real LibreOffice
+//! (`document_contains`, `spreadsheet_row`, `clipboard_in_document`), images and the GNOME
+//! wallpaper set with real `gsettings` (`image_brighter`, `image_not_brighter`,
+//! `wallpaper_is`), each with cases the state makes pass and cases it makes fail; then
+//! CRAB templates from `templates/crab.toml`, composed and linked as the importer does,
+//! failing before the work and passing after it.
+
+use pincer::compose::{self, Catalogue, Part};
+use pincer::env::Environment;
+use pincer::eval::functions::{Library, Reads};
+use pincer::eval::graph::{Envs, Evaluator, Graph};
+use pincer::eval::{AgentEvent, AgentLog};
+use pincer::task::{Platform, Task};
+use pincer_shared::setup::ExecRequest;
+use pincer_tests::Sandbox;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One checkpoint and what the live state must make of it.
+#[derive(Debug, Clone)]
+struct Case {
+    check: &'static str,
+    args: Value,
+    passes: bool,
+    /// Parts of the observed state the feedback must name.
+    says: Vec<String>,
+}
+
+fn pass(check: &'static str, args: Value, says: &[&str]) -> Case {
+    Case {
+        check,
+        args,
+        passes: true,
+        says: says.iter().map(|s| (*s).to_owned()).collect(),
+    }
+}
+
+fn fail(check: &'static str, args: Value, says: &[&str]) -> Case {
+    Case {
+        passes: false,
+        ..pass(check, args, says)
+    }
+}
+
+fn envs(env: Environment) -> Envs {
+    Envs(BTreeMap::from([("desktop".to_owned(), Arc::new(env))]))
+}
+
+/// Judges `cases` as the runner does: one task whose checkpoints are the cases (all
+/// sources on the `desktop` role), one evaluator step. Panics listing every case that
+/// came out wrong or whose feedback does not name what it should.
+async fn judge(envs: &Envs, cases: &[Case]) {
+    let nodes: Vec<Value> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| json!({"id": format!("{i:02}-{}", c.check), "env": "desktop", "check": c.check, "args": c.args}))
+        .collect();
+    let task: Task = serde_json::from_value(json!({
+        "id": "checks-crab",
+        "instruction": "make the state true",
+        "envs": {"desktop": {"platform": "linux"}},
+        "checkpoints": nodes,
+    }))
+    .expect("a valid task");
+    let graph =
+        Arc::new(Graph::build(&task, &Library::standard()).unwrap_or_else(|e| panic!("{e}")));
+    let mut ev = Evaluator::new(graph);
+    let report = ev
+        .step(1, envs, &AgentLog::default())
+        .await
+        .expect("the step is evaluated");
+    assert_eq!(report.checked, cases.len());
+    assert_eq!(report.round_trips, 1, "one batch for the desktop");
+    let mut wrong = Vec::new();
+    for (case, p) in cases.iter().zip(ev.progress()) {
+        let passed = p.passed_at.is_some();
+        let feedback = p.feedback.unwrap_or_default();
+        if passed != case.passes {
+            wrong.push(format!(
+                "{} {}: expected {}, got {}: {feedback}",
+                p.id,
+                case.args,
+                if case.passes { "pass" } else { "fail" },
+                if passed { "pass" } else { "fail" }
+            ));
+        }
+        let missing: Vec<&String> = case
+            .says
+            .iter()
+            .filter(|s| !feedback.contains(s.as_str()))
+            .collect();
+        if !missing.is_empty() {
+            wrong.push(format!(
+                "{} {}: feedback \"{feedback}\" does not name {missing:?}",
+                p.id, case.args
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Runs a shell command on the guest (in its home) and insists it succeeds.
+async fn sh(env: &Environment, script: &str) -> String {
+    let mut req = ExecRequest::new(["sh", "-c", script]);
+    req.timeout_ms = 180_000;
+    let out = env
+        .exec(req)
+        .await
+        .unwrap_or_else(|e| panic!("{script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script}: {}: {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Converts a file in `~/docs` with headless LibreOffice into `out`, in a profile of its
+/// own (so a LibreOffice the desktop runs does not take the request over). A fresh profile's
+/// first start sometimes exits 255 without converting, so a missing result is retried.
+async fn soffice(env: &Environment, args: &str, out: &str) {
+    let script = format!(
+        "cd ~/docs && soffice -env:UserInstallation=file://$HOME/.lo-convert --headless --norestore {args}"
+    );
+    let mut last = String::new();
+    for _ in 0..3 {
+        let mut req = ExecRequest::new(["sh", "-c", &script]);
+        req.timeout_ms = 180_000;
+        let o = env
+            .exec(req)
+            .await
+            .unwrap_or_else(|e| panic!("{script}: {e}"));
+        let made = env
+            .exec(ExecRequest::new(["test", "-s", &format!("~/docs/{out}")]))
+            .await
+            .unwrap();
+        if made.status.success() {
+            return;
+        }
+        last = format!("{}: {}", o.status, String::from_utf8_lossy(&o.stderr));
+    }
+    panic!("LibreOffice did not write {out}: {script}: {last}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Documents
+// ---------------------------------------------------------------------------------------
+
+const NOTES: &str = "Shopping list\nmilk & honey\n  two  spaces\nlast line\n";
+
+const ODT: &str = "~/docs/notes.odt";
+const DOCX: &str = "~/docs/notes.docx";
+const ODS: &str = "~/docs/countries.ods";
+
+/// Cases while `~/docs` holds LibreOffice's ODT, DOCX and PDF of [`NOTES`], its ODS of two
+/// countries, and the clipboard holds [`NOTES`].
+fn document_cases() -> Vec<Case> {
+    let (odt, docx, ods) = (ODT, DOCX, ODS);
+    vec![
+        pass(
+            "document_contains",
+            json!({"path": odt, "text": "milk & honey"}),
+            &["OpenDocument text", odt],
+        ),
+        pass(
+            "document_contains",
+            json!({"path": odt, "text": "MILK & HONEY", "ignore_case": true}),
+            &[odt],
+        ),
+        fail(
+            "document_contains",
+            json!({"path": odt, "text": "MILK & HONEY"}),
+            &["Shopping list", "MILK & HONEY"],
+        ),
+        pass(
+            "document_contains",
+            json!({"path": docx, "text": "last line"}),
+            &["DOCX", docx],
+        ),
+        fail(
+            "document_contains",
+            json!({"path": docx, "text": "first line"}),
+            &["DOCX", "first line"],
+        ),
+        pass(
+            "document_contains",
+            json!({"path": ods, "text": "Tokyo"}),
+            &["spreadsheet", ods],
+        ),
+        fail(
+            "document_contains",
+            json!({"path": "~/docs/notes.pdf", "text": "milk"}),
+            &["PDF"],
+        ),
+        fail(
+            "document_contains",
+            json!({"path": "~/docs/missing.odt", "text": "milk"}),
+            &["does not exist"],
+        ),
+        pass(
+            "spreadsheet_row",
+            json!({"path": ods, "cells": ["japan"], "ignore_case": true}),
+            &["row 2", "sheet 'countries'"],
+        ),
+        pass(
+            "spreadsheet_row",
+            json!({"path": ods, "cells": ["Canada", "Ottawa", "40097761"]}),
+            &["row 1"],
+        ),
+        fail(
+            "spreadsheet_row",
+            json!({"path": ods, "cells": ["japan"]}),
+            &["no row", "Canada | Ottawa"],
+        ),
+        fail(
+            "spreadsheet_row",
+            json!({"path": ods, "cells": ["Ottawa"]}),
+            &["no row"],
+        ),
+        fail(
+            "spreadsheet_row",
+            json!({"path": ods, "cells": ["Canada"], "sheet": "Data"}),
+            &["no sheet Data", "'countries'"],
+        ),
+        fail(
+            "spreadsheet_row",
+            json!({"path": odt, "cells": ["Shopping list"]}),
+            &["not a spreadsheet"],
+        ),
+        pass(
+            "clipboard_in_document",
+            json!({"path": odt}),
+            &["all 4 clipboard lines", "OpenDocument text"],
+        ),
+        pass(
+            "clipboard_in_document",
+            json!({"path": "~/docs/notes.txt"}),
+            &["text file"],
+        ),
+        pass("clipboard_in_document", json!({"path": docx}), &["DOCX"]),
+        fail(
+            "clipboard_in_document",
+            json!({"path": "~/docs/shuffled.txt"}),
+            &["line 1", "milk & honey", "Shopping list"],
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_written_by_libreoffice_are_read() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("crab-docs", "1024x768", &[]);
+    let env = d.connect().await;
+    env.make_dir("~/docs").await.unwrap();
+    env.write_file("~/docs/notes.txt", NOTES.as_bytes(), 0o644)
+        .await
+        .unwrap();
+    env.write_file(
+        "~/docs/shuffled.txt",
+        b"milk & honey\nShopping list\n  two  spaces\nlast line\n",
+        0o644,
+    )
+    .await
+    .unwrap();
+    env.write_file(
+        "~/docs/countries.csv",
+        "Canada,Ottawa,40097761\nJapan,Tokyo,124516650\n".as_bytes(),
+        0o644,
+    )
+    .await
+    .unwrap();
+    // Real LibreOffice writes the documents: Writer imports the text (a paragraph per
+    // line), Calc the CSV.
+    soffice(&env, "--convert-to odt notes.txt", "notes.odt").await;
+    soffice(
+        &env,
+        r#"--convert-to "docx:MS Word 2007 XML" notes.txt"#,
+        "notes.docx",
+    )
+    .await;
+    soffice(&env, "--convert-to pdf notes.txt", "notes.pdf").await;
+    soffice(&env, "--convert-to ods countries.csv", "countries.ods").await;
+    env.set_clipboard(NOTES).await.unwrap();
+    let envs = envs(env);
+
+    judge(&envs, &document_cases()).await;
+
+    // More clipboard lines than the document has paragraphs: CRAB's zip() would pass.
+    let env = &envs.0["desktop"];
+    env.set_clipboard(&format!("{NOTES}one more\n"))
+        .await
+        .unwrap();
+    judge(
+        &envs,
+        &[fail(
+            "clipboard_in_document",
+            json!({"path": ODT}),
+            &["line 5 'one more' is missing"],
+        )],
+    )
+    .await;
+    env.set_clipboard("\n\n").await.unwrap();
+    judge(
+        &envs,
+        &[fail(
+            "clipboard_in_document",
+            json!({"path": ODT}),
+            &["only empty lines"],
+        )],
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Images and the wallpaper
+// ---------------------------------------------------------------------------------------
+
+/// A PNG of one grey level (with a darker stripe, so it is not flat).
+fn grey_png(level: u8) -> Vec<u8> {
+    let (w, h) = (64u32, 48u32);
+    let mut px = Vec::with_capacity((w * h * 3) as usize);
+    for _y in 0..h {
+        for x in 0..w {
+            let v = if x < 8 { level / 2 } else { level };
+            px.extend_from_slice(&[v, v, v]);
+        }
+    }
+    let mut out = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut out, w, h);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut w = enc.write_header().unwrap();
+        w.write_image_data(&px).unwrap();
+    }
+    out
+}
+
+async fn set_wallpaper(env: &Environment, uri: &str) {
+    let mut req = ExecRequest::new([
+        "gsettings",
+        "set",
+        "org.gnome.desktop.background",
+        "picture-uri",
+        uri,
+    ]);
+    req.timeout_ms = 20_000;
+    let out = env.exec(req).await.unwrap();
+    assert!(
+        out.status.success(),
+        "gsettings set: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Cases while `~/Pictures` holds grey PNGs `base` (100), `bright` (160), `dark` (40),
+/// `same` (a copy of `base`) and a half-written one.
+fn brightness_cases() -> Vec<Case> {
+    let brighter = |after: &str, ok: bool, says: &[&str]| {
+        let args = json!({"before": "~/Pictures/base.png", "after": format!("~/Pictures/{after}")});
+        if ok {
+            pass("image_brighter", args, says)
+        } else {
+            fail("image_brighter", args, says)
+        }
+    };
+    let not_brighter = |after: &str, ok: bool, says: &[&str]| {
+        let args = json!({"before": "~/Pictures/base.png", "after": format!("~/Pictures/{after}")});
+        if ok {
+            pass("image_not_brighter", args, says)
+        } else {
+            fail("image_not_brighter", args, says)
+        }
+    };
+    vec![
+        brighter("bright.png", true, &["brightness", "brighter"]),
+        brighter(
+            "dark.png",
+            false,
+            &["expected ~/Pictures/dark.png to be brighter"],
+        ),
+        brighter("same.png", false, &["expected"]),
+        brighter(
+            "half-written.png",
+            false,
+            &["not an image pincer can decode"],
+        ),
+        brighter("missing.png", false, &["does not exist"]),
+        not_brighter("dark.png", true, &["not brighter"]),
+        not_brighter("same.png", true, &["not brighter"]),
+        not_brighter("bright.png", false, &["darker or the same"]),
+        // Unlike `not image_brighter`, a half-written image does not pass.
+        not_brighter(
+            "half-written.png",
+            false,
+            &["not an image pincer can decode"],
+        ),
+        not_brighter("missing.png", false, &["does not exist"]),
+    ]
+}
+
+/// Cases while the wallpaper is `~/Pictures/My Beach.png` (a copy of `base.png`), given the
+/// guest's home directory.
+fn wallpaper_cases(home: &str) -> Vec<Case> {
+    let beach = "~/Pictures/My Beach.png";
+    vec![
+        pass(
+            "wallpaper_is",
+            json!({"path": beach}),
+            &["the wallpaper is ~/Pictures/My Beach.png"],
+        ),
+        pass(
+            "wallpaper_is",
+            json!({"path": format!("{home}/Pictures/My Beach.png")}),
+            &["the wallpaper is"],
+        ),
+        // Same bytes, other file: a copy counts, as in CRAB.
+        pass(
+            "wallpaper_is",
+            json!({"path": "~/Pictures/base.png"}),
+            &["byte-identical copy"],
+        ),
+        fail(
+            "wallpaper_is",
+            json!({"path": "~/Pictures/other.png"}),
+            &["different picture"],
+        ),
+        fail(
+            "wallpaper_is",
+            json!({"path": "~/Pictures/missing.png"}),
+            &["does not exist"],
+        ),
+    ]
+}
+
+/// The functions added for CRAB's templates that run on Linux (documents.rs, media.rs).
+const CRAB_LINUX_FUNCTIONS: &[&str] = &[
+    "document_contains",
+    "clipboard_in_document",
+    "spreadsheet_row",
+    "image_brighter",
+    "image_not_brighter",
+    "wallpaper_is",
+];
+
+#[test]
+fn every_crab_linux_function_has_a_passing_and_a_failing_case() {
+    let all = [
+        document_cases(),
+        brightness_cases(),
+        wallpaper_cases("/home/u"),
+    ]
+    .concat();
+    let lib = Library::standard();
+    let mut missing = Vec::new();
+    for name in CRAB_LINUX_FUNCTIONS {
+        let def = lib
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} is not in the library"));
+        assert!(
+            matches!(def.reads, Reads::Env(p) if p.contains(&Platform::Linux)),
+            "{name} does not run on Linux"
+        );
+        for want in [true, false] {
+            if !all.iter().any(|c| c.check == *name && c.passes == want) {
+                missing.push(format!(
+                    "{name} has no {} case",
+                    if want { "passing" } else { "failing" }
+                ));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_brightness_and_the_wallpaper_are_judged() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("crab-media", "1024x768", &[]);
+    let env = d.connect().await;
+    env.make_dir("~/Pictures").await.unwrap();
+    for (name, level) in [("base", 100), ("bright", 160), ("dark", 40), ("other", 200)] {
+        env.write_file(&format!("~/Pictures/{name}.png"), &grey_png(level), 0o644)
+            .await
+            .unwrap();
+    }
+    let mut cut = grey_png(100);
+    cut.truncate(cut.len() / 2);
+    env.write_file("~/Pictures/half-written.png", &cut, 0o644)
+        .await
+        .unwrap();
+    // A copy made by the guest's own tools, and one where GNOME's wallpaper portal puts it,
+    // under a name with a space (percent-encoded in the URI).
+    sh(
+        &env,
+        "cp ~/Pictures/base.png ~/Pictures/same.png && mkdir -p ~/.local/share/backgrounds && cp ~/Pictures/base.png ~/.local/share/backgrounds/'my base.png' && cp ~/Pictures/base.png ~/Pictures/'My Beach.png'",
+    )
+    .await;
+    let home = sh(&env, "printf %s \"$HOME\"").await;
+    let envs = envs(env);
+    let env = &envs.0["desktop"];
+
+    judge(&envs, &brightness_cases()).await;
+
+    let beach = "~/Pictures/My Beach.png";
+    set_wallpaper(env, &format!("file://{home}/Pictures/My%20Beach.png")).await;
+    judge(&envs, &wallpaper_cases(&home)).await;
+
+    // The portal's copy is the wallpaper now.
+    set_wallpaper(
+        env,
+        &format!("file://{home}/.local/share/backgrounds/my%20base.png"),
+    )
+    .await;
+    judge(
+        &envs,
+        &[
+            pass(
+                "wallpaper_is",
+                json!({"path": beach}),
+                &["byte-identical copy", "my base.png"],
+            ),
+            fail(
+                "wallpaper_is",
+                json!({"path": "~/Pictures/dark.png"}),
+                &["different picture"],
+            ),
+        ],
+    )
+    .await;
+
+    set_wallpaper(env, "https://example.invalid/beach.png").await;
+    judge(
+        &envs,
+        &[fail(
+            "wallpaper_is",
+            json!({"path": beach}),
+            &["not a local file"],
+        )],
+    )
+    .await;
+    set_wallpaper(env, &format!("file://{home}/Pictures/gone.png")).await;
+    judge(
+        &envs,
+        &[fail(
+            "wallpaper_is",
+            json!({"path": beach}),
+            &["cannot be read"],
+        )],
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------
+// CRAB templates on a real desktop
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn composed_crab_templates_pass_only_after_the_work() {
+    let cat = Catalogue::bundled().expect("bundled templates");
+    let copy = cat.get("217ababc-ccc7-4b9f-af07-c239d92848fe").unwrap();
+    let wallpaper = cat.get("a207ef38-b3b2-4c6c-a1e3-75c38162f5ba").unwrap();
+    let submit = cat.get("1c3bedc3-ea5a-453c-a15b-223d72ab756d").unwrap();
+    let values = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    // Copy the PNGs to ~/wallpapers, set one as the wallpaper, then answer "done".
+    let parts = [
+        Part {
+            template: copy,
+            values: values(&[
+                ("file_extension", "png"),
+                ("source_dir", "~/Pictures"),
+                ("target_dir", "~/wallpapers"),
+            ]),
+        },
+        Part {
+            template: wallpaper,
+            values: values(&[("photo_path", "~/wallpapers/sea.png")]),
+        },
+        Part {
+            template: submit,
+            values: values(&[("content", "done")]),
+        },
+    ];
+    let task = compose::compose("crab-e2e", &parts, &[(0, 1), (1, 2)], None).unwrap();
+    let ids: Vec<&str> = task.checkpoints.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["s0.target-dir", "s0.copied", "s1.wallpaper", "s2.submitted"]
+    );
+    let graph = Arc::new(Graph::build(&task, &Library::standard()).unwrap());
+
+    let sb = Sandbox::new();
+    let d = sb.desktop("crab-e2e", "1024x768", &[]);
+    let env = d.connect().await;
+    env.make_dir("~/Pictures").await.unwrap();
+    env.write_file("~/Pictures/sea.png", &grey_png(90), 0o644)
+        .await
+        .unwrap();
+    env.write_file("~/Pictures/sky.png", &grey_png(180), 0o644)
+        .await
+        .unwrap();
+    env.write_file("~/Pictures/notes.txt", b"not a png", 0o644)
+        .await
+        .unwrap();
+    let home = sh(&env, "printf %s \"$HOME\"").await;
+    let envs = envs(env);
+    let env = &envs.0["desktop"];
+    let mut log = AgentLog::default();
+
+    let mut ev = Evaluator::new(graph);
+    assert!(
+        ev.initial_check(&envs, &log).await.unwrap().is_empty(),
+        "nothing passes before the agent acts"
+    );
+
+    // Half the copy: the directory exists, one PNG is missing.
+    sh(
+        env,
+        "mkdir ~/wallpapers && cp ~/Pictures/sea.png ~/wallpapers/",
+    )
+    .await;
+    let r = ev.step(1, &envs, &log).await.unwrap();
+    assert_eq!(r.passed, ["s0.target-dir"]);
+    let copied = ev
+        .progress()
+        .into_iter()
+        .find(|p| p.id == "s0.copied")
+        .unwrap();
+    assert!(
+        copied
+            .feedback
+            .as_deref()
+            .unwrap_or_default()
+            .contains("sky.png"),
+        "{copied:?}"
+    );
+
+    sh(env, "cp ~/Pictures/sky.png ~/wallpapers/").await;
+    let r = ev.step(2, &envs, &log).await.unwrap();
+    assert_eq!(r.passed, ["s0.copied"]);
+    assert!(!ev.is_success());
+
+    set_wallpaper(env, &format!("file://{home}/Pictures/sea.png")).await;
+    log.events.push(AgentEvent::Answer {
+        text: "all done".into(),
+    });
+    let r = ev.step(3, &envs, &log).await.unwrap();
+    // The wallpaper is a byte-identical copy of ~/wallpapers/sea.png; the answer, checked
+    // in the same cascade, holds "done".
+    assert_eq!(r.passed, ["s1.wallpaper", "s2.submitted"]);
+    assert!(ev.is_success());
+    assert!((ev.completion_ratio() - 1.0).abs() < 1e-9);
+}

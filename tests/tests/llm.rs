@@ -1,0 +1,1446 @@
+//! LLM agents against a local HTTP stand-in for the paid model APIs: a small HTTP/1.1
+//! server on 127.0.0.1 that speaks the OpenAI, Anthropic and Gemini wire formats with
+//! scripted replies and records every request. First the agents alone on a made-up
+//! observation (wire formats, images, keys, retries, timeouts, the three structures), then
+//! the real runner on real local desktops with a zenity dialog that writes a file, and the
+//! `pincer run` CLI reading its key from the environment.
+
+use base64::Engine as _;
+use pincer::agent::llm::{self, Provider, Settings};
+use pincer::agent::som::{self, Element};
+use pincer::agent::{
+    Agent, AgentAction, Observation, ObservationConfig, Target, TaskBrief, View, actions,
+};
+use pincer::metrics::Termination;
+use pincer::run::record::{self, StepRecord, TaskRecord};
+use pincer::run::sets::EnvSet;
+use pincer::run::{AgentFactory, RunConfig};
+use pincer::task::{Platform, Task};
+use pincer_shared::observe::Rect;
+use pincer_tests::{Desktop, Sandbox, bin};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The key the agents are given; it must never be written anywhere.
+const KEY: &str = "sk-stand-in-SECRET-7f3a9c01";
+
+const PROVIDERS: [Provider; 3] = [Provider::OpenAi, Provider::Anthropic, Provider::Gemini];
+
+// ---------------------------------------------------------------------------------------
+// The stand-in
+// ---------------------------------------------------------------------------------------
+
+/// One request the stand-in received.
+#[derive(Debug, Clone)]
+struct Recorded {
+    path: String,
+    /// Header names in lower case.
+    headers: BTreeMap<String, String>,
+    body: Value,
+}
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+struct Scripted {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: Value,
+    /// The tokens this reply reports, as the test counts them.
+    usage: (u64, u64),
+    /// How long to wait before answering.
+    delay: Duration,
+}
+
+type Script = Box<dyn FnMut(&Recorded) -> Scripted + Send>;
+
+struct Shared {
+    script: Script,
+    requests: Vec<Recorded>,
+    /// Usage of the successful replies sent.
+    served: (u64, u64),
+}
+
+/// A local stand-in for the paid model APIs.
+struct StandIn {
+    addr: SocketAddr,
+    shared: Arc<Mutex<Shared>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl StandIn {
+    async fn start(script: Script) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the stand-in");
+        let addr = listener.local_addr().expect("stand-in address");
+        let shared = Arc::new(Mutex::new(Shared {
+            script,
+            requests: Vec::new(),
+            served: (0, 0),
+        }));
+        let s = shared.clone();
+        let server = tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                tokio::spawn(serve(sock, s.clone()));
+            }
+        });
+        Self {
+            addr,
+            shared,
+            server,
+        }
+    }
+
+    /// A stand-in answering with these replies in order.
+    async fn replying(replies: Vec<Scripted>) -> Self {
+        let mut queue: VecDeque<Scripted> = replies.into();
+        Self::start(Box::new(move |_| {
+            queue
+                .pop_front()
+                .unwrap_or_else(|| error(400, "the stand-in's script ran out"))
+        }))
+        .await
+    }
+
+    fn requests(&self) -> Vec<Recorded> {
+        self.shared.lock().unwrap().requests.clone()
+    }
+
+    fn served(&self) -> (u64, u64) {
+        self.shared.lock().unwrap().served
+    }
+
+    fn base_url(&self, p: Provider) -> String {
+        match p {
+            Provider::OpenAi => format!("http://{}/v1", self.addr),
+            Provider::Anthropic => format!("http://{}", self.addr),
+            _ => format!("http://{}/v1beta", self.addr),
+        }
+    }
+
+    /// Agent settings pointing at the stand-in, with the key given.
+    fn settings(&self, p: Provider, opts: &[&str]) -> Settings {
+        let mut all = vec![format!("base_url={}", self.base_url(p))];
+        all.extend(opts.iter().map(|s| (*s).to_owned()));
+        Settings::parse(&format!("{p}:stand-in-model"), &all)
+            .expect("settings")
+            .with_api_key(KEY)
+    }
+}
+
+/// Serves one HTTP/1.1 request and closes the connection.
+async fn serve(mut sock: tokio::net::TcpStream, shared: Arc<Mutex<Shared>>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if buf.len() > 64 * 1024 {
+            return;
+        }
+        match sock.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.lines();
+    let path = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or("")
+        .to_owned();
+    let headers: BTreeMap<String, String> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let len: usize = headers
+        .get("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if len > 256 << 20 {
+        return;
+    }
+    let mut body = buf[head_end..].to_vec();
+    while body.len() < len {
+        match sock.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let rec = Recorded {
+        path,
+        headers,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    };
+    let reply = {
+        let mut s = shared.lock().unwrap();
+        let reply = (s.script)(&rec);
+        s.requests.push(rec);
+        if reply.status == 200 {
+            s.served.0 += reply.usage.0;
+            s.served.1 += reply.usage.1;
+        }
+        reply
+    };
+    tokio::time::sleep(reply.delay).await;
+    let body = reply.body.to_string();
+    let mut out = format!(
+        "HTTP/1.1 {} Stand-in\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+        reply.status,
+        body.len()
+    );
+    for (k, v) in &reply.headers {
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str("\r\n");
+    out.push_str(&body);
+    let _ = sock.write_all(out.as_bytes()).await;
+    let _ = sock.shutdown().await;
+}
+
+/// An error answer in the shape all three APIs use.
+fn error(status: u16, message: &str) -> Scripted {
+    Scripted {
+        status,
+        headers: Vec::new(),
+        body: json!({"error": {"message": message, "type": "stand_in_error"}}),
+        usage: (0, 0),
+        delay: Duration::ZERO,
+    }
+}
+
+/// A successful reply of provider `p` with this text, tool calls and usage.
+fn reply(p: Provider, text: &str, calls: &[(&str, Value)], usage: (u64, u64)) -> Scripted {
+    let body = match p {
+        Provider::OpenAi => {
+            let tool_calls: Vec<Value> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, (n, a))| json!({"id": format!("call_{i}"), "type": "function", "function": {"name": n, "arguments": a.to_string()}}))
+                .collect();
+            let mut message = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }});
+            if !tool_calls.is_empty() {
+                message["tool_calls"] = json!(tool_calls);
+            }
+            json!({
+                "id": "chatcmpl-standin", "object": "chat.completion", "model": "stand-in-model",
+                "choices": [{"index": 0, "message": message, "finish_reason": if calls.is_empty() { "stop" } else { "tool_calls" }}],
+                "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}
+            })
+        }
+        Provider::Anthropic => {
+            let mut content = Vec::new();
+            if !text.is_empty() {
+                content.push(json!({"type": "text", "text": text}));
+            }
+            for (i, (n, a)) in calls.iter().enumerate() {
+                content.push(
+                    json!({"type": "tool_use", "id": format!("toolu_{i}"), "name": n, "input": a}),
+                );
+            }
+            json!({
+                "id": "msg_standin", "type": "message", "role": "assistant", "model": "stand-in-model", "content": content,
+                "stop_reason": if calls.is_empty() { "end_turn" } else { "tool_use" },
+                "usage": {"input_tokens": usage.0, "output_tokens": usage.1}
+            })
+        }
+        _ => {
+            let mut parts = Vec::new();
+            if !text.is_empty() {
+                parts.push(json!({"text": text}));
+            }
+            for (n, a) in calls {
+                parts.push(json!({"functionCall": {"name": n, "args": a}}));
+            }
+            json!({
+                "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}],
+                "usageMetadata": {"promptTokenCount": usage.0, "candidatesTokenCount": usage.1, "totalTokenCount": usage.0 + usage.1}
+            })
+        }
+    };
+    Scripted {
+        status: 200,
+        headers: Vec::new(),
+        body,
+        usage,
+        delay: Duration::ZERO,
+    }
+}
+
+fn call(p: Provider, name: &str, args: Value, usage: (u64, u64)) -> Scripted {
+    reply(p, "", &[(name, args)], usage)
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading requests
+// ---------------------------------------------------------------------------------------
+
+fn system_prompt(p: Provider, body: &Value) -> String {
+    let v = match p {
+        Provider::OpenAi => &body["messages"][0]["content"],
+        Provider::Anthropic => &body["system"],
+        _ => &body["system_instruction"]["parts"][0]["text"],
+    };
+    v.as_str().unwrap_or_default().to_owned()
+}
+
+fn tool_names(p: Provider, body: &Value) -> Vec<String> {
+    let tools = match p {
+        Provider::Gemini => &body["tools"][0]["function_declarations"],
+        _ => &body["tools"],
+    };
+    tools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            t["function"]["name"]
+                .as_str()
+                .or(t["name"].as_str())
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Every string in a JSON value.
+fn strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        Value::Object(o) => o.values().for_each(|x| strings(x, out)),
+        _ => {}
+    }
+}
+
+/// All text of a request, joined.
+fn text_of(body: &Value) -> String {
+    let mut s = Vec::new();
+    strings(body, &mut s);
+    s.join("\n")
+}
+
+/// The images a request carries, decoded.
+fn images(p: Provider, body: &Value) -> Vec<Vec<u8>> {
+    let mut found = Vec::new();
+    let b64 = |s: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .expect("image data is base64")
+    };
+    let mut walk = |v: &Value| {
+        for item in v.as_array().into_iter().flatten() {
+            match p {
+                Provider::OpenAi => {
+                    if let Some(url) = item["image_url"]["url"].as_str() {
+                        found.push(b64(url
+                            .strip_prefix("data:image/png;base64,")
+                            .expect("a PNG data URL")));
+                    }
+                }
+                Provider::Anthropic => {
+                    if item["type"] == "image" {
+                        assert_eq!(item["source"]["media_type"], "image/png");
+                        found.push(b64(item["source"]["data"].as_str().expect("image data")));
+                    }
+                }
+                _ => {
+                    if let Some(d) = item["inline_data"]["data"].as_str() {
+                        assert_eq!(item["inline_data"]["mime_type"], "image/png");
+                        found.push(b64(d));
+                    }
+                }
+            }
+        }
+    };
+    let msgs = match p {
+        Provider::Gemini => &body["contents"],
+        _ => &body["messages"],
+    };
+    for m in msgs.as_array().into_iter().flatten() {
+        match p {
+            Provider::Gemini => walk(&m["parts"]),
+            _ => walk(&m["content"]),
+        }
+    }
+    found
+}
+
+/// The width and height of a PNG, checking its signature.
+fn png_size(png: &[u8]) -> (u32, u32) {
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    assert_eq!(&png[12..16], b"IHDR");
+    let be = |i: usize| u32::from_be_bytes([png[i], png[i + 1], png[i + 2], png[i + 3]]);
+    (be(16), be(20))
+}
+
+/// The number of the first listed element whose line contains `what` (`[N] role "name"`).
+fn element(body: &Value, what: &str) -> Option<u32> {
+    text_of(body)
+        .lines()
+        .filter(|l| l.starts_with('[') && l.contains(what))
+        .find_map(|l| l[1..].split(']').next()?.parse().ok())
+}
+
+// ---------------------------------------------------------------------------------------
+// Agents alone, on a made-up observation
+// ---------------------------------------------------------------------------------------
+
+fn roles(names: &[&str]) -> BTreeMap<String, Platform> {
+    names
+        .iter()
+        .map(|r| ((*r).to_owned(), Platform::Linux))
+        .collect()
+}
+
+fn brief(roles: BTreeMap<String, Platform>) -> TaskBrief {
+    TaskBrief {
+        id: "standin".into(),
+        instruction: "Press the OK button of the dialog".into(),
+        tools: actions::tools(&roles),
+        roles,
+        oracle: None,
+        max_steps: 10,
+    }
+}
+
+/// A 64x48 view with two marked elements named after the role.
+fn view(role: &str) -> View {
+    let png = som::png(&vec![90u8; 64 * 48 * 3], 64, 48).expect("png");
+    let el = |id: u32, name: String| Element {
+        id,
+        role: "push button".into(),
+        name,
+        text: None,
+        states: vec![],
+        bounds: Rect::new(10 * id as i32, 10, 8, 8),
+    };
+    View {
+        role: role.into(),
+        platform: Platform::Linux,
+        screen: (64, 48),
+        image_size: (64, 48),
+        screenshot: None,
+        marked: Some(png),
+        elements: vec![
+            el(1, format!("Cancel on {role}")),
+            el(2, format!("OK on {role}")),
+        ],
+        tree: None,
+        tree_text: None,
+        build_ms: 0.0,
+    }
+}
+
+fn observation(step: u32, views: Vec<View>, feedback: &[&str]) -> Observation {
+    Observation {
+        step,
+        views,
+        feedback: feedback.iter().map(|s| (*s).to_owned()).collect(),
+        checkpoints: vec![],
+    }
+}
+
+fn agent(settings: &Settings, brief: &TaskBrief) -> Box<dyn Agent> {
+    let mut a = llm::build(settings, 0).expect("build the agent");
+    a.begin(brief).expect("begin");
+    a
+}
+
+#[tokio::test]
+async fn each_provider_gets_the_system_prompt_tools_and_the_marked_png() {
+    for p in PROVIDERS {
+        let standin = StandIn::replying(vec![
+            reply(
+                p,
+                "The OK button is element 2.",
+                &[("click", json!({"target": {"element": 2}}))],
+                (1000, 20),
+            ),
+            call(p, "complete", json!({}), (1100, 5)),
+        ])
+        .await;
+        let b = brief(roles(&["desktop"]));
+        let mut a = agent(&standin.settings(p, &[]), &b);
+        assert_eq!(a.name(), format!("{p}:stand-in-model"));
+        let d = a
+            .act(&observation(0, vec![view("desktop")], &[]))
+            .await
+            .expect("first decision");
+        assert_eq!(
+            d.actions,
+            vec![AgentAction::Click {
+                env: "desktop".into(),
+                target: Target::Element { element: 2 }
+            }],
+            "{p}"
+        );
+        assert_eq!(d.invalid, None);
+        assert_eq!(d.thought.as_deref(), Some("The OK button is element 2."));
+        assert_eq!((d.usage.prompt, d.usage.completion), (1000, 20));
+        let d2 = a
+            .act(&observation(1, vec![view("desktop")], &[]))
+            .await
+            .expect("second decision");
+        assert_eq!(d2.actions, vec![AgentAction::Complete]);
+
+        let reqs = standin.requests();
+        assert_eq!(reqs.len(), 2);
+        let r = &reqs[0];
+        let (path, auth) = match p {
+            Provider::OpenAi => (
+                "/v1/chat/completions",
+                ("authorization", format!("Bearer {KEY}")),
+            ),
+            Provider::Anthropic => ("/v1/messages", ("x-api-key", KEY.to_owned())),
+            _ => (
+                "/v1beta/models/stand-in-model:generateContent",
+                ("x-goog-api-key", KEY.to_owned()),
+            ),
+        };
+        assert_eq!(r.path, path, "{p}");
+        assert_eq!(
+            r.headers.get(auth.0),
+            Some(&auth.1),
+            "{p}: the key goes in {}",
+            auth.0
+        );
+        if p == Provider::Anthropic {
+            assert_eq!(
+                r.headers.get("anthropic-version").map(String::as_str),
+                Some("2023-06-01")
+            );
+        }
+        let sys = system_prompt(p, &r.body);
+        for want in [
+            "Task: Press the OK button of the dialog",
+            "- desktop: a Linux desktop",
+            "`complete`",
+            "`submit`",
+            "`infeasible`",
+            "{\"element\": 4}",
+        ] {
+            assert!(
+                sys.contains(want),
+                "{p}: the system prompt lacks {want:?}:\n{sys}"
+            );
+        }
+        let tools = tool_names(p, &r.body);
+        for want in [
+            "click",
+            "type",
+            "key",
+            "hotkey",
+            "scroll",
+            "drag",
+            "wait",
+            "complete",
+            "submit",
+            "infeasible",
+        ] {
+            assert!(
+                tools.iter().any(|t| t == want),
+                "{p}: no {want} tool in {tools:?}"
+            );
+        }
+        let text = text_of(&r.body);
+        assert!(
+            text.contains("[2] push button \"OK on desktop\""),
+            "{p}: the element list is sent"
+        );
+        let imgs = images(p, &r.body);
+        assert_eq!(imgs.len(), 1, "{p}: one marked screenshot");
+        assert_eq!(png_size(&imgs[0]), (64, 48), "{p}");
+        assert_eq!(
+            imgs[0],
+            view("desktop").marked.unwrap(),
+            "{p}: the marked PNG itself"
+        );
+
+        // The second request answers the call and keeps only the new image.
+        let second = &reqs[1].body;
+        assert_eq!(
+            images(p, second).len(),
+            1,
+            "{p}: the older image is dropped"
+        );
+        let t2 = text_of(second);
+        assert!(
+            t2.contains("(screenshot step-001-desktop-marks.png omitted)"),
+            "{p}"
+        );
+        assert!(
+            t2.contains("executed; the next observation shows the effect"),
+            "{p}: the tool result is sent"
+        );
+
+        // What is stored: images by reference, no key, the response as received.
+        let stored = serde_json::to_string(&d.exchanges).unwrap();
+        assert_eq!(d.exchanges.len(), 1);
+        assert_eq!(d.exchanges[0].who, "agent");
+        assert!(
+            stored.contains("<image step-001-desktop-marks.png>"),
+            "{p}: {stored}"
+        );
+        assert!(!stored.contains(KEY), "{p}: the key is stored");
+        let b64 = base64::engine::general_purpose::STANDARD.encode(view("desktop").marked.unwrap());
+        assert!(
+            !stored.contains(&b64),
+            "{p}: the image is inlined in the stored exchange"
+        );
+        let resp = &d.exchanges[0].response;
+        assert!(
+            resp.get("usage").or(resp.get("usageMetadata")).is_some(),
+            "{p}: the response is stored as received: {resp}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn json_mode_sends_no_tools_and_reads_the_action_from_text() {
+    for p in PROVIDERS {
+        let standin = StandIn::replying(vec![reply(
+            p,
+            "I will press OK.\n{\"action\": \"click\", \"target\": {\"element\": 2}}",
+            &[],
+            (10, 10),
+        )])
+        .await;
+        let b = brief(roles(&["desktop"]));
+        let mut a = agent(&standin.settings(p, &["mode=json"]), &b);
+        let d = a
+            .act(&observation(0, vec![view("desktop")], &[]))
+            .await
+            .unwrap();
+        assert_eq!(d.actions.len(), 1, "{p}: {d:?}");
+        let r = &standin.requests()[0];
+        assert!(
+            tool_names(p, &r.body).is_empty(),
+            "{p}: no tools in JSON mode"
+        );
+        let sys = system_prompt(p, &r.body);
+        assert!(
+            sys.contains("- \"click\": Left-click") && sys.contains("reply with a JSON object"),
+            "{p}: {sys}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn unusable_replies_become_invalid_decisions_with_the_reason() {
+    let p = Provider::OpenAi;
+    let standin = StandIn::replying(vec![
+        call(p, "fly", json!({"to": "moon"}), (5, 5)),
+        reply(p, "I am not sure what to do.", &[], (5, 5)),
+        call(p, "click", json!({"target": {"element": 2}}), (5, 5)),
+    ])
+    .await;
+    let b = brief(roles(&["desktop"]));
+    let mut a = agent(&standin.settings(p, &[]), &b);
+    let d = a
+        .act(&observation(0, vec![view("desktop")], &[]))
+        .await
+        .unwrap();
+    assert!(d.actions.is_empty());
+    let why = d.invalid.expect("invalid");
+    assert!(
+        why.contains("unknown tool 'fly'") && why.contains("click"),
+        "{why}"
+    );
+    let d = a
+        .act(&observation(
+            1,
+            vec![view("desktop")],
+            &["your last output was not a valid action: unknown tool 'fly'"],
+        ))
+        .await
+        .unwrap();
+    assert!(d.invalid.expect("invalid").contains("called no tool"));
+    let d = a
+        .act(&observation(2, vec![view("desktop")], &[]))
+        .await
+        .unwrap();
+    assert_eq!(d.actions.len(), 1);
+    let reqs = standin.requests();
+    let second = &reqs[1].body["messages"];
+    let tool_msg = second
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .expect("the call is answered");
+    assert!(
+        tool_msg["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("not executed: unknown tool 'fly'")
+    );
+    assert!(
+        text_of(&reqs[1].body)
+            .contains("- your last output was not a valid action: unknown tool 'fly'"),
+        "the runner's feedback reaches the model"
+    );
+}
+
+#[tokio::test]
+async fn a_429_is_retried_after_the_time_the_server_asks() {
+    let p = Provider::Anthropic;
+    let mut limited = error(429, "rate limited");
+    limited.headers.push(("retry-after", "1".into()));
+    let standin = StandIn::replying(vec![limited, call(p, "complete", json!({}), (7, 3))]).await;
+    let b = brief(roles(&["desktop"]));
+    let mut a = agent(&standin.settings(p, &[]), &b);
+    let t = Instant::now();
+    let d = a
+        .act(&observation(0, vec![view("desktop")], &[]))
+        .await
+        .expect("the retry succeeds");
+    assert!(
+        t.elapsed() >= Duration::from_millis(950),
+        "waited {:?}, not the second asked",
+        t.elapsed()
+    );
+    assert_eq!(d.actions, vec![AgentAction::Complete]);
+    assert_eq!((d.usage.prompt, d.usage.completion), (7, 3));
+    assert_eq!(standin.requests().len(), 2);
+    assert_eq!(
+        standin.requests()[0].body,
+        standin.requests()[1].body,
+        "the same request is sent again"
+    );
+}
+
+#[tokio::test]
+async fn three_server_errors_give_an_agent_error_that_says_what_happened() {
+    let p = Provider::Gemini;
+    let standin = StandIn::replying(vec![
+        error(500, "the stand-in is down"),
+        error(502, "the stand-in is down"),
+        error(500, "the stand-in is down"),
+    ])
+    .await;
+    let b = brief(roles(&["desktop"]));
+    let mut a = agent(&standin.settings(p, &["retries=2"]), &b);
+    let e = a
+        .act(&observation(0, vec![view("desktop")], &[]))
+        .await
+        .expect_err("the API stays down");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("gemini API")
+            && msg.contains("failed 3 times")
+            && msg.contains("500")
+            && msg.contains("the stand-in is down"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&standin.addr.to_string()),
+        "the endpoint is named: {msg}"
+    );
+    assert!(!msg.contains(KEY));
+    assert_eq!(standin.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn a_refused_key_is_not_retried_and_not_repeated() {
+    let p = Provider::OpenAi;
+    let standin = StandIn::replying(vec![error(
+        401,
+        &format!("Incorrect API key provided: {KEY}"),
+    )])
+    .await;
+    let b = brief(roles(&["desktop"]));
+    let mut a = agent(&standin.settings(p, &[]), &b);
+    let msg = a
+        .act(&observation(0, vec![view("desktop")], &[]))
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        msg.contains("401") && msg.contains("check the API key") && msg.contains("<redacted>"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains(KEY),
+        "the key the server echoed is scrubbed: {msg}"
+    );
+    assert_eq!(standin.requests().len(), 1, "a 401 is not retried");
+}
+
+#[tokio::test]
+async fn a_slow_model_times_out() {
+    let p = Provider::OpenAi;
+    let mut slow = call(p, "complete", json!({}), (1, 1));
+    slow.delay = Duration::from_secs(4);
+    let standin = StandIn::replying(vec![slow]).await;
+    let b = brief(roles(&["desktop"]));
+    let mut a = agent(&standin.settings(p, &["timeout_s=1", "retries=0"]), &b);
+    let t = Instant::now();
+    let msg = a
+        .act(&observation(0, vec![view("desktop")], &[]))
+        .await
+        .expect_err("timed out")
+        .to_string();
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(
+        msg.contains("no answer within 1 s (timeout_s)") && msg.contains("failed 1 time;"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn the_planner_plans_in_words_then_the_tool_agent_calls_tools() {
+    let p = Provider::OpenAi;
+    let standin = StandIn::replying(vec![
+        reply(p, "Click element 2, the OK button.", &[], (300, 12)),
+        call(p, "click", json!({"target": {"element": 2}}), (200, 8)),
+        reply(p, "The task is done: call complete.", &[], (310, 9)),
+        call(p, "complete", json!({}), (210, 4)),
+    ])
+    .await;
+    let b = brief(roles(&["desktop"]));
+    let mut a = agent(&standin.settings(p, &["structure=planner"]), &b);
+    assert_eq!(a.name(), "openai:stand-in-model/planner");
+    let d = a
+        .act(&observation(0, vec![view("desktop")], &[]))
+        .await
+        .unwrap();
+    assert_eq!(
+        d.actions,
+        vec![AgentAction::Click {
+            env: "desktop".into(),
+            target: Target::Element { element: 2 }
+        }]
+    );
+    assert_eq!(
+        d.thought.as_deref(),
+        Some("plan: Click element 2, the OK button.")
+    );
+    assert_eq!(
+        d.exchanges
+            .iter()
+            .map(|e| e.who.as_str())
+            .collect::<Vec<_>>(),
+        ["planner", "tool-agent"]
+    );
+    assert_eq!((d.usage.prompt, d.usage.completion), (500, 20));
+    let d = a
+        .act(&observation(1, vec![view("desktop")], &[]))
+        .await
+        .unwrap();
+    assert_eq!(d.actions, vec![AgentAction::Complete]);
+
+    let reqs = standin.requests();
+    assert_eq!(reqs.len(), 4);
+    let (plan, tool) = (&reqs[0].body, &reqs[1].body);
+    assert!(tool_names(p, plan).is_empty(), "the planner gets no tools");
+    assert_eq!(
+        images(p, plan).len(),
+        1,
+        "the planner sees the marked screenshot"
+    );
+    assert!(system_prompt(p, plan).contains("planner"));
+    assert!(
+        tool_names(p, tool).contains(&"click".to_owned()),
+        "the tool agent gets the tools"
+    );
+    assert!(
+        images(p, tool).is_empty(),
+        "the tool agent reads the element list only"
+    );
+    assert!(text_of(tool).contains("Next step from the planner: Click element 2, the OK button."));
+    assert!(text_of(tool).contains("[2] push button \"OK on desktop\""));
+    assert!(
+        text_of(&reqs[2].body)
+            .contains("What was done for your last step: click element 2 on desktop"),
+        "the planner hears what was done"
+    );
+}
+
+#[tokio::test]
+async fn per_env_delegates_to_the_agent_that_sees_only_its_environment() {
+    let p = Provider::Anthropic;
+    let standin = StandIn::replying(vec![
+        call(
+            p,
+            "delegate",
+            json!({"env": "desktop2", "instruction": "Press OK in the dialog"}),
+            (400, 30),
+        ),
+        call(p, "click", json!({"target": {"element": 2}}), (250, 10)),
+        call(p, "complete", json!({}), (410, 5)),
+    ])
+    .await;
+    let b = brief(roles(&["desktop", "desktop2"]));
+    let mut a = agent(&standin.settings(p, &["structure=per-env"]), &b);
+    let views = || vec![view("desktop"), view("desktop2")];
+    let d = a.act(&observation(0, views(), &[])).await.unwrap();
+    assert_eq!(
+        d.actions,
+        vec![AgentAction::Click {
+            env: "desktop2".into(),
+            target: Target::Element { element: 2 }
+        }],
+        "the sub-agent's action lands on its environment"
+    );
+    assert_eq!(
+        d.exchanges
+            .iter()
+            .map(|e| e.who.as_str())
+            .collect::<Vec<_>>(),
+        ["main", "desktop2"]
+    );
+    assert_eq!(
+        d.thought.as_deref(),
+        Some("desktop2: Press OK in the dialog")
+    );
+    assert_eq!((d.usage.prompt, d.usage.completion), (650, 40));
+    let d = a.act(&observation(1, views(), &[])).await.unwrap();
+    assert_eq!(d.actions, vec![AgentAction::Complete]);
+
+    let reqs = standin.requests();
+    assert_eq!(reqs.len(), 3, "main, desktop2's agent, main");
+    let (main, sub) = (&reqs[0].body, &reqs[1].body);
+    assert_eq!(
+        tool_names(p, main),
+        ["delegate", "complete", "submit", "infeasible"]
+    );
+    assert_eq!(
+        main["tools"][0]["input_schema"]["properties"]["env"]["enum"],
+        json!(["desktop", "desktop2"])
+    );
+    let mt = text_of(main);
+    assert!(
+        mt.contains("OK on desktop\"") && mt.contains("OK on desktop2\""),
+        "the main agent sees every element list"
+    );
+    assert!(
+        images(p, main).is_empty(),
+        "the main agent gets no screenshots"
+    );
+    let st = text_of(sub);
+    assert!(system_prompt(p, sub).contains("the environment 'desktop2'"));
+    assert!(st.contains("Sub-goal from the main agent: Press OK in the dialog"));
+    assert!(
+        st.contains("OK on desktop2\"") && !st.contains("OK on desktop\""),
+        "the sub-agent sees only its own environment"
+    );
+    assert_eq!(images(p, sub).len(), 1);
+    let sub_tools = tool_names(p, sub);
+    assert!(
+        sub_tools.contains(&"click".to_owned())
+            && !sub_tools.contains(&"complete".to_owned())
+            && !sub_tools.contains(&"delegate".to_owned())
+    );
+    assert!(
+        sub["tools"][0]["input_schema"]["properties"]
+            .get("env")
+            .is_none(),
+        "one environment: no env argument"
+    );
+    let back = &reqs[2].body["messages"][2]["content"][0];
+    assert_eq!(back["type"], "tool_result");
+    assert_eq!(
+        back["content"],
+        "the desktop2 agent did: click element 2 on desktop2"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The real runner on real desktops
+// ---------------------------------------------------------------------------------------
+
+/// A zenity dialog whose answer is written to `~/name.txt`; the task succeeds when it holds
+/// "pincer". Teardown closes the dialog through its own display: `pkill zenity` would kill
+/// the dialogs of the tests running beside it.
+fn zenity_task(id: &str, max_steps: u32) -> Task {
+    let title = format!("pincer {id}");
+    serde_json::from_value(json!({
+        "id": id,
+        "instruction": "Type pincer into the dialog's text field and press OK.",
+        "envs": {"desktop": {"platform": "linux"}},
+        "setup": {"desktop": [
+            {"do": "remove", "path": "~/name.txt"},
+            {"do": "launch", "argv": ["sh", "-c", format!("zenity --entry --title '{title}' --text 'Your name:' > ~/name.txt")]},
+            {"do": "wait_window", "title_contains": title, "timeout_ms": 60000}
+        ]},
+        "teardown": {"desktop": [{"do": "window", "title_contains": title, "op": "close"}]},
+        "checkpoints": [{"id": "written", "env": "desktop", "check": "file_contains", "args": {"path": "~/name.txt", "text": "pincer"}}],
+        "limits": {"max_steps": max_steps, "max_seconds": 180}
+    }))
+    .expect("a valid task")
+}
+
+/// What a model that reads the element list does with the zenity task: type into the entry,
+/// click OK, wait, declare completion. Waits while the elements are not listed yet.
+fn zenity_solver(p: Provider) -> Script {
+    let mut phase = 0;
+    let mut n = 0u64;
+    Box::new(move |r: &Recorded| {
+        n += 1;
+        let usage = (1000 + n, 10 + n);
+        let wait = || call(p, "wait", json!({"seconds": 0.5}), usage);
+        match phase {
+            0 => match element(&r.body, "] text ") {
+                Some(e) => {
+                    phase = 1;
+                    reply(
+                        p,
+                        &format!("The entry is element {e}."),
+                        &[("type", json!({"text": "pincer", "target": {"element": e}}))],
+                        usage,
+                    )
+                }
+                None => wait(),
+            },
+            1 => match element(&r.body, "push button \"OK\"") {
+                Some(e) => {
+                    phase = 2;
+                    call(p, "click", json!({"target": {"element": e}}), usage)
+                }
+                None => wait(),
+            },
+            2 => {
+                phase = 3;
+                call(p, "wait", json!({"seconds": 1}), usage)
+            }
+            _ => call(p, "complete", json!({}), usage),
+        }
+    })
+}
+
+/// Runs one task through `pincer::run::run` on the desktop; returns its record, steps and
+/// trajectory directory.
+async fn run_task(
+    desktop: &Desktop<'_>,
+    task: Task,
+    settings: Settings,
+    out: &Path,
+) -> (TaskRecord, Vec<StepRecord>, PathBuf) {
+    let env = desktop.connect().await;
+    let set = EnvSet {
+        name: "s0".into(),
+        envs: [("desktop".to_owned(), Arc::new(env))].into(),
+        platforms: roles(&["desktop"]),
+    };
+    let agent: AgentFactory =
+        Arc::new(move |seed| llm::build(&settings, seed).map_err(anyhow::Error::from));
+    let records = pincer::run::run(RunConfig {
+        tasks: vec![task],
+        agent,
+        agent_name: "stand-in".into(),
+        sets: vec![set],
+        repeat: 1,
+        seed: 0,
+        out: out.to_owned(),
+        resume: false,
+        observation: ObservationConfig::default(),
+        cancel: Arc::new(AtomicBool::new(false)),
+    })
+    .await
+    .expect("the run finishes");
+    let rec = records.into_iter().next().expect("one record");
+    let traj = out.join(&rec.trajectory);
+    let steps = record::read_steps(&traj).expect("steps.jsonl");
+    (rec, steps, traj)
+}
+
+/// The actions and their results, step by step, for failure messages.
+fn story(steps: &[StepRecord]) -> String {
+    steps
+        .iter()
+        .map(|s| {
+            format!(
+                "step {}: {:?} -> {:?} {:?}\n{}",
+                s.step,
+                s.actions,
+                s.results,
+                s.invalid,
+                s.elements
+                    .iter()
+                    .map(|(_, e)| e.as_str())
+                    .collect::<String>()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Fails if any file under `dir` contains the key.
+fn assert_no_key_under(dir: &Path) {
+    let mut stack = vec![dir.to_owned()];
+    let mut files = 0;
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read dir").flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                files += 1;
+                let bytes = std::fs::read(&path).expect("read file");
+                assert!(
+                    !bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
+                    "{} holds the API key",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(
+        files >= 3,
+        "results, run.json and a trajectory were written"
+    );
+}
+
+/// Every `<image FILE>` reference of the stored exchanges names a file of the trajectory.
+fn assert_references_resolve(steps: &[StepRecord], traj: &Path) -> usize {
+    let mut n = 0;
+    for s in steps {
+        let text = serde_json::to_string(&s.exchanges).unwrap();
+        for part in text.split("<image ").skip(1) {
+            let name = part.split('>').next().unwrap();
+            assert!(
+                traj.join(name).is_file(),
+                "step {}: {name} is not in the trajectory",
+                s.step
+            );
+            n += 1;
+        }
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_agent_fills_a_zenity_dialog_through_the_runner() {
+    let p = Provider::OpenAi;
+    let sb = Sandbox::new();
+    let d = sb.desktop("llm-openai", "800x600", &[]);
+    let standin = StandIn::start(zenity_solver(p)).await;
+    let (rec, steps, traj) = run_task(
+        &d,
+        zenity_task("llm-openai", 8),
+        standin.settings(p, &[]),
+        &sb.path().join("run"),
+    )
+    .await;
+    assert_eq!(
+        rec.termination,
+        Termination::Success,
+        "{rec:?}\n{}",
+        story(&steps)
+    );
+    assert_eq!(rec.agent, "openai:stand-in-model");
+    assert_eq!((rec.passed, rec.total), (1, 1));
+    let reqs = standin.requests();
+    assert!(
+        reqs.len() >= 2 && reqs.len() == steps.len(),
+        "{} requests for {} steps",
+        reqs.len(),
+        steps.len()
+    );
+
+    // The usage of every scripted reply, summed, is the record's.
+    let served = standin.served();
+    assert_eq!((rec.usage.prompt, rec.usage.completion), served);
+    let per_step: u64 = steps.iter().map(|s| s.usage.total()).sum();
+    assert_eq!(per_step, served.0 + served.1);
+
+    // The real marked screenshot went out as an 800x600 PNG, with the element list.
+    let first = &reqs[0].body;
+    let imgs = images(p, first);
+    assert_eq!(imgs.len(), 1);
+    assert_eq!(png_size(&imgs[0]), (800, 600));
+    assert!(system_prompt(p, first).contains("Type pincer into the dialog's text field"));
+    assert!(tool_names(p, first).contains(&"type".to_owned()));
+    let typed = steps
+        .iter()
+        .find(|s| s.actions.first().is_some_and(|a| a["action"] == "type"))
+        .expect("a type step");
+    assert_eq!(typed.results, ["ok"]);
+    assert_eq!(typed.images.len(), 1);
+
+    // Stored exchanges point at the trajectory's images; no key anywhere in the run.
+    assert!(assert_references_resolve(&steps, &traj) >= steps.len());
+    assert_no_key_under(&sb.path().join("run"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_planner_fills_the_dialog_through_the_runner() {
+    let p = Provider::Anthropic;
+    let sb = Sandbox::new();
+    let d = sb.desktop("llm-planner", "800x600", &[]);
+    // The planner says what the solver will do; the tool agent does it.
+    let mut solver = zenity_solver(p);
+    let script: Script = Box::new(move |r: &Recorded| {
+        if tool_names(p, &r.body).is_empty() {
+            reply(p, "Fill in the name, then press OK.", &[], (50, 5))
+        } else {
+            solver(r)
+        }
+    });
+    let standin = StandIn::start(script).await;
+    let (rec, steps, _) = run_task(
+        &d,
+        zenity_task("llm-planner", 8),
+        standin.settings(p, &["structure=planner"]),
+        &sb.path().join("run"),
+    )
+    .await;
+    assert_eq!(
+        rec.termination,
+        Termination::Success,
+        "{rec:?}\n{}",
+        story(&steps)
+    );
+    assert_eq!(rec.agent, "anthropic:stand-in-model/planner");
+    for s in &steps {
+        let who: Vec<&str> = s.exchanges.iter().map(|e| e.who.as_str()).collect();
+        assert_eq!(who, ["planner", "tool-agent"], "step {}", s.step);
+        assert_eq!(
+            s.thought.as_deref(),
+            Some("plan: Fill in the name, then press OK.")
+        );
+    }
+    assert_eq!(standin.requests().len(), 2 * steps.len());
+    assert_eq!((rec.usage.prompt, rec.usage.completion), standin.served());
+    assert_no_key_under(&sb.path().join("run"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_outputs_are_fed_back_and_three_in_a_row_end_the_run() {
+    let p = Provider::Gemini;
+    let sb = Sandbox::new();
+    let d = sb.desktop("llm-invalid", "800x600", &[]);
+    let standin = StandIn::replying(vec![
+        call(p, "fly", json!({}), (10, 1)),
+        call(p, "click", json!({"target": {"element": 999}}), (10, 1)),
+        call(p, "teleport", json!({}), (10, 1)),
+    ])
+    .await;
+    let (rec, steps, _) = run_task(
+        &d,
+        zenity_task("llm-invalid", 10),
+        standin.settings(p, &[]),
+        &sb.path().join("run"),
+    )
+    .await;
+    assert_eq!(rec.termination, Termination::InvalidAction, "{rec:?}");
+    assert!(
+        rec.detail
+            .as_deref()
+            .unwrap_or("")
+            .contains("unknown tool 'teleport'"),
+        "{:?}",
+        rec.detail
+    );
+    assert_eq!(steps.len(), 3);
+    assert!(
+        steps[0]
+            .invalid
+            .as_deref()
+            .unwrap_or("")
+            .contains("unknown tool 'fly'")
+    );
+    assert!(steps[0].actions.is_empty());
+    assert_eq!(
+        steps[1].invalid, None,
+        "a bad element is the runner's to find"
+    );
+    assert!(
+        steps[1].results[0].starts_with("invalid: there is no element 999"),
+        "{:?}",
+        steps[1].results
+    );
+    let reqs = standin.requests();
+    assert!(
+        text_of(&reqs[1].body)
+            .contains("your last output was not a valid action: unknown tool 'fly'"),
+        "fed back"
+    );
+    assert!(
+        text_of(&reqs[2].body)
+            .contains("click element 999 on desktop failed: there is no element 999"),
+        "fed back"
+    );
+    assert_eq!((rec.usage.prompt, rec.usage.completion), (30, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completing_before_the_checkpoints_pass_is_a_false_completion() {
+    let p = Provider::OpenAi;
+    let sb = Sandbox::new();
+    let d = sb.desktop("llm-false", "800x600", &[]);
+    let standin = StandIn::replying(vec![reply(
+        p,
+        "Looks done to me.",
+        &[("complete", json!({}))],
+        (900, 9),
+    )])
+    .await;
+    let (rec, steps, _) = run_task(
+        &d,
+        zenity_task("llm-false", 10),
+        standin.settings(p, &[]),
+        &sb.path().join("run"),
+    )
+    .await;
+    assert_eq!(rec.termination, Termination::FalseCompletion, "{rec:?}");
+    assert!(
+        rec.detail.as_deref().unwrap_or("").contains("0 of 1"),
+        "{:?}",
+        rec.detail
+    );
+    assert_eq!(steps.len(), 1);
+    assert_eq!(steps[0].thought.as_deref(), Some("Looks done to me."));
+    assert_eq!((rec.usage.prompt, rec.usage.completion), (900, 9));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_step_limit_ends_a_run_that_goes_nowhere() {
+    let p = Provider::Anthropic;
+    let sb = Sandbox::new();
+    let d = sb.desktop("llm-limit", "800x600", &[]);
+    let standin = StandIn::replying(vec![
+        call(p, "key", json!({"key": "shift"}), (100, 1)),
+        call(p, "key", json!({"key": "shift"}), (100, 1)),
+    ])
+    .await;
+    let (rec, steps, _) = run_task(
+        &d,
+        zenity_task("llm-limit", 2),
+        standin.settings(p, &[]),
+        &sb.path().join("run"),
+    )
+    .await;
+    assert_eq!(rec.termination, Termination::StepLimit, "{rec:?}");
+    assert_eq!((rec.actions, steps.len()), (2, 2));
+    assert_eq!(standin.requests().len(), 2, "no model call after the limit");
+    assert_eq!((rec.usage.prompt, rec.usage.completion), (200, 2));
+}
+
+// ---------------------------------------------------------------------------------------
+// The CLI
+// ---------------------------------------------------------------------------------------
+
+fn write_task(sb: &Sandbox, task: &Task) -> PathBuf {
+    let path = sb.path().join(format!("{}.json", task.id));
+    std::fs::write(&path, serde_json::to_string_pretty(task).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn pincer_run_stops_before_starting_when_the_key_or_an_option_is_wrong() {
+    let sb = Sandbox::new();
+    let file = write_task(&sb, &zenity_task("llm-cli-nokey", 3));
+    let run = |agent: &str, opts: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--tasks",
+            file.to_str().unwrap(),
+            "--agent",
+            agent,
+            "--set",
+            "desktop=nowhere",
+        ];
+        for o in opts {
+            args.extend(["--agent-opt", o]);
+        }
+        let out = std::process::Command::new(bin("pincer"))
+            .args(&args)
+            .env("PINCER_STATE_DIR", sb.path().join("state"))
+            .env("PINCER_ENVS", sb.path().join("envs.toml"))
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("GEMINI_API_KEY")
+            .env_remove("GOOGLE_API_KEY")
+            .output()
+            .expect("run pincer");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = run("anthropic:claude-sonnet-4-5", &[]);
+    assert!(e.contains("set ANTHROPIC_API_KEY"), "{e}");
+    let e = run("gemini:gemini-2.5-flash", &[]);
+    assert!(e.contains("set GEMINI_API_KEY or GOOGLE_API_KEY"), "{e}");
+    let e = run("openai:gpt-4o", &["structure=swarm"]);
+    assert!(
+        e.contains("structure=swarm") && e.contains("single, planner, per-env"),
+        "{e}"
+    );
+    let e = run("llama:3", &[]);
+    assert!(e.contains("unknown provider 'llama'"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pincer_run_takes_the_key_from_the_environment_and_writes_it_nowhere() {
+    let p = Provider::Gemini;
+    let sb = Sandbox::new();
+    let d = sb.desktop("llm-cli", "800x600", &[]);
+    let standin = StandIn::start(zenity_solver(p)).await;
+    let file = write_task(&sb, &zenity_task("llm-cli", 8));
+    let out_dir = sb.path().join("run");
+    let out = tokio::process::Command::new(bin("pincer"))
+        .args([
+            "run",
+            "--tasks",
+            file.to_str().unwrap(),
+            "--agent",
+            "gemini:stand-in-model",
+            "--set",
+        ])
+        .arg(format!("desktop={}", d.name))
+        .args([
+            "--agent-opt",
+            &format!("base_url={}", standin.base_url(p)),
+            "--agent-opt",
+            "history=2",
+            "--no-report",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .env("PINCER_STATE_DIR", sb.path().join("state"))
+        .env("PINCER_ENVS", sb.path().join("envs.toml"))
+        .env("GEMINI_API_KEY", KEY)
+        .env_remove("GOOGLE_API_KEY")
+        .output()
+        .await
+        .expect("run pincer");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(!stdout.contains(KEY) && !stderr.contains(KEY));
+    let recs = record::read_results(&out_dir.join("results.jsonl")).unwrap();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].termination, Termination::Success, "{:?}", recs[0]);
+    assert_eq!(
+        (recs[0].usage.prompt, recs[0].usage.completion),
+        standin.served()
+    );
+    let reqs = standin.requests();
+    assert!(
+        reqs.iter()
+            .all(|r| r.headers.get("x-goog-api-key").map(String::as_str) == Some(KEY)),
+        "every call carries the key from GEMINI_API_KEY"
+    );
+    assert!(
+        reqs.iter().all(|r| !r.path.contains(KEY)),
+        "never in the URL"
+    );
+    assert_no_key_under(&out_dir);
+}
