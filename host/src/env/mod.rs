@@ -43,6 +43,9 @@ pub struct Deadlines {
     pub transfer: Duration,
     /// Added to an exec's own timeout.
     pub exec_margin: Duration,
+    /// How long a call keeps trying to reconnect to a guest that went away (an agent
+    /// restart takes well under a second; a guest gone for longer fails the call).
+    pub reconnect: Duration,
 }
 
 impl Default for Deadlines {
@@ -54,6 +57,7 @@ impl Default for Deadlines {
             tree: Duration::from_secs(60),
             transfer: Duration::from_secs(300),
             exec_margin: Duration::from_secs(10),
+            reconnect: Duration::from_secs(5),
         }
     }
 }
@@ -296,6 +300,7 @@ impl Environment {
         if let Some(s) = self.live() {
             return Ok(s);
         }
+        let until = until.min(Instant::now() + self.deadlines.reconnect);
         let mut backoff = Duration::from_millis(50);
         loop {
             let attempt = match &self.source {

@@ -141,12 +141,42 @@ impl Display {
         }
     }
 
+    fn retired(&self, set: &str) {
+        let line = format!(
+            "{set}: an environment of this set is gone; its remaining tasks go to the other sets"
+        );
+        if self.tty {
+            let _ = self.multi.println(line);
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
     fn close(&self) {
         for (_, b) in &self.per_set {
             b.finish_and_clear();
         }
         self.overall.finish();
     }
+}
+
+/// Whether every environment of a set answers (reconnecting for a few seconds, as a
+/// restarted agent needs).
+async fn healthy(set: &EnvSet) -> bool {
+    for env in set.envs.values() {
+        let mut ok = false;
+        for _ in 0..3 {
+            if env.ping().await.is_ok() {
+                ok = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+        if !ok {
+            return false;
+        }
+    }
+    true
 }
 
 /// Validates every task before anything runs; returns the built graphs.
@@ -276,9 +306,17 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Vec<TaskRecord>> {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .write(&rec)?;
-                let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
-                all.push(rec.clone());
-                display.finished(&rec, &latest(all.clone()));
+                let env_failed = rec.termination == Termination::EnvironmentError;
+                {
+                    let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
+                    all.push(rec.clone());
+                    display.finished(&rec, &latest(all.clone()));
+                }
+                // A set whose environment died hands its remaining tasks to the others.
+                if env_failed && !healthy(&set).await {
+                    display.retired(&set.name);
+                    return Ok(());
+                }
             }
         }));
     }
@@ -293,6 +331,12 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Vec<TaskRecord>> {
     display.close();
     if let Some(e) = first_error {
         return Err(e);
+    }
+    let left = queue.lock().unwrap_or_else(|e| e.into_inner()).len();
+    if left > 0 && !cfg.cancel.load(Ordering::SeqCst) {
+        eprintln!(
+            "{left} task runs were not run: every environment set that could run them failed; fix the environments and continue with --resume"
+        );
     }
     let all = all.lock().unwrap_or_else(|e| e.into_inner()).clone();
     Ok(latest(all))

@@ -1,0 +1,299 @@
+//! The benchmark runner against real local desktops: parallel environment sets, resuming
+//! after the runner was killed, an environment dying mid-task, and an agent restart the
+//! host rides out.
+
+use pincer_tests::{Sandbox, bin};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A suite of `n` terminal tasks; each oracle idles `sleep_ms` before typing its command.
+fn suite(dir: &Path, n: usize, sleep_ms: u64) -> PathBuf {
+    let tasks = dir.join("suite");
+    std::fs::create_dir_all(&tasks).unwrap();
+    for i in 0..n {
+        let kill = json!({"do": "exec", "argv": ["pkill", "-s", "0", "-x", "xfce4-terminal"], "check": false});
+        let t = json!({
+            "id": format!("t{i}"),
+            "instruction": format!("Write done{i} into ~/out{i}.txt using the terminal."),
+            "envs": {"desktop": {"platform": "linux"}},
+            "setup": {"desktop": [
+                {"do": "remove", "path": format!("~/out{i}.txt")},
+                kill,
+                {"do": "launch", "argv": ["xfce4-terminal", "--disable-server"]},
+                {"do": "wait_window", "title_contains": "Terminal"}
+            ]},
+            "teardown": {"desktop": [kill]},
+            "checkpoints": [
+                {"id": "written", "env": "desktop", "check": "file_contains", "args": {"path": format!("~/out{i}.txt"), "text": format!("done{i}")}}
+            ],
+            "oracle": [
+                {"do": "sleep", "ms": sleep_ms},
+                {"do": "type", "text": format!("echo done{i} > ~/out{i}.txt\n"), "target": {"role": "terminal"}},
+                {"do": "sleep", "ms": 300}
+            ]
+        });
+        std::fs::write(
+            tasks.join(format!("t{i}.json")),
+            serde_json::to_string_pretty(&t).unwrap(),
+        )
+        .unwrap();
+    }
+    tasks
+}
+
+fn results(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("results.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn spawn_run(sb: &Sandbox, args: &[&str]) -> Child {
+    Command::new(bin("pincer"))
+        .arg("run")
+        .args(args)
+        .env("PINCER_STATE_DIR", sb.path().join("state"))
+        .env("PINCER_ENVS", sb.path().join("envs.toml"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// Local desktops `pincer run` made, with their state files.
+fn run_desktops(sb: &Sandbox) -> Vec<Value> {
+    let dir = sb.path().join("state/desktops");
+    std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| std::fs::read_to_string(e.path().join("desktop.json")).ok())
+                .filter_map(|t| serde_json::from_str(&t).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn parallel_sets_share_the_work() {
+    let sb = Sandbox::new();
+    let tasks = suite(sb.path(), 4, 200);
+    let out = sb.path().join("out");
+    let args = [
+        "run",
+        "--tasks",
+        tasks.to_str().unwrap(),
+        "--agent",
+        "oracle",
+        "--parallel",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+        "--no-report",
+        "--size",
+        "1024x768",
+    ];
+    let stdout = sb.pincer_ok(&args);
+    assert!(stdout.contains("single-desktop"), "{stdout}");
+    let recs = results(&out);
+    assert_eq!(recs.len(), 4);
+    assert!(
+        recs.iter().all(|r| r["termination"] == "success"),
+        "{recs:?}"
+    );
+    let sets: std::collections::BTreeSet<&str> = recs
+        .iter()
+        .map(|r| r["env_set"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        sets.into_iter().collect::<Vec<_>>(),
+        vec!["s0", "s1"],
+        "both sets worked"
+    );
+    assert!(run_desktops(&sb).is_empty(), "the run stopped its desktops");
+}
+
+#[test]
+fn a_killed_run_resumes_without_redoing_finished_tasks() {
+    let sb = Sandbox::new();
+    let tasks = suite(sb.path(), 3, 1500);
+    let out = sb.path().join("out");
+    let mut child = spawn_run(
+        &sb,
+        &[
+            "--tasks",
+            tasks.to_str().unwrap(),
+            "--agent",
+            "oracle",
+            "--out",
+            out.to_str().unwrap(),
+            "--no-report",
+            "--size",
+            "1024x768",
+        ],
+    );
+    assert!(
+        wait_until(Duration::from_secs(120), || !results(&out).is_empty()),
+        "no task finished"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let first = results(&out);
+    assert!(!first.is_empty() && first.len() < 3, "{first:?}");
+    // The killed runner left its desktops behind; a person would stop them too.
+    sb.pincer_ok(&["desktop", "down", "--all"]);
+
+    let resumed = sb.pincer(&[
+        "run",
+        "--tasks",
+        tasks.to_str().unwrap(),
+        "--agent",
+        "oracle",
+        "--out",
+        out.to_str().unwrap(),
+        "--no-report",
+        "--resume",
+        "--size",
+        "1024x768",
+    ]);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert!(String::from_utf8_lossy(&resumed.stderr).contains("already finished"));
+    let all = results(&out);
+    assert_eq!(all.len(), 3, "each task once: {all:?}");
+    let ids: std::collections::BTreeSet<&str> =
+        all.iter().map(|r| r["task"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 3);
+    assert!(all.iter().all(|r| r["termination"] == "success"));
+    // The records written before the kill are untouched.
+    assert_eq!(&all[..first.len()], &first[..]);
+    // Without --resume the runner refuses to mix runs.
+    let again = sb.pincer(&[
+        "run",
+        "--tasks",
+        tasks.to_str().unwrap(),
+        "--agent",
+        "oracle",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--resume"));
+}
+
+#[test]
+fn an_environment_dying_mid_task_ends_only_that_task() {
+    let sb = Sandbox::new();
+    let tasks = suite(sb.path(), 4, 2500);
+    let out = sb.path().join("out");
+    let mut child = spawn_run(
+        &sb,
+        &[
+            "--tasks",
+            tasks.to_str().unwrap(),
+            "--agent",
+            "oracle",
+            "--parallel",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+            "--no-report",
+            "--size",
+            "1024x768",
+        ],
+    );
+    // Once both sets are working, take set s0's desktop away entirely.
+    let started = wait_until(Duration::from_secs(120), || {
+        std::fs::read_dir(out.join("tasks"))
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.path().join("step-001-desktop-marks.png").exists())
+                    .count()
+                    >= 2
+            })
+            .unwrap_or(false)
+    });
+    assert!(started, "the tasks never started");
+    let s0 = run_desktops(&sb)
+        .into_iter()
+        .find(|d| d["name"].as_str().unwrap().contains("-s0-"))
+        .expect("set s0's desktop");
+    let supervisor = s0["supervisor_pid"].as_i64().unwrap() as i32;
+    // SAFETY: stopping the desktop the runner made for set s0.
+    unsafe {
+        libc::kill(supervisor, libc::SIGTERM);
+    }
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    let recs = results(&out);
+    assert_eq!(recs.len(), 4, "every task has a record: {recs:?}\n{stderr}");
+    let failed: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["termination"] != "success")
+        .collect();
+    assert_eq!(failed.len(), 1, "{recs:?}");
+    assert_eq!(failed[0]["termination"], "environment-error");
+    assert_eq!(failed[0]["env_set"], "s0");
+    assert!(
+        stderr.contains("s0: an environment of this set is gone"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_agent_restart_mid_task_is_ridden_out() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("restart", "1024x768", &[]);
+    let tasks = suite(sb.path(), 1, 3000);
+    let out = sb.path().join("out");
+    let mut child = spawn_run(
+        &sb,
+        &[
+            "--tasks",
+            tasks.to_str().unwrap(),
+            "--agent",
+            "oracle",
+            "--set",
+            "desktop=restart",
+            "--out",
+            out.to_str().unwrap(),
+            "--no-report",
+        ],
+    );
+    assert!(wait_until(Duration::from_secs(60), || out
+        .join("tasks/t0__r0/step-001-desktop-marks.png")
+        .exists()));
+    // The oracle is idling; kill the guest agent. The supervisor restarts it and the host
+    // reconnects on its next call.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pid = rt.block_on(async { d.connect().await.info().unwrap().pid });
+    // SAFETY: killing the agent of our own desktop.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGKILL);
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    let recs = results(&out);
+    assert_eq!(recs[0]["termination"], "success", "{recs:?}");
+    let new_pid = rt.block_on(async { d.connect().await.info().unwrap().pid });
+    assert_ne!(pid, new_pid, "the agent really restarted");
+}
