@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # pincer's developer entry point on a Debian/Ubuntu machine.
-#   ./run.sh demo    install what is missing, build, run the main job on a local desktop
+#   ./run.sh demo    install what is missing, build, run the main job on local desktops:
+#                    a live look at a desktop with the bench table, then the bundled `demo`
+#                    benchmark with the oracle agent (expect SR 100%) and the random agent
+#                    (expect ~0%), with their HTML reports
 #   ./run.sh test    install what is missing, build, run every test
 #   ./run.sh deps    only install the Debian packages
 #   ./run.sh bench   build release binaries and run `pincer bench` on a fresh local desktop
@@ -45,8 +48,14 @@ case "${1:-}" in
     deps
     log "building release binaries (first build takes a few minutes)"
     cargo build --release --workspace --bins
-    log "running the demo"
+    log "a local desktop, a real app, what pincer sees, and the bench table"
     ./target/release/pincer demo "${@:2}"
+    stamp=$(date +%Y%m%d-%H%M%S)
+    log "the bundled benchmark 'demo' with the oracle agent (two local desktops)"
+    ./target/release/pincer run --tasks demo --agent oracle --out "runs/demo-oracle-$stamp"
+    log "the same benchmark with the random agent (a baseline that should score about 0)"
+    ./target/release/pincer run --tasks demo --agent random --out "runs/demo-random-$stamp"
+    log "reports: runs/demo-oracle-$stamp/report.html and runs/demo-random-$stamp/report.html"
     ;;
   bench)
     deps
@@ -61,7 +70,7 @@ case "${1:-}" in
     cargo test --workspace "${@:2}"
     ;;
   *)
-    sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

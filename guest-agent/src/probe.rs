@@ -260,10 +260,29 @@ mod tests {
         let same = processes(mine).unwrap();
         assert!(same.iter().any(|p| p.pid == me));
         assert!(same.iter().all(|p| session_of(p.pid) == mine));
-        assert!(
-            same.len() < all.len(),
-            "a session holds fewer processes than the machine"
-        );
+
+        // A process in a session of its own is on the machine's list but not on ours.
+        let mut other = std::process::Command::new("setsid")
+            .args(["sleep", "30"])
+            .spawn()
+            .unwrap();
+        let theirs = (0..100)
+            .find_map(|_| {
+                let s = session_of(other.id()).filter(|s| Some(*s) != mine);
+                if s.is_none() {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                s
+            })
+            .expect("setsid gave the child a session of its own");
+        let all = processes(None).unwrap();
+        let same = processes(mine).unwrap();
+        let in_theirs = processes(Some(theirs)).unwrap();
+        let _ = other.kill();
+        let _ = other.wait();
+        assert!(all.iter().any(|p| p.pid == other.id()));
+        assert!(!same.iter().any(|p| p.pid == other.id()));
+        assert!(in_theirs.iter().any(|p| p.pid == other.id()));
     }
 
     #[test]
