@@ -113,9 +113,20 @@ pub enum ComposeError {
         /// Downstream attribute types.
         inputs: String,
     },
-    /// No pool for a type.
-    #[error("no value pool for type '{0}'")]
-    NoPool(String),
+    /// No pool for an attribute's type.
+    #[error(
+        "template '{template}' needs a value of type '{ty}' for '{attribute}', and no template \
+         file has a pool of that type: add `{ty} = [...]` under [pools] in templates/*.toml, or \
+         chain a template whose output is a '{ty}' before it"
+    )]
+    NoPool {
+        /// The template.
+        template: String,
+        /// The attribute.
+        attribute: String,
+        /// Its type.
+        ty: String,
+    },
     /// A template or pool file is invalid.
     #[error("{file}: {message}")]
     File {
@@ -447,7 +458,11 @@ pub fn generate(cat: &Catalogue, ids: &[&str], seed: u64) -> Result<Task, Compos
                     .pools
                     .get(&a.ty)
                     .filter(|p| !p.is_empty())
-                    .ok_or_else(|| ComposeError::NoPool(a.ty.clone()))?;
+                    .ok_or_else(|| ComposeError::NoPool {
+                        template: t.id.clone(),
+                        attribute: a.name.clone(),
+                        ty: a.ty.clone(),
+                    })?;
                 pool[rng.below(pool.len())].clone()
             };
             values.insert(a.name.clone(), v);
@@ -583,5 +598,26 @@ args = { text = "hi" }
         let cross = generate(&c, &["answer"], 1).unwrap();
         assert_eq!(cross.instruction, "Say {hi}.");
         assert!(cross.checkpoints[0].env.is_none());
+    }
+
+    #[test]
+    fn a_missing_pool_names_the_template_attribute_and_fix() {
+        let mut c = Catalogue::default();
+        c.add_toml("test.toml", &CAT.replace("text = [", "words = ["))
+            .unwrap();
+        let e = generate(&c, &["make-file"], 1).unwrap_err();
+        let ComposeError::NoPool {
+            template,
+            attribute,
+            ty,
+        } = &e
+        else {
+            panic!("{e}")
+        };
+        assert_eq!(
+            (template.as_str(), attribute.as_str(), ty.as_str()),
+            ("make-file", "text", "text")
+        );
+        assert!(e.to_string().contains("[pools]"), "{e}");
     }
 }

@@ -2,6 +2,8 @@
 //! real local desktops (Xvfb, D-Bus, AT-SPI, openbox) and real GTK apps, each test in its
 //! own state directory and envs file so tests run in parallel without seeing each other.
 
+pub mod cases;
+
 use pincer::env::registry::Registry;
 use pincer::env::{Deadlines, Environment};
 use pincer_shared::observe::{TreeRequest, TreeScope};

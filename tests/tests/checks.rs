@@ -7,210 +7,23 @@
 //! Then the evaluator's own semantics against live desktops: one round trip per environment
 //! for an 11-node graph, a cascade within one step, and the check before the first action.
 
-use pincer::env::{ClientError, Environment};
+use pincer::env::Environment;
 use pincer::eval::functions::{Library, Reads};
-use pincer::eval::graph::{Envs, Evaluator, Graph, ProbeSource};
-use pincer::eval::{AgentEvent, AgentLog, ProbeResult};
-use pincer::task::{Platform, Task};
+use pincer::eval::graph::{Envs, Evaluator};
+use pincer::eval::{AgentEvent, AgentLog};
+use pincer::task::Platform;
 use pincer_shared::Action;
 use pincer_shared::key::parse_combo;
 use pincer_shared::probe::{Probe, ProbeReply};
 use pincer_shared::setup::{ExecRequest, WindowOp};
+use pincer_tests::cases::{Case, Counted, envs, fail, graph, judge, pass, task, uncovered};
 use pincer_tests::{Sandbox, eventually, process_running, wait_for_node};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long an app may take to show up or go away on a busy 2-core machine.
 const APP_WAIT: Duration = Duration::from_secs(60);
-
-// ---------------------------------------------------------------------------------------
-// Cases and how they are judged
-// ---------------------------------------------------------------------------------------
-
-/// One checkpoint and what the live state must make of it.
-#[derive(Debug, Clone)]
-struct Case {
-    check: &'static str,
-    args: Value,
-    passes: bool,
-    /// Parts of the observed state the feedback line must name.
-    says: Vec<String>,
-}
-
-fn pass(check: &'static str, args: Value, says: &[&str]) -> Case {
-    Case {
-        check,
-        args,
-        passes: true,
-        says: says.iter().map(|s| (*s).to_owned()).collect(),
-    }
-}
-
-fn fail(check: &'static str, args: Value, says: &[&str]) -> Case {
-    Case {
-        passes: false,
-        ..pass(check, args, says)
-    }
-}
-
-impl Case {
-    /// Also requires `text` in the feedback.
-    fn saying(mut self, text: impl Into<String>) -> Self {
-        self.says.push(text.into());
-        self
-    }
-}
-
-/// A task over Linux environments with these roles and checkpoints.
-fn task(roles: &[&str], checkpoints: Vec<Value>) -> Task {
-    let envs: serde_json::Map<String, Value> = roles
-        .iter()
-        .map(|r| ((*r).to_owned(), json!({"platform": "linux"})))
-        .collect();
-    serde_json::from_value(json!({
-        "id": "checks",
-        "instruction": "make the state true",
-        "envs": envs,
-        "checkpoints": checkpoints,
-    }))
-    .expect("a valid task")
-}
-
-fn graph(t: &Task) -> Arc<Graph> {
-    Arc::new(Graph::build(t, &Library::standard()).unwrap_or_else(|e| panic!("{e}")))
-}
-
-/// Live environments by role.
-fn envs(roles: Vec<(&str, Environment)>) -> Envs {
-    Envs(
-        roles
-            .into_iter()
-            .map(|(r, e)| (r.to_owned(), Arc::new(e)))
-            .collect(),
-    )
-}
-
-/// The live environments, counting the batches each role is sent: the evaluator's
-/// `round_trips` is its own claim, this is what actually went over the wire.
-struct Counted<'a> {
-    envs: &'a Envs,
-    batches: Mutex<BTreeMap<String, u32>>,
-}
-
-impl<'a> Counted<'a> {
-    fn new(envs: &'a Envs) -> Self {
-        Self {
-            envs,
-            batches: Mutex::default(),
-        }
-    }
-
-    fn batches(&self) -> BTreeMap<String, u32> {
-        self.batches.lock().unwrap().clone()
-    }
-}
-
-impl ProbeSource for Counted<'_> {
-    async fn batch(&self, role: &str, probes: Vec<Probe>) -> Result<Vec<ProbeResult>, ClientError> {
-        *self
-            .batches
-            .lock()
-            .unwrap()
-            .entry(role.to_owned())
-            .or_default() += 1;
-        self.envs.batch(role, probes).await
-    }
-}
-
-/// Judges `cases` as the runner does: one task whose checkpoints are the cases (all
-/// sources, on `role` when given), one evaluator step over the live environments, which
-/// must read each environment in one batch. `Graph::check_all` (what `pincer task check`
-/// uses) must agree on every verdict. Panics listing every case that came out wrong.
-async fn judge(envs: &Envs, role: Option<&str>, cases: &[Case], log: &AgentLog) {
-    let ids: Vec<String> = cases
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            format!(
-                "{i:02}-{}-{}",
-                c.check,
-                if c.passes { "pass" } else { "fail" }
-            )
-        })
-        .collect();
-    let nodes = cases
-        .iter()
-        .zip(&ids)
-        .map(|(c, id)| json!({"id": id, "env": role, "check": c.check, "args": c.args}))
-        .collect();
-    let roles: Vec<&str> = envs.0.keys().map(String::as_str).collect();
-    let g = graph(&task(&roles, nodes));
-
-    let wire = Counted::new(envs);
-    let mut ev = Evaluator::new(g.clone());
-    let report = ev.step(1, &wire, log).await.expect("the step is evaluated");
-    let reads_env = cases
-        .iter()
-        .any(|c| Library::standard().reads_env(c.check, &c.args));
-    let want_trips = u32::from(role.is_some() && reads_env);
-    assert_eq!(report.checked, cases.len(), "every case is a ready source");
-    assert_eq!(
-        report.round_trips, want_trips,
-        "one batch for the environment"
-    );
-    assert_eq!(
-        wire.batches().values().sum::<u32>(),
-        want_trips,
-        "batches sent: {:?}",
-        wire.batches()
-    );
-
-    let all: BTreeMap<String, bool> = g
-        .check_all(envs, log)
-        .await
-        .expect("check_all is evaluated")
-        .into_iter()
-        .map(|(id, v)| {
-            let v = v.unwrap_or_else(|e| panic!("{id}: the check could not judge: {e}"));
-            (id, v.passed)
-        })
-        .collect();
-
-    let mut wrong = Vec::new();
-    for ((case, id), p) in cases.iter().zip(&ids).zip(ev.progress()) {
-        assert_eq!(&p.id, id);
-        let passed = p.passed_at.is_some();
-        let feedback = p.feedback.unwrap_or_default();
-        if passed != case.passes {
-            wrong.push(format!(
-                "{id} {}: expected {}, got {}: {feedback}",
-                case.args,
-                if case.passes { "pass" } else { "fail" },
-                if passed { "pass" } else { "fail" },
-            ));
-        }
-        if all[id] != passed {
-            wrong.push(format!(
-                "{id}: check_all says {}, step says {passed}",
-                all[id]
-            ));
-        }
-        let missing: Vec<&String> = case
-            .says
-            .iter()
-            .filter(|s| !feedback.contains(s.as_str()))
-            .collect();
-        if !missing.is_empty() {
-            wrong.push(format!(
-                "{id} {}: feedback \"{feedback}\" does not name {missing:?}",
-                case.args
-            ));
-        }
-    }
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-}
 
 fn argv(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| (*s).to_owned()).collect()
@@ -1173,25 +986,15 @@ fn every_linux_function_has_a_passing_and_a_failing_case() {
     ]
     .concat();
     let lib = Library::standard();
-    let mut missing = Vec::new();
-    for def in lib
+    let on_linux = lib
         .iter()
         .filter(|d| !COVERED_IN_CHECKS_CRAB.contains(&d.name))
-    {
-        let on_linux = match def.reads {
+        .filter(|d| match d.reads {
             Reads::Env(platforms) => platforms.contains(&Platform::Linux),
             Reads::Agent | Reads::Inner => true,
-        };
-        for want in [true, false].into_iter().filter(|_| on_linux) {
-            if !all.iter().any(|c| c.check == def.name && c.passes == want) {
-                missing.push(format!(
-                    "{} has no {} case",
-                    def.name,
-                    if want { "passing" } else { "failing" }
-                ));
-            }
-        }
-    }
+        })
+        .map(|d| d.name);
+    let missing = uncovered(&all, on_linux);
     assert!(
         missing.is_empty(),
         "every checkpoint function needs a positive and a negative case against real state \

@@ -11,94 +11,22 @@ use pincer::env::Environment;
 use pincer::eval::functions::{Library, Reads};
 use pincer::eval::graph::{Envs, Evaluator, Graph};
 use pincer::eval::{AgentEvent, AgentLog};
-use pincer::task::{Platform, Task};
+use pincer::task::Platform;
 use pincer_shared::setup::ExecRequest;
 use pincer_tests::Sandbox;
-use serde_json::{Value, json};
+use pincer_tests::cases::{self, Case, fail, pass, uncovered};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// One checkpoint and what the live state must make of it.
-#[derive(Debug, Clone)]
-struct Case {
-    check: &'static str,
-    args: Value,
-    passes: bool,
-    /// Parts of the observed state the feedback must name.
-    says: Vec<String>,
-}
-
-fn pass(check: &'static str, args: Value, says: &[&str]) -> Case {
-    Case {
-        check,
-        args,
-        passes: true,
-        says: says.iter().map(|s| (*s).to_owned()).collect(),
-    }
-}
-
-fn fail(check: &'static str, args: Value, says: &[&str]) -> Case {
-    Case {
-        passes: false,
-        ..pass(check, args, says)
-    }
-}
-
-fn envs(env: Environment) -> Envs {
-    Envs(BTreeMap::from([("desktop".to_owned(), Arc::new(env))]))
-}
-
-/// Judges `cases` as the runner does: one task whose checkpoints are the cases (all
-/// sources on the `desktop` role), one evaluator step. Panics listing every case that
-/// came out wrong or whose feedback does not name what it should.
+/// Judges `cases` on the `desktop` role with an empty agent log (see [`cases::judge`]).
 async fn judge(envs: &Envs, cases: &[Case]) {
-    let nodes: Vec<Value> = cases
-        .iter()
-        .enumerate()
-        .map(|(i, c)| json!({"id": format!("{i:02}-{}", c.check), "env": "desktop", "check": c.check, "args": c.args}))
-        .collect();
-    let task: Task = serde_json::from_value(json!({
-        "id": "checks-crab",
-        "instruction": "make the state true",
-        "envs": {"desktop": {"platform": "linux"}},
-        "checkpoints": nodes,
-    }))
-    .expect("a valid task");
-    let graph =
-        Arc::new(Graph::build(&task, &Library::standard()).unwrap_or_else(|e| panic!("{e}")));
-    let mut ev = Evaluator::new(graph);
-    let report = ev
-        .step(1, envs, &AgentLog::default())
-        .await
-        .expect("the step is evaluated");
-    assert_eq!(report.checked, cases.len());
-    assert_eq!(report.round_trips, 1, "one batch for the desktop");
-    let mut wrong = Vec::new();
-    for (case, p) in cases.iter().zip(ev.progress()) {
-        let passed = p.passed_at.is_some();
-        let feedback = p.feedback.unwrap_or_default();
-        if passed != case.passes {
-            wrong.push(format!(
-                "{} {}: expected {}, got {}: {feedback}",
-                p.id,
-                case.args,
-                if case.passes { "pass" } else { "fail" },
-                if passed { "pass" } else { "fail" }
-            ));
-        }
-        let missing: Vec<&String> = case
-            .says
-            .iter()
-            .filter(|s| !feedback.contains(s.as_str()))
-            .collect();
-        if !missing.is_empty() {
-            wrong.push(format!(
-                "{} {}: feedback \"{feedback}\" does not name {missing:?}",
-                p.id, case.args
-            ));
-        }
-    }
-    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    cases::judge(envs, Some("desktop"), cases, &AgentLog::default()).await;
+}
+
+/// The desktop as the only environment, in the `desktop` role.
+fn envs(env: Environment) -> Envs {
+    cases::envs(vec![("desktop", env)])
 }
 
 /// Runs a shell command on the guest (in its home) and insists it succeeds.
@@ -360,22 +288,19 @@ async fn set_wallpaper(env: &Environment, uri: &str) {
 /// Cases while `~/Pictures` holds grey PNGs `base` (100), `bright` (160), `dark` (40),
 /// `same` (a copy of `base`) and a half-written one.
 fn brightness_cases() -> Vec<Case> {
-    let brighter = |after: &str, ok: bool, says: &[&str]| {
+    // `after` in ~/Pictures compared with base.png by `check`.
+    let against_base = |check: &'static str, after: &str, ok: bool, says: &[&str]| {
         let args = json!({"before": "~/Pictures/base.png", "after": format!("~/Pictures/{after}")});
         if ok {
-            pass("image_brighter", args, says)
+            pass(check, args, says)
         } else {
-            fail("image_brighter", args, says)
+            fail(check, args, says)
         }
     };
-    let not_brighter = |after: &str, ok: bool, says: &[&str]| {
-        let args = json!({"before": "~/Pictures/base.png", "after": format!("~/Pictures/{after}")});
-        if ok {
-            pass("image_not_brighter", args, says)
-        } else {
-            fail("image_not_brighter", args, says)
-        }
-    };
+    let brighter =
+        |after: &str, ok: bool, says: &[&str]| against_base("image_brighter", after, ok, says);
+    let not_brighter =
+        |after: &str, ok: bool, says: &[&str]| against_base("image_not_brighter", after, ok, says);
     vec![
         brighter("bright.png", true, &["brightness", "brighter"]),
         brighter(
@@ -456,7 +381,6 @@ fn every_crab_linux_function_has_a_passing_and_a_failing_case() {
     ]
     .concat();
     let lib = Library::standard();
-    let mut missing = Vec::new();
     for name in CRAB_LINUX_FUNCTIONS {
         let def = lib
             .get(name)
@@ -465,15 +389,8 @@ fn every_crab_linux_function_has_a_passing_and_a_failing_case() {
             matches!(def.reads, Reads::Env(p) if p.contains(&Platform::Linux)),
             "{name} does not run on Linux"
         );
-        for want in [true, false] {
-            if !all.iter().any(|c| c.check == *name && c.passes == want) {
-                missing.push(format!(
-                    "{name} has no {} case",
-                    if want { "passing" } else { "failing" }
-                ));
-            }
-        }
     }
+    let missing = uncovered(&all, CRAB_LINUX_FUNCTIONS.iter().copied());
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
 

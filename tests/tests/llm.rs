@@ -9,7 +9,7 @@ use base64::Engine as _;
 use pincer::agent::llm::{self, Provider, Settings};
 use pincer::agent::som::{self, Element};
 use pincer::agent::{
-    Agent, AgentAction, Observation, ObservationConfig, Target, TaskBrief, View, actions,
+    Agent, AgentAction, Exchange, Observation, ObservationConfig, Target, TaskBrief, View, actions,
 };
 use pincer::metrics::Termination;
 use pincer::run::record::{self, StepRecord, TaskRecord};
@@ -17,7 +17,7 @@ use pincer::run::sets::EnvSet;
 use pincer::run::{AgentFactory, RunConfig};
 use pincer::task::{Platform, Task};
 use pincer_shared::observe::Rect;
-use pincer_tests::{Desktop, Sandbox, bin};
+use pincer_tests::{Sandbox, bin};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -454,47 +454,66 @@ fn observation(step: u32, views: Vec<View>, feedback: &[&str]) -> Observation {
     }
 }
 
+/// A click on element `element` of environment `env`.
+fn click_element(env: &str, element: u32) -> AgentAction {
+    AgentAction::Click {
+        env: env.into(),
+        target: Target::Element { element },
+    }
+}
+
+/// Which model roles made these exchanges, in order.
+fn who(exchanges: &[Exchange]) -> Vec<&str> {
+    exchanges.iter().map(|e| e.who.as_str()).collect()
+}
+
+/// Step `step` of a one-desktop task: the desktop's view, no feedback.
+fn on_desktop(step: u32) -> Observation {
+    observation(step, vec![view("desktop")], &[])
+}
+
 fn agent(settings: &Settings, brief: &TaskBrief) -> Box<dyn Agent> {
     let mut a = llm::build(settings, 0).expect("build the agent");
     a.begin(brief).expect("begin");
     a
 }
 
+/// A stand-in answering with `replies` in order, and an agent of provider `p` on a
+/// one-desktop task talking to it with `opts`.
+async fn desktop_agent(
+    p: Provider,
+    opts: &[&str],
+    replies: Vec<Scripted>,
+) -> (StandIn, Box<dyn Agent>) {
+    let standin = StandIn::replying(replies).await;
+    let a = agent(&standin.settings(p, opts), &brief(roles(&["desktop"])));
+    (standin, a)
+}
+
 #[tokio::test]
 async fn each_provider_gets_the_system_prompt_tools_and_the_marked_png() {
     for p in PROVIDERS {
-        let standin = StandIn::replying(vec![
-            reply(
-                p,
-                "The OK button is element 2.",
-                &[("click", json!({"target": {"element": 2}}))],
-                (1000, 20),
-            ),
-            call(p, "complete", json!({}), (1100, 5)),
-        ])
+        let (standin, mut a) = desktop_agent(
+            p,
+            &[],
+            vec![
+                reply(
+                    p,
+                    "The OK button is element 2.",
+                    &[("click", json!({"target": {"element": 2}}))],
+                    (1000, 20),
+                ),
+                call(p, "complete", json!({}), (1100, 5)),
+            ],
+        )
         .await;
-        let b = brief(roles(&["desktop"]));
-        let mut a = agent(&standin.settings(p, &[]), &b);
         assert_eq!(a.name(), format!("{p}:stand-in-model"));
-        let d = a
-            .act(&observation(0, vec![view("desktop")], &[]))
-            .await
-            .expect("first decision");
-        assert_eq!(
-            d.actions,
-            vec![AgentAction::Click {
-                env: "desktop".into(),
-                target: Target::Element { element: 2 }
-            }],
-            "{p}"
-        );
+        let d = a.act(&on_desktop(0)).await.expect("first decision");
+        assert_eq!(d.actions, vec![click_element("desktop", 2)], "{p}");
         assert_eq!(d.invalid, None);
         assert_eq!(d.thought.as_deref(), Some("The OK button is element 2."));
         assert_eq!((d.usage.prompt, d.usage.completion), (1000, 20));
-        let d2 = a
-            .act(&observation(1, vec![view("desktop")], &[]))
-            .await
-            .expect("second decision");
+        let d2 = a.act(&on_desktop(1)).await.expect("second decision");
         assert_eq!(d2.actions, vec![AgentAction::Complete]);
 
         let reqs = standin.requests();
@@ -612,19 +631,18 @@ async fn each_provider_gets_the_system_prompt_tools_and_the_marked_png() {
 #[tokio::test]
 async fn json_mode_sends_no_tools_and_reads_the_action_from_text() {
     for p in PROVIDERS {
-        let standin = StandIn::replying(vec![reply(
+        let (standin, mut a) = desktop_agent(
             p,
-            "I will press OK.\n{\"action\": \"click\", \"target\": {\"element\": 2}}",
-            &[],
-            (10, 10),
-        )])
+            &["mode=json"],
+            vec![reply(
+                p,
+                "I will press OK.\n{\"action\": \"click\", \"target\": {\"element\": 2}}",
+                &[],
+                (10, 10),
+            )],
+        )
         .await;
-        let b = brief(roles(&["desktop"]));
-        let mut a = agent(&standin.settings(p, &["mode=json"]), &b);
-        let d = a
-            .act(&observation(0, vec![view("desktop")], &[]))
-            .await
-            .unwrap();
+        let d = a.act(&on_desktop(0)).await.unwrap();
         assert_eq!(d.actions.len(), 1, "{p}: {d:?}");
         let r = &standin.requests()[0];
         assert!(
@@ -642,18 +660,17 @@ async fn json_mode_sends_no_tools_and_reads_the_action_from_text() {
 #[tokio::test]
 async fn unusable_replies_become_invalid_decisions_with_the_reason() {
     let p = Provider::OpenAi;
-    let standin = StandIn::replying(vec![
-        call(p, "fly", json!({"to": "moon"}), (5, 5)),
-        reply(p, "I am not sure what to do.", &[], (5, 5)),
-        call(p, "click", json!({"target": {"element": 2}}), (5, 5)),
-    ])
+    let (standin, mut a) = desktop_agent(
+        p,
+        &[],
+        vec![
+            call(p, "fly", json!({"to": "moon"}), (5, 5)),
+            reply(p, "I am not sure what to do.", &[], (5, 5)),
+            call(p, "click", json!({"target": {"element": 2}}), (5, 5)),
+        ],
+    )
     .await;
-    let b = brief(roles(&["desktop"]));
-    let mut a = agent(&standin.settings(p, &[]), &b);
-    let d = a
-        .act(&observation(0, vec![view("desktop")], &[]))
-        .await
-        .unwrap();
+    let d = a.act(&on_desktop(0)).await.unwrap();
     assert!(d.actions.is_empty());
     let why = d.invalid.expect("invalid");
     assert!(
@@ -669,10 +686,7 @@ async fn unusable_replies_become_invalid_decisions_with_the_reason() {
         .await
         .unwrap();
     assert!(d.invalid.expect("invalid").contains("called no tool"));
-    let d = a
-        .act(&observation(2, vec![view("desktop")], &[]))
-        .await
-        .unwrap();
+    let d = a.act(&on_desktop(2)).await.unwrap();
     assert_eq!(d.actions.len(), 1);
     let reqs = standin.requests();
     let second = &reqs[1].body["messages"];
@@ -700,14 +714,14 @@ async fn a_429_is_retried_after_the_time_the_server_asks() {
     let p = Provider::Anthropic;
     let mut limited = error(429, "rate limited");
     limited.headers.push(("retry-after", "1".into()));
-    let standin = StandIn::replying(vec![limited, call(p, "complete", json!({}), (7, 3))]).await;
-    let b = brief(roles(&["desktop"]));
-    let mut a = agent(&standin.settings(p, &[]), &b);
+    let (standin, mut a) = desktop_agent(
+        p,
+        &[],
+        vec![limited, call(p, "complete", json!({}), (7, 3))],
+    )
+    .await;
     let t = Instant::now();
-    let d = a
-        .act(&observation(0, vec![view("desktop")], &[]))
-        .await
-        .expect("the retry succeeds");
+    let d = a.act(&on_desktop(0)).await.expect("the retry succeeds");
     assert!(
         t.elapsed() >= Duration::from_millis(950),
         "waited {:?}, not the second asked",
@@ -726,18 +740,17 @@ async fn a_429_is_retried_after_the_time_the_server_asks() {
 #[tokio::test]
 async fn three_server_errors_give_an_agent_error_that_says_what_happened() {
     let p = Provider::Gemini;
-    let standin = StandIn::replying(vec![
-        error(500, "the stand-in is down"),
-        error(502, "the stand-in is down"),
-        error(500, "the stand-in is down"),
-    ])
+    let (standin, mut a) = desktop_agent(
+        p,
+        &["retries=2"],
+        vec![
+            error(500, "the stand-in is down"),
+            error(502, "the stand-in is down"),
+            error(500, "the stand-in is down"),
+        ],
+    )
     .await;
-    let b = brief(roles(&["desktop"]));
-    let mut a = agent(&standin.settings(p, &["retries=2"]), &b);
-    let e = a
-        .act(&observation(0, vec![view("desktop")], &[]))
-        .await
-        .expect_err("the API stays down");
+    let e = a.act(&on_desktop(0)).await.expect_err("the API stays down");
     let msg = e.to_string();
     assert!(
         msg.contains("gemini API")
@@ -757,15 +770,14 @@ async fn three_server_errors_give_an_agent_error_that_says_what_happened() {
 #[tokio::test]
 async fn a_refused_key_is_not_retried_and_not_repeated() {
     let p = Provider::OpenAi;
-    let standin = StandIn::replying(vec![error(
-        401,
-        &format!("Incorrect API key provided: {KEY}"),
-    )])
+    let (standin, mut a) = desktop_agent(
+        p,
+        &[],
+        vec![error(401, &format!("Incorrect API key provided: {KEY}"))],
+    )
     .await;
-    let b = brief(roles(&["desktop"]));
-    let mut a = agent(&standin.settings(p, &[]), &b);
     let msg = a
-        .act(&observation(0, vec![view("desktop")], &[]))
+        .act(&on_desktop(0))
         .await
         .expect_err("refused")
         .to_string();
@@ -785,12 +797,10 @@ async fn a_slow_model_times_out() {
     let p = Provider::OpenAi;
     let mut slow = call(p, "complete", json!({}), (1, 1));
     slow.delay = Duration::from_secs(4);
-    let standin = StandIn::replying(vec![slow]).await;
-    let b = brief(roles(&["desktop"]));
-    let mut a = agent(&standin.settings(p, &["timeout_s=1", "retries=0"]), &b);
+    let (_standin, mut a) = desktop_agent(p, &["timeout_s=1", "retries=0"], vec![slow]).await;
     let t = Instant::now();
     let msg = a
-        .act(&observation(0, vec![view("desktop")], &[]))
+        .act(&on_desktop(0))
         .await
         .expect_err("timed out")
         .to_string();
@@ -808,43 +818,27 @@ async fn a_slow_model_times_out() {
 #[tokio::test]
 async fn the_planner_plans_in_words_then_the_tool_agent_calls_tools() {
     let p = Provider::OpenAi;
-    let standin = StandIn::replying(vec![
-        reply(p, "Click element 2, the OK button.", &[], (300, 12)),
-        call(p, "click", json!({"target": {"element": 2}}), (200, 8)),
-        reply(p, "The task is done: call complete.", &[], (310, 9)),
-        call(p, "complete", json!({}), (210, 4)),
-    ])
+    let (standin, mut a) = desktop_agent(
+        p,
+        &["structure=planner"],
+        vec![
+            reply(p, "Click element 2, the OK button.", &[], (300, 12)),
+            call(p, "click", json!({"target": {"element": 2}}), (200, 8)),
+            reply(p, "The task is done: call complete.", &[], (310, 9)),
+            call(p, "complete", json!({}), (210, 4)),
+        ],
+    )
     .await;
-    let b = brief(roles(&["desktop"]));
-    let mut a = agent(&standin.settings(p, &["structure=planner"]), &b);
     assert_eq!(a.name(), "openai:stand-in-model/planner");
-    let d = a
-        .act(&observation(0, vec![view("desktop")], &[]))
-        .await
-        .unwrap();
-    assert_eq!(
-        d.actions,
-        vec![AgentAction::Click {
-            env: "desktop".into(),
-            target: Target::Element { element: 2 }
-        }]
-    );
+    let d = a.act(&on_desktop(0)).await.unwrap();
+    assert_eq!(d.actions, vec![click_element("desktop", 2)]);
     assert_eq!(
         d.thought.as_deref(),
         Some("plan: Click element 2, the OK button.")
     );
-    assert_eq!(
-        d.exchanges
-            .iter()
-            .map(|e| e.who.as_str())
-            .collect::<Vec<_>>(),
-        ["planner", "tool-agent"]
-    );
+    assert_eq!(who(&d.exchanges), ["planner", "tool-agent"]);
     assert_eq!((d.usage.prompt, d.usage.completion), (500, 20));
-    let d = a
-        .act(&observation(1, vec![view("desktop")], &[]))
-        .await
-        .unwrap();
+    let d = a.act(&on_desktop(1)).await.unwrap();
     assert_eq!(d.actions, vec![AgentAction::Complete]);
 
     let reqs = standin.requests();
@@ -894,19 +888,10 @@ async fn per_env_delegates_to_the_agent_that_sees_only_its_environment() {
     let d = a.act(&observation(0, views(), &[])).await.unwrap();
     assert_eq!(
         d.actions,
-        vec![AgentAction::Click {
-            env: "desktop2".into(),
-            target: Target::Element { element: 2 }
-        }],
+        vec![click_element("desktop2", 2)],
         "the sub-agent's action lands on its environment"
     );
-    assert_eq!(
-        d.exchanges
-            .iter()
-            .map(|e| e.who.as_str())
-            .collect::<Vec<_>>(),
-        ["main", "desktop2"]
-    );
+    assert_eq!(who(&d.exchanges), ["main", "desktop2"]);
     assert_eq!(
         d.thought.as_deref(),
         Some("desktop2: Press OK in the dialog")
@@ -1026,14 +1011,18 @@ fn zenity_solver(p: Provider) -> Script {
     })
 }
 
-/// Runs one task through `pincer::run::run` on the desktop; returns its record, steps and
+/// Runs the zenity task `id` (see [`zenity_task`]) through `pincer::run::run` on a new
+/// desktop of that name, writing to `run/` in the sandbox; returns its record, steps and
 /// trajectory directory.
-async fn run_task(
-    desktop: &Desktop<'_>,
-    task: Task,
+async fn run_zenity(
+    sb: &Sandbox,
+    id: &str,
+    max_steps: u32,
     settings: Settings,
-    out: &Path,
 ) -> (TaskRecord, Vec<StepRecord>, PathBuf) {
+    let desktop = sb.desktop(id, "800x600", &[]);
+    let task = zenity_task(id, max_steps);
+    let out = sb.path().join("run");
     let env = desktop.connect().await;
     let set = EnvSet {
         name: "s0".into(),
@@ -1049,7 +1038,7 @@ async fn run_task(
         sets: vec![set],
         repeat: 1,
         seed: 0,
-        out: out.to_owned(),
+        out: out.clone(),
         resume: false,
         observation: ObservationConfig::default(),
         cancel: Arc::new(AtomicBool::new(false)),
@@ -1060,6 +1049,17 @@ async fn run_task(
     let traj = out.join(&rec.trajectory);
     let steps = record::read_steps(&traj).expect("steps.jsonl");
     (rec, steps, traj)
+}
+
+/// Fails, telling the run's story, unless the run succeeded.
+#[track_caller]
+fn assert_succeeded(rec: &TaskRecord, steps: &[StepRecord]) {
+    assert_eq!(
+        rec.termination,
+        Termination::Success,
+        "{rec:?}\n{}",
+        story(steps)
+    );
 }
 
 /// The actions and their results, step by step, for failure messages.
@@ -1131,21 +1131,9 @@ fn assert_references_resolve(steps: &[StepRecord], traj: &Path) -> usize {
 async fn an_openai_agent_fills_a_zenity_dialog_through_the_runner() {
     let p = Provider::OpenAi;
     let sb = Sandbox::new();
-    let d = sb.desktop("llm-openai", "800x600", &[]);
     let standin = StandIn::start(zenity_solver(p)).await;
-    let (rec, steps, traj) = run_task(
-        &d,
-        zenity_task("llm-openai", 8),
-        standin.settings(p, &[]),
-        &sb.path().join("run"),
-    )
-    .await;
-    assert_eq!(
-        rec.termination,
-        Termination::Success,
-        "{rec:?}\n{}",
-        story(&steps)
-    );
+    let (rec, steps, traj) = run_zenity(&sb, "llm-openai", 8, standin.settings(p, &[])).await;
+    assert_succeeded(&rec, &steps);
     assert_eq!(rec.agent, "openai:stand-in-model");
     assert_eq!((rec.passed, rec.total), (1, 1));
     let reqs = standin.requests();
@@ -1185,7 +1173,6 @@ async fn an_openai_agent_fills_a_zenity_dialog_through_the_runner() {
 async fn an_anthropic_planner_fills_the_dialog_through_the_runner() {
     let p = Provider::Anthropic;
     let sb = Sandbox::new();
-    let d = sb.desktop("llm-planner", "800x600", &[]);
     // The planner says what the solver will do; the tool agent does it.
     let mut solver = zenity_solver(p);
     let script: Script = Box::new(move |r: &Recorded| {
@@ -1196,23 +1183,22 @@ async fn an_anthropic_planner_fills_the_dialog_through_the_runner() {
         }
     });
     let standin = StandIn::start(script).await;
-    let (rec, steps, _) = run_task(
-        &d,
-        zenity_task("llm-planner", 8),
+    let (rec, steps, _) = run_zenity(
+        &sb,
+        "llm-planner",
+        8,
         standin.settings(p, &["structure=planner"]),
-        &sb.path().join("run"),
     )
     .await;
-    assert_eq!(
-        rec.termination,
-        Termination::Success,
-        "{rec:?}\n{}",
-        story(&steps)
-    );
+    assert_succeeded(&rec, &steps);
     assert_eq!(rec.agent, "anthropic:stand-in-model/planner");
     for s in &steps {
-        let who: Vec<&str> = s.exchanges.iter().map(|e| e.who.as_str()).collect();
-        assert_eq!(who, ["planner", "tool-agent"], "step {}", s.step);
+        assert_eq!(
+            who(&s.exchanges),
+            ["planner", "tool-agent"],
+            "step {}",
+            s.step
+        );
         assert_eq!(
             s.thought.as_deref(),
             Some("plan: Fill in the name, then press OK.")
@@ -1227,20 +1213,13 @@ async fn an_anthropic_planner_fills_the_dialog_through_the_runner() {
 async fn invalid_outputs_are_fed_back_and_three_in_a_row_end_the_run() {
     let p = Provider::Gemini;
     let sb = Sandbox::new();
-    let d = sb.desktop("llm-invalid", "800x600", &[]);
     let standin = StandIn::replying(vec![
         call(p, "fly", json!({}), (10, 1)),
         call(p, "click", json!({"target": {"element": 999}}), (10, 1)),
         call(p, "teleport", json!({}), (10, 1)),
     ])
     .await;
-    let (rec, steps, _) = run_task(
-        &d,
-        zenity_task("llm-invalid", 10),
-        standin.settings(p, &[]),
-        &sb.path().join("run"),
-    )
-    .await;
+    let (rec, steps, _) = run_zenity(&sb, "llm-invalid", 10, standin.settings(p, &[])).await;
     assert_eq!(rec.termination, Termination::InvalidAction, "{rec:?}");
     assert!(
         rec.detail
@@ -1286,7 +1265,6 @@ async fn invalid_outputs_are_fed_back_and_three_in_a_row_end_the_run() {
 async fn completing_before_the_checkpoints_pass_is_a_false_completion() {
     let p = Provider::OpenAi;
     let sb = Sandbox::new();
-    let d = sb.desktop("llm-false", "800x600", &[]);
     let standin = StandIn::replying(vec![reply(
         p,
         "Looks done to me.",
@@ -1294,13 +1272,7 @@ async fn completing_before_the_checkpoints_pass_is_a_false_completion() {
         (900, 9),
     )])
     .await;
-    let (rec, steps, _) = run_task(
-        &d,
-        zenity_task("llm-false", 10),
-        standin.settings(p, &[]),
-        &sb.path().join("run"),
-    )
-    .await;
+    let (rec, steps, _) = run_zenity(&sb, "llm-false", 10, standin.settings(p, &[])).await;
     assert_eq!(rec.termination, Termination::FalseCompletion, "{rec:?}");
     assert!(
         rec.detail.as_deref().unwrap_or("").contains("0 of 1"),
@@ -1316,19 +1288,12 @@ async fn completing_before_the_checkpoints_pass_is_a_false_completion() {
 async fn the_step_limit_ends_a_run_that_goes_nowhere() {
     let p = Provider::Anthropic;
     let sb = Sandbox::new();
-    let d = sb.desktop("llm-limit", "800x600", &[]);
     let standin = StandIn::replying(vec![
         call(p, "key", json!({"key": "shift"}), (100, 1)),
         call(p, "key", json!({"key": "shift"}), (100, 1)),
     ])
     .await;
-    let (rec, steps, _) = run_task(
-        &d,
-        zenity_task("llm-limit", 2),
-        standin.settings(p, &[]),
-        &sb.path().join("run"),
-    )
-    .await;
+    let (rec, steps, _) = run_zenity(&sb, "llm-limit", 2, standin.settings(p, &[])).await;
     assert_eq!(rec.termination, Termination::StepLimit, "{rec:?}");
     assert_eq!((rec.actions, steps.len()), (2, 2));
     assert_eq!(standin.requests().len(), 2, "no model call after the limit");
@@ -1345,32 +1310,33 @@ fn write_task(sb: &Sandbox, task: &Task) -> PathBuf {
     path
 }
 
+/// `pincer run` of the task file with `agent` on the desktop named `desktop`, in the
+/// sandbox's state and envs file, with no Anthropic or Gemini key in its environment (a test
+/// adds the one it means).
+fn pincer_run(sb: &Sandbox, file: &Path, agent: &str, desktop: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin("pincer"));
+    cmd.args(["run", "--tasks"])
+        .arg(file)
+        .args(["--agent", agent, "--set"])
+        .arg(format!("desktop={desktop}"))
+        .env("PINCER_STATE_DIR", sb.path().join("state"))
+        .env("PINCER_ENVS", sb.path().join("envs.toml"))
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("GEMINI_API_KEY")
+        .env_remove("GOOGLE_API_KEY");
+    cmd
+}
+
 #[test]
 fn pincer_run_stops_before_starting_when_the_key_or_an_option_is_wrong() {
     let sb = Sandbox::new();
     let file = write_task(&sb, &zenity_task("llm-cli-nokey", 3));
     let run = |agent: &str, opts: &[&str]| {
-        let mut args = vec![
-            "run",
-            "--tasks",
-            file.to_str().unwrap(),
-            "--agent",
-            agent,
-            "--set",
-            "desktop=nowhere",
-        ];
+        let mut cmd = pincer_run(&sb, &file, agent, "nowhere");
         for o in opts {
-            args.extend(["--agent-opt", o]);
+            cmd.args(["--agent-opt", o]);
         }
-        let out = std::process::Command::new(bin("pincer"))
-            .args(&args)
-            .env("PINCER_STATE_DIR", sb.path().join("state"))
-            .env("PINCER_ENVS", sb.path().join("envs.toml"))
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("GEMINI_API_KEY")
-            .env_remove("GOOGLE_API_KEY")
-            .output()
-            .expect("run pincer");
+        let out = cmd.output().expect("run pincer");
         assert!(!out.status.success());
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
@@ -1395,29 +1361,18 @@ async fn pincer_run_takes_the_key_from_the_environment_and_writes_it_nowhere() {
     let standin = StandIn::start(zenity_solver(p)).await;
     let file = write_task(&sb, &zenity_task("llm-cli", 8));
     let out_dir = sb.path().join("run");
-    let out = tokio::process::Command::new(bin("pincer"))
-        .args([
-            "run",
-            "--tasks",
-            file.to_str().unwrap(),
-            "--agent",
-            "gemini:stand-in-model",
-            "--set",
-        ])
-        .arg(format!("desktop={}", d.name))
-        .args([
-            "--agent-opt",
-            &format!("base_url={}", standin.base_url(p)),
-            "--agent-opt",
-            "history=2",
-            "--no-report",
-            "--out",
-        ])
-        .arg(&out_dir)
-        .env("PINCER_STATE_DIR", sb.path().join("state"))
-        .env("PINCER_ENVS", sb.path().join("envs.toml"))
-        .env("GEMINI_API_KEY", KEY)
-        .env_remove("GOOGLE_API_KEY")
+    let mut cmd = pincer_run(&sb, &file, "gemini:stand-in-model", &d.name);
+    cmd.args([
+        "--agent-opt",
+        &format!("base_url={}", standin.base_url(p)),
+        "--agent-opt",
+        "history=2",
+        "--no-report",
+        "--out",
+    ])
+    .arg(&out_dir)
+    .env("GEMINI_API_KEY", KEY);
+    let out = tokio::process::Command::from(cmd)
         .output()
         .await
         .expect("run pincer");

@@ -51,9 +51,25 @@ fn results(out: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn spawn_run(sb: &Sandbox, args: &[&str]) -> Child {
+/// `pincer run` arguments for the oracle on the suite in `tasks`, writing to `out`, then
+/// `extra`.
+fn oracle_run<'a>(tasks: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "run",
+        "--tasks",
+        tasks.to_str().unwrap(),
+        "--agent",
+        "oracle",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Starts `pincer ARGS` in the sandbox, its stderr piped.
+fn spawn_pincer(sb: &Sandbox, args: &[&str]) -> Child {
     Command::new(bin("pincer"))
-        .arg("run")
         .args(args)
         .env("PINCER_STATE_DIR", sb.path().join("state"))
         .env("PINCER_ENVS", sb.path().join("envs.toml"))
@@ -93,20 +109,11 @@ fn parallel_sets_share_the_work() {
     let sb = Sandbox::new();
     let tasks = suite(sb.path(), 4, 200);
     let out = sb.path().join("out");
-    let args = [
-        "run",
-        "--tasks",
-        tasks.to_str().unwrap(),
-        "--agent",
-        "oracle",
-        "--parallel",
-        "2",
-        "--out",
-        out.to_str().unwrap(),
-        "--no-report",
-        "--size",
-        "1024x768",
-    ];
+    let args = oracle_run(
+        &tasks,
+        &out,
+        &["--parallel", "2", "--no-report", "--size", "1024x768"],
+    );
     let stdout = sb.pincer_ok(&args);
     assert!(stdout.contains("single-desktop"), "{stdout}");
     let recs = results(&out);
@@ -132,19 +139,9 @@ fn a_killed_run_resumes_without_redoing_finished_tasks() {
     let sb = Sandbox::new();
     let tasks = suite(sb.path(), 3, 1500);
     let out = sb.path().join("out");
-    let mut child = spawn_run(
+    let mut child = spawn_pincer(
         &sb,
-        &[
-            "--tasks",
-            tasks.to_str().unwrap(),
-            "--agent",
-            "oracle",
-            "--out",
-            out.to_str().unwrap(),
-            "--no-report",
-            "--size",
-            "1024x768",
-        ],
+        &oracle_run(&tasks, &out, &["--no-report", "--size", "1024x768"]),
     );
     assert!(
         wait_until(Duration::from_secs(120), || !results(&out).is_empty()),
@@ -157,19 +154,11 @@ fn a_killed_run_resumes_without_redoing_finished_tasks() {
     // The killed runner left its desktops behind; a person would stop them too.
     sb.pincer_ok(&["desktop", "down", "--all"]);
 
-    let resumed = sb.pincer(&[
-        "run",
-        "--tasks",
-        tasks.to_str().unwrap(),
-        "--agent",
-        "oracle",
-        "--out",
-        out.to_str().unwrap(),
-        "--no-report",
-        "--resume",
-        "--size",
-        "1024x768",
-    ]);
+    let resumed = sb.pincer(&oracle_run(
+        &tasks,
+        &out,
+        &["--no-report", "--resume", "--size", "1024x768"],
+    ));
     assert!(
         resumed.status.success(),
         "{}",
@@ -185,15 +174,7 @@ fn a_killed_run_resumes_without_redoing_finished_tasks() {
     // The records written before the kill are untouched.
     assert_eq!(&all[..first.len()], &first[..]);
     // Without --resume the runner refuses to mix runs.
-    let again = sb.pincer(&[
-        "run",
-        "--tasks",
-        tasks.to_str().unwrap(),
-        "--agent",
-        "oracle",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let again = sb.pincer(&oracle_run(&tasks, &out, &[]));
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("--resume"));
 }
@@ -203,21 +184,13 @@ fn an_environment_dying_mid_task_ends_only_that_task() {
     let sb = Sandbox::new();
     let tasks = suite(sb.path(), 4, 2500);
     let out = sb.path().join("out");
-    let mut child = spawn_run(
+    let mut child = spawn_pincer(
         &sb,
-        &[
-            "--tasks",
-            tasks.to_str().unwrap(),
-            "--agent",
-            "oracle",
-            "--parallel",
-            "2",
-            "--out",
-            out.to_str().unwrap(),
-            "--no-report",
-            "--size",
-            "1024x768",
-        ],
+        &oracle_run(
+            &tasks,
+            &out,
+            &["--parallel", "2", "--no-report", "--size", "1024x768"],
+        ),
     );
     // Once both sets are working, take set s0's desktop away entirely.
     let started = wait_until(Duration::from_secs(120), || {
@@ -265,19 +238,9 @@ fn an_agent_restart_mid_task_is_ridden_out() {
     let d = sb.desktop("restart", "1024x768", &[]);
     let tasks = suite(sb.path(), 1, 3000);
     let out = sb.path().join("out");
-    let mut child = spawn_run(
+    let mut child = spawn_pincer(
         &sb,
-        &[
-            "--tasks",
-            tasks.to_str().unwrap(),
-            "--agent",
-            "oracle",
-            "--set",
-            "desktop=restart",
-            "--out",
-            out.to_str().unwrap(),
-            "--no-report",
-        ],
+        &oracle_run(&tasks, &out, &["--set", "desktop=restart", "--no-report"]),
     );
     assert!(wait_until(Duration::from_secs(60), || out
         .join("tasks/t0__r0/step-001-desktop-marks.png")

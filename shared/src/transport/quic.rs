@@ -62,6 +62,38 @@ impl SeenCert {
     }
 }
 
+/// The handshake-signature methods shared by [`ServerCertVerifier`] and
+/// [`ClientCertVerifier`]: both verifiers differ only in which certificates they accept, and
+/// check signatures with the algorithms of their `provider` field. Each trait method has
+/// the name of the `rustls::crypto` function it delegates to.
+macro_rules! provider_signature_checks {
+    () => {
+        provider_signature_checks!(verify_tls12_signature);
+        provider_signature_checks!(verify_tls13_signature);
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.provider
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    };
+    ($check:ident) => {
+        fn $check(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::$check(
+                message,
+                cert,
+                dss,
+                &self.provider.signature_verification_algorithms,
+            )
+        }
+    };
+}
+
 #[derive(Debug)]
 struct PinVerifier {
     pin: ServerPin,
@@ -89,39 +121,7 @@ impl ServerCertVerifier for PinVerifier {
         }
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    provider_signature_checks!();
 }
 
 /// Accepts any client certificate that proves possession of its key; the application
@@ -145,39 +145,7 @@ impl ClientCertVerifier for AnyClientCert {
         Ok(ClientCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    provider_signature_checks!();
 }
 
 fn cert_chain(id: &Identity) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
@@ -351,26 +319,44 @@ mod tests {
     use super::*;
     use crate::transport::Link;
 
-    fn loopback() -> SocketAddr {
-        "127.0.0.1:0".parse().unwrap()
+    /// A server endpoint presenting `id` on a loopback port, and its address.
+    fn listen(id: &Identity, require_client_cert: bool) -> (quinn::Endpoint, SocketAddr) {
+        let loopback = "127.0.0.1:0".parse().unwrap();
+        let config = server_config(id, require_client_cert).unwrap();
+        let server = server_endpoint(loopback, config, id).unwrap();
+        let addr = server.local_addr().unwrap();
+        (server, addr)
+    }
+
+    /// Dials `addr` accepting what `pin` allows, presenting `id` if given. Returns the client
+    /// endpoint (to keep it open), what the server presented, and the connection.
+    async fn dial(
+        addr: SocketAddr,
+        pin: ServerPin,
+        id: Option<&Identity>,
+    ) -> (
+        quinn::Endpoint,
+        Arc<SeenCert>,
+        Result<quinn::Connection, TransportError>,
+    ) {
+        let (cfg, seen) = client_config(pin, id).unwrap();
+        let client = client_endpoint(addr).unwrap();
+        let c = connect(&client, addr, cfg, &seen, pin).await;
+        (client, seen, c)
     }
 
     #[tokio::test]
     async fn pinned_connection_works_and_exporters_agree() {
         let id = Identity::generate("guest").unwrap();
-        let server = server_endpoint(loopback(), server_config(&id, false).unwrap(), &id).unwrap();
-        let addr = server.local_addr().unwrap();
+        let (server, addr) = listen(&id, false);
         let accept = tokio::spawn(async move {
             let c = server.accept().await.unwrap().await.unwrap();
             let link = Link::Quic(c);
             let ex = link.exporter().unwrap();
             (ex, server)
         });
-        let pin = ServerPin::Pinned(id.fingerprint());
-        let (cfg, seen) = client_config(pin, None).unwrap();
-        let client = client_endpoint(addr).unwrap();
-        let c = connect(&client, addr, cfg, &seen, pin).await.unwrap();
-        let link = Link::Quic(c);
+        let (_client, _, c) = dial(addr, ServerPin::Pinned(id.fingerprint()), None).await;
+        let link = Link::Quic(c.unwrap());
         let (server_ex, _server) = accept.await.unwrap();
         assert_eq!(link.exporter().unwrap(), server_ex);
         assert_eq!(link.peer_fingerprint(), Some(id.fingerprint()));
@@ -379,16 +365,12 @@ mod tests {
     #[tokio::test]
     async fn wrong_pin_names_both_fingerprints() {
         let id = Identity::generate("guest").unwrap();
-        let server = server_endpoint(loopback(), server_config(&id, false).unwrap(), &id).unwrap();
-        let addr = server.local_addr().unwrap();
+        let (server, addr) = listen(&id, false);
         let _accept = tokio::spawn(async move {
             let _ = server.accept().await.unwrap().await;
         });
         let wrong = Fingerprint::of(b"not it");
-        let pin = ServerPin::Pinned(wrong);
-        let (cfg, seen) = client_config(pin, None).unwrap();
-        let client = client_endpoint(addr).unwrap();
-        match connect(&client, addr, cfg, &seen, pin).await {
+        match dial(addr, ServerPin::Pinned(wrong), None).await.2 {
             Err(TransportError::FingerprintMismatch { expected, got }) => {
                 assert_eq!(expected, wrong);
                 assert_eq!(got, id.fingerprint());
@@ -401,18 +383,13 @@ mod tests {
     async fn client_certificates_are_visible_to_a_listening_host() {
         let host = Identity::generate("host").unwrap();
         let guest = Identity::generate("guest").unwrap();
-        let server =
-            server_endpoint(loopback(), server_config(&host, true).unwrap(), &host).unwrap();
-        let addr = server.local_addr().unwrap();
+        let (server, addr) = listen(&host, true);
         let accept = tokio::spawn(async move {
             let c = server.accept().await.unwrap().await.unwrap();
             (Link::Quic(c).peer_fingerprint(), server)
         });
-        let (cfg, seen) = client_config(ServerPin::Any, Some(&guest)).unwrap();
-        let client = client_endpoint(addr).unwrap();
-        let _c = connect(&client, addr, cfg, &seen, ServerPin::Any)
-            .await
-            .unwrap();
+        let (_client, seen, c) = dial(addr, ServerPin::Any, Some(&guest)).await;
+        let _c = c.unwrap();
         assert_eq!(seen.get(), Some(host.fingerprint()));
         let (fp, _server) = accept.await.unwrap();
         assert_eq!(fp, Some(guest.fingerprint()));
