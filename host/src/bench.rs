@@ -5,11 +5,16 @@
 //! watches the agent's memory and file descriptors.
 
 use crate::env::{ClientError, Environment};
+use crate::eval::functions::Library;
+use crate::eval::graph::{Evaluator, Graph, ProbeSource};
+use crate::eval::{AgentLog, ProbeResult};
+use crate::task::Task;
 use pincer_shared::Action;
 use pincer_shared::action::{MouseButton, Point};
 use pincer_shared::observe::{ImageFormat, ScreenshotRequest, TreeRequest, TreeScope};
 use pincer_shared::probe::{Probe, ProbeReply};
 use serde::Serialize;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Latency summary of one operation.
@@ -267,11 +272,90 @@ pub async fn run(
             None,
             "4 stat, 3 read, window, list dir, env var".into(),
         ));
+
+        progress("evaluate an 11-checkpoint graph over 2 roles");
+        let (s, trips) = evaluate_graph(env, dir, n).await?;
+        out.push(Stats::from_samples(
+            "evaluate 11 checkpoints",
+            s,
+            Some(5.0),
+            None,
+            format!("2 roles, {trips} round trips, all pass"),
+        ));
         let _ = env.remove(dir).await;
     } else {
         progress("read-only guest: skipping file benchmarks");
     }
     Ok(out)
+}
+
+/// Both roles of the benchmark graph answered by the one benched guest: each role's batch
+/// is still its own round trip, and the two go out concurrently, as for two environments.
+struct BothRoles<'a>(&'a Environment);
+
+impl ProbeSource for BothRoles<'_> {
+    async fn batch(
+        &self,
+        _role: &str,
+        probes: Vec<Probe>,
+    ) -> Result<Vec<ProbeResult>, ClientError> {
+        self.0.batch(probes).await
+    }
+}
+
+/// One evaluator step over a fresh 11-checkpoint graph on roles `a` and `b` (sources,
+/// successors, negation, AND, OR, a process check) whose files were written under `dir`:
+/// the time for every checkpoint to be checked and pass, and the round trips it took.
+async fn evaluate_graph(
+    env: &Environment,
+    dir: &str,
+    n: usize,
+) -> Result<(Vec<Duration>, u32), ClientError> {
+    let node = |id: &str, role: &str, check: &str, args: serde_json::Value, after: &[&str]| serde_json::json!({"id": id, "env": role, "check": check, "args": args, "after": after});
+    let f = |i: u32| format!("{dir}/small{i}.txt");
+    let exists = |i: u32| serde_json::json!({"check": "file_exists", "args": {"path": f(i)}});
+    let task = serde_json::json!({
+        "id": "bench-11",
+        "instruction": "benchmark graph",
+        "envs": {"a": {"platform": "linux"}, "b": {"platform": "linux"}},
+        "checkpoints": [
+            node("a-dir", "a", "dir_exists", serde_json::json!({"path": dir}), &[]),
+            node("a-text", "a", "file_contains", serde_json::json!({"path": f(0), "text": "pincer"}), &["a-dir"]),
+            node("a-equal", "a", "file_equals", serde_json::json!({"path": f(1), "content": "hello pincer"}), &["a-dir"]),
+            node("a-file", "a", "file_exists", serde_json::json!({"path": f(2)}), &[]),
+            node("a-none", "a", "file_absent", serde_json::json!({"path": format!("{dir}/missing")}), &[]),
+            node("b-dir", "b", "dir_exists", serde_json::json!({"path": dir}), &[]),
+            node("b-regex", "b", "file_matches", serde_json::json!({"path": f(0), "regex": "hel+o"}), &["b-dir", "a-file"]),
+            node("b-not", "b", "not", serde_json::json!({"check": "file_exists", "args": {"path": format!("{dir}/missing")}}), &[]),
+            node("b-all", "b", "all_of", serde_json::json!({"checks": [exists(0), exists(1)]}), &[]),
+            node("b-any", "b", "any_of", serde_json::json!({"checks": [exists(9), exists(2)]}), &[]),
+            node("b-agent", "b", "process_running", serde_json::json!({"name": "pincer-agent"}), &[]),
+        ],
+    });
+    let local = |message: String| ClientError::Local {
+        env: env.name().into(),
+        message,
+    };
+    let task: Task = serde_json::from_value(task).map_err(|e| local(e.to_string()))?;
+    let graph =
+        Arc::new(Graph::build(&task, &Library::standard()).map_err(|e| local(e.to_string()))?);
+    let src = BothRoles(env);
+    let log = AgentLog::default();
+    measure(n, || async {
+        let mut ev = Evaluator::new(graph.clone());
+        let r = ev
+            .step(1, &src, &log)
+            .await
+            .map_err(|e| local(e.to_string()))?;
+        if !ev.is_success() {
+            return Err(local(format!(
+                "the benchmark graph did not pass: {:?}",
+                ev.progress()
+            )));
+        }
+        Ok(r.round_trips)
+    })
+    .await
 }
 
 /// Waits until the tree of `app` holds at least `min_nodes` nodes (the app has started and
