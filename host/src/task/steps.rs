@@ -50,6 +50,16 @@ pub enum Step {
         #[serde(default = "yes")]
         check: bool,
     },
+    /// Stop every process with this exact name in the environment's session (TERM, then
+    /// KILL once `timeout_ms` has passed) and wait until they are gone, so that a
+    /// single-instance app started next does not hand its window to a dying one.
+    Kill {
+        /// Process name, as `pgrep -x` matches it (`mousepad`, `soffice.bin`).
+        name: String,
+        /// How long to wait for a clean exit before killing (default 5 s).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    },
     /// Start a program and return at once.
     Launch {
         /// Program and arguments.
@@ -134,6 +144,12 @@ pub enum StepError {
         /// The end of its stderr.
         stderr: String,
     },
+    /// Processes outlived a kill.
+    #[error("processes named '{name}' are still running after SIGKILL")]
+    Survived {
+        /// The process name.
+        name: String,
+    },
     /// A wait ran out.
     #[error("no window with '{title}' in its title after {after:?}")]
     NoWindow {
@@ -152,6 +168,7 @@ impl Step {
             Self::Remove { path } => format!("remove {path}"),
             Self::MakeDir { path } => format!("mkdir {path}"),
             Self::Exec { argv, .. } => format!("exec {}", argv.join(" ")),
+            Self::Kill { name, .. } => format!("kill {name}"),
             Self::Launch { argv } => format!("launch {}", argv.join(" ")),
             Self::WaitWindow { title_contains, .. } => {
                 format!("wait for window '{title_contains}'")
@@ -189,6 +206,9 @@ impl Step {
             Self::Exec { argv, .. } | Self::Launch { argv } if argv.is_empty() => {
                 Err("`argv` is empty".into())
             }
+            Self::Kill { name, .. } if name.is_empty() || name.contains('/') => Err(format!(
+                "kill: '{name}' is not a process name (give the name `pgrep -x` matches)"
+            )),
             _ => Ok(()),
         }
     }
@@ -244,6 +264,14 @@ impl Step {
                     });
                 }
             }
+            Self::Kill { name, timeout_ms } => {
+                kill(
+                    env,
+                    name,
+                    Duration::from_millis(timeout_ms.unwrap_or(5_000)),
+                )
+                .await?;
+            }
             Self::Launch { argv } => {
                 env.launch(argv.clone(), Vec::new()).await?;
             }
@@ -278,6 +306,42 @@ fn parse_mode(m: &str) -> Result<u32, String> {
         .ok()
         .filter(|v| *v <= 0o7777)
         .ok_or_else(|| format!("mode '{m}' is not octal permission bits such as \"644\""))
+}
+
+/// Signals every process named `name` in the agent's session (the session of the
+/// desktop, so other desktops on the same machine are left alone) and waits until none is
+/// left, escalating to SIGKILL after `grace`.
+async fn kill(env: &Environment, name: &str, grace: Duration) -> Result<(), StepError> {
+    let run = |argv: &[&str]| {
+        let req = ExecRequest::new(
+            argv.iter()
+                .map(|s| (*s).to_owned())
+                .collect::<Vec<String>>(),
+        );
+        async move { env.exec(req).await }
+    };
+    let alive = || async {
+        run(&["pgrep", "-s", "0", "-x", name])
+            .await
+            .map(|o| o.status.success())
+    };
+    run(&["pkill", "-s", "0", "-x", name]).await?;
+    let mut deadline = Instant::now() + grace;
+    let mut killed = false;
+    while alive().await? {
+        if Instant::now() > deadline {
+            if killed {
+                return Err(StepError::Survived {
+                    name: name.to_owned(),
+                });
+            }
+            run(&["pkill", "-KILL", "-s", "0", "-x", name]).await?;
+            killed = true;
+            deadline = Instant::now() + Duration::from_secs(2);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
 }
 
 /// Polls the window list until a window's title contains `title`.
