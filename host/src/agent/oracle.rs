@@ -5,7 +5,7 @@
 use super::actions::{AgentAction, Target};
 use super::{Agent, AgentError, Decision, Observation, TaskBrief};
 use crate::task::Platform;
-use crate::task::oracle::{Locator, OracleStep};
+use crate::task::oracle::{self, Locator, OracleStep};
 use futures::future::BoxFuture;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -17,6 +17,8 @@ pub struct Oracle {
     next: usize,
     roles: BTreeMap<String, Platform>,
     waiting_since: Option<Instant>,
+    /// Values read off the screen by `read` steps, for `{{var}}` in later steps.
+    vars: BTreeMap<String, String>,
 }
 
 impl Oracle {
@@ -60,6 +62,47 @@ impl Oracle {
     }
 }
 
+impl Oracle {
+    /// The value a `read` step wants, if a matching node shows it now.
+    fn read(
+        obs: &Observation,
+        role: &str,
+        target: &crate::eval::selector::Selector,
+        pattern: &regex::Regex,
+    ) -> Result<Option<String>, AgentError> {
+        let view = obs
+            .view(role)
+            .ok_or_else(|| AgentError(format!("no view of '{role}'")))?;
+        let tree = view
+            .tree
+            .as_ref()
+            .ok_or_else(|| AgentError("the observation has no UI tree".into()))?;
+        Ok(target.find_all(&tree.root).into_iter().find_map(|n| {
+            let text = n.text.as_deref().unwrap_or(&n.name);
+            let caps = pattern.captures(text)?;
+            caps.get(1)
+                .or_else(|| caps.get(0))
+                .map(|m| m.as_str().to_owned())
+        }))
+    }
+
+    /// Waits for something to appear, up to `limit` since the step began.
+    fn wait_for(&mut self, what: String, limit: Duration) -> Result<Decision, AgentError> {
+        let since = *self.waiting_since.get_or_insert_with(Instant::now);
+        if since.elapsed() > limit {
+            return Err(AgentError(format!(
+                "oracle step {}: {what} did not appear within {limit:?}",
+                self.next + 1
+            )));
+        }
+        Ok(Decision {
+            actions: vec![AgentAction::Wait { seconds: 0.25 }],
+            thought: Some(format!("waiting for {what}")),
+            ..Decision::default()
+        })
+    }
+}
+
 /// How long a locator may be missing before the oracle gives up.
 const FIND_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -73,7 +116,9 @@ impl Agent for Oracle {
             .oracle
             .clone()
             .ok_or_else(|| AgentError(format!("task '{}' has no oracle solution", brief.id)))?;
+        oracle::check(&self.steps).map_err(|e| AgentError(format!("task '{}': {e}", brief.id)))?;
         self.next = 0;
+        self.vars.clear();
         self.roles = brief.roles.clone();
         self.waiting_since = None;
         Ok(())
@@ -88,21 +133,6 @@ impl Agent for Oracle {
                     ..Decision::default()
                 });
             };
-            // A target not yet on screen: wait for it (the app may still be opening).
-            let wait = |this: &mut Self, what: String| -> Result<Decision, AgentError> {
-                let since = *this.waiting_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > FIND_TIMEOUT {
-                    return Err(AgentError(format!(
-                        "oracle step {}: {what} not found within {FIND_TIMEOUT:?}",
-                        this.next + 1
-                    )));
-                }
-                Ok(Decision {
-                    actions: vec![AgentAction::Wait { seconds: 0.25 }],
-                    thought: Some(format!("waiting for {what}")),
-                    ..Decision::default()
-                })
-            };
             let action = match &step {
                 OracleStep::Click {
                     env,
@@ -112,7 +142,7 @@ impl Agent for Oracle {
                 } => {
                     let role = self.role(env)?;
                     let Some(t) = Self::locate(obs, &role, target)? else {
-                        return wait(self, format!("{target:?}"));
+                        return self.wait_for(format!("{target:?}"), FIND_TIMEOUT);
                     };
                     match (count.unwrap_or(1), right) {
                         (_, true) => AgentAction::RightClick {
@@ -134,13 +164,13 @@ impl Agent for Oracle {
                     let t = match target {
                         Some(loc) => match Self::locate(obs, &role, loc)? {
                             Some(t) => Some(t),
-                            None => return wait(self, format!("{loc:?}")),
+                            None => return self.wait_for(format!("{loc:?}"), FIND_TIMEOUT),
                         },
                         None => None,
                     };
                     AgentAction::Type {
                         env: role,
-                        text: text.clone(),
+                        text: oracle::fill(text, &self.vars),
                         target: t,
                     }
                 }
@@ -167,21 +197,29 @@ impl Agent for Oracle {
                     let present =
                         Self::locate(obs, &role, &Locator::Node(target.clone()))?.is_some();
                     if !present {
-                        let since = *self.waiting_since.get_or_insert_with(Instant::now);
                         let limit = Duration::from_millis(timeout_ms.unwrap_or(20_000));
-                        if since.elapsed() > limit {
-                            return Err(AgentError(format!(
-                                "oracle step {}: {target} did not appear within {limit:?}",
-                                self.next + 1
-                            )));
-                        }
-                        return Ok(Decision {
-                            actions: vec![AgentAction::Wait { seconds: 0.25 }],
-                            thought: Some(format!("waiting for {target}")),
-                            ..Decision::default()
-                        });
+                        return self.wait_for(target.to_string(), limit);
                     }
                     // Present: this step is done; take the next one at once.
+                    self.next += 1;
+                    self.waiting_since = None;
+                    return self.act(obs).await;
+                }
+                OracleStep::Read {
+                    env,
+                    target,
+                    pattern,
+                    var,
+                    timeout_ms,
+                } => {
+                    let role = self.role(env)?;
+                    let re = regex::Regex::new(pattern)
+                        .map_err(|e| AgentError(format!("oracle read pattern: {e}")))?;
+                    let Some(value) = Self::read(obs, &role, target, &re)? else {
+                        let limit = Duration::from_millis(timeout_ms.unwrap_or(20_000));
+                        return self.wait_for(format!("{target} showing /{pattern}/"), limit);
+                    };
+                    self.vars.insert(var.clone(), value);
                     self.next += 1;
                     self.waiting_since = None;
                     return self.act(obs).await;
@@ -190,7 +228,7 @@ impl Agent for Oracle {
                     seconds: *ms as f64 / 1000.0,
                 },
                 OracleStep::Submit { answer } => AgentAction::Submit {
-                    answer: answer.clone(),
+                    answer: oracle::fill(answer, &self.vars),
                 },
                 OracleStep::Complete => AgentAction::Complete,
             };

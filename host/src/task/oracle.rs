@@ -69,6 +69,25 @@ pub enum OracleStep {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<u64>,
     },
+    /// Read a value off the screen: the first node matching `target` whose text (or, when it
+    /// has none, name) matches `pattern`; the pattern's first group (or whole match) becomes
+    /// `{{var}}` in later `type` and `submit` steps. Waits, like `wait_for`, until such a
+    /// node is on screen. This is how cross-environment solutions carry a value from one
+    /// environment to another without writing it into the task.
+    Read {
+        /// Environment role.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        env: Option<String>,
+        /// The node that shows the value.
+        target: Selector,
+        /// A regular expression over the node's text.
+        pattern: String,
+        /// The variable's name (letters, digits, `_`).
+        var: String,
+        /// Give up after this long (default 20 s).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    },
     /// Wait a fixed time.
     Sleep {
         /// Milliseconds.
@@ -81,4 +100,91 @@ pub enum OracleStep {
     },
     /// Declare the task done.
     Complete,
+}
+
+/// The `{{var}}` placeholders a text uses, in order.
+fn placeholders(text: &str) -> impl Iterator<Item = &str> {
+    text.split("{{")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("}}").map(|(name, _)| name))
+}
+
+/// Replaces `{{var}}` with the variables' values; other text, including braces that name no
+/// variable, stays as written.
+pub fn fill(text: &str, vars: &std::collections::BTreeMap<String, String>) -> String {
+    let mut out = text.to_owned();
+    for (k, v) in vars {
+        out = out.replace(&format!("{{{{{k}}}}}"), v);
+    }
+    out
+}
+
+/// Checks a solution before it runs: patterns compile, variables are read before they are
+/// used. Returns what is wrong, naming the step (1-based).
+pub fn check(steps: &[OracleStep]) -> Result<(), String> {
+    let mut known: Vec<&str> = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        let n = i + 1;
+        match step {
+            OracleStep::Read { pattern, var, .. } => {
+                regex::Regex::new(pattern)
+                    .map_err(|e| format!("oracle step {n}: bad pattern: {e}"))?;
+                if var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    return Err(format!(
+                        "oracle step {n}: variable name '{var}' must be letters, digits and '_'"
+                    ));
+                }
+                known.push(var);
+            }
+            OracleStep::Type { text, .. } | OracleStep::Submit { answer: text } => {
+                if let Some(v) = placeholders(text).find(|v| {
+                    !known.contains(v) && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                }) {
+                    return Err(format!(
+                        "oracle step {n} uses {{{{{v}}}}} before a `read` step sets it"
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn steps(json: &str) -> Vec<OracleStep> {
+        serde_json::from_str(json).expect("oracle steps")
+    }
+
+    #[test]
+    fn variables_must_be_read_before_use() {
+        let ok = steps(
+            r#"[{"do": "read", "target": {"role": "text"}, "pattern": "code: (\\S+)", "var": "code"},
+                {"do": "type", "text": "echo {{code}} ${HOME} {x}\n"}]"#,
+        );
+        assert_eq!(check(&ok), Ok(()));
+        let early = steps(
+            r#"[{"do": "submit", "answer": "{{code}}"},
+                {"do": "read", "target": {"role": "text"}, "pattern": "(.*)", "var": "code"}]"#,
+        );
+        let err = check(&early).expect_err("use before read");
+        assert!(err.contains("step 1") && err.contains("{{code}}"), "{err}");
+        let bad =
+            steps(r#"[{"do": "read", "target": {"role": "text"}, "pattern": "(", "var": "v"}]"#);
+        assert!(check(&bad).expect_err("bad regex").contains("bad pattern"));
+    }
+
+    #[test]
+    fn fill_replaces_only_known_variables() {
+        let vars = [("code".to_owned(), "7F3K".to_owned())]
+            .into_iter()
+            .collect();
+        assert_eq!(
+            fill("echo {{code}} {{other}} ${HOME}", &vars),
+            "echo 7F3K {{other}} ${HOME}"
+        );
+    }
 }
