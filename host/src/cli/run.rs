@@ -144,13 +144,20 @@ pub(crate) async fn run(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
         ))
     });
 
+    // Refuse a used run directory before starting anything.
+    run::check_out(&out, a.resume)?;
+
     let cancel = Arc::new(AtomicBool::new(false));
+    let made = LocalDesktops::default();
     {
-        let cancel = cancel.clone();
+        let (cancel, made, reg) = (cancel.clone(), made.clone(), reg.clone());
         tokio::spawn(async move {
             while tokio::signal::ctrl_c().await.is_ok() {
                 if cancel.swap(true, Ordering::SeqCst) {
-                    eprintln!("\nsecond Ctrl-C: quitting now");
+                    eprintln!(
+                        "\nsecond Ctrl-C: stopping the local desktops of this run and quitting"
+                    );
+                    made.stop(&reg).await;
                     std::process::exit(130);
                 }
                 eprintln!(
@@ -160,7 +167,6 @@ pub(crate) async fn run(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
         });
     }
 
-    let mut made = LocalDesktops::default();
     let env_sets = if a.sets.is_empty() {
         let refs: Vec<&Task> = tasks.iter().collect();
         let roles = sets::roles_needed(&refs)?;
@@ -169,11 +175,7 @@ pub(crate) async fn run(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
             "starting {n} set(s) of local desktops for roles {}",
             roles.keys().cloned().collect::<Vec<_>>().join(", ")
         );
-        match sets::local_sets(reg, &roles, n, a.size, &mut made, &mut |m| {
-            eprintln!("  {m}")
-        })
-        .await
-        {
+        match sets::local_sets(reg, &roles, n, a.size, &made, &mut |m| eprintln!("  {m}")).await {
             Ok(s) => s,
             Err(e) => {
                 made.stop(reg).await;

@@ -243,7 +243,7 @@ pub(crate) fn overhead(run: &RunDir) -> Table {
         ("observe (capture, marks, encoding)", |t| t.observe_ms),
         ("act (executing actions)", |t| t.act_ms),
         ("evaluate (checkpoints)", |t| t.evaluate_ms),
-        ("harness total", |t| t.harness_ms()),
+        ("harness overhead (observe + evaluate)", |t| t.harness_ms()),
         ("agent (model, not harness)", |t| t.agent_ms),
     ];
     let rows = if steps.is_empty() {
@@ -257,7 +257,7 @@ pub(crate) fn overhead(run: &RunDir) -> Table {
                 let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
                 let mean = v.iter().sum::<f64>() / v.len() as f64;
                 vec![
-                    if *name == "harness total" {
+                    if name.starts_with("harness overhead") {
                         Cell::Total((*name).to_owned())
                     } else {
                         text(*name)

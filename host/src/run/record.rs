@@ -122,9 +122,11 @@ pub struct Timing {
 }
 
 impl Timing {
-    /// Harness time: everything but the agent.
+    /// Harness overhead: what pincer adds to a step besides the model's latency and the
+    /// time the environment takes to carry out the input (typing 50 characters takes
+    /// what it takes): observing, drawing marks, encoding and evaluating.
     pub fn harness_ms(&self) -> f64 {
-        self.observe_ms + self.act_ms + self.evaluate_ms
+        self.observe_ms + self.evaluate_ms
     }
 }
 
@@ -136,12 +138,17 @@ pub struct JsonlWriter {
 }
 
 impl JsonlWriter {
-    /// Opens (creating) for appending.
+    /// Opens (creating) for appending. A torn last line left by a crash mid-write is ended
+    /// first, so the next record starts on a line of its own instead of being glued to it.
     pub fn append(path: &Path) -> std::io::Result<Self> {
-        let file = std::fs::OpenOptions::new()
+        let mut file = std::fs::OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .open(path)?;
+        if torn(&mut file)? {
+            file.write_all(b"\n")?;
+        }
         Ok(Self {
             file,
             path: path.to_owned(),
@@ -160,6 +167,18 @@ impl JsonlWriter {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Whether the file is non-empty and does not end with a newline.
+fn torn(file: &mut std::fs::File) -> std::io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    if file.metadata()?.len() == 0 {
+        return Ok(false);
+    }
+    file.seek(SeekFrom::End(-1))?;
+    let mut last = [0u8];
+    file.read_exact(&mut last)?;
+    Ok(last[0] != b'\n')
 }
 
 /// Reads the records of a results file; a torn last line (a crash mid-write) is skipped.
@@ -222,7 +241,15 @@ mod tests {
             .write_all(b"{\"task\": \"half")
             .unwrap();
         let back = read_results(&p).unwrap();
-        assert_eq!(back, vec![rec]);
+        assert_eq!(back, vec![rec.clone()]);
+        // The run resumes: the next record is not glued to the torn line.
+        let mut w = JsonlWriter::append(&p).unwrap();
+        let next = TaskRecord {
+            task: "u".into(),
+            ..rec.clone()
+        };
+        w.write(&next).unwrap();
+        assert_eq!(read_results(&p).unwrap(), vec![rec, next]);
         assert!(
             read_results(&dir.path().join("none.jsonl"))
                 .unwrap()

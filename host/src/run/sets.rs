@@ -8,7 +8,7 @@ use crate::env::{Deadlines, Environment};
 use crate::task::{Platform, Task};
 use anyhow::{Context, bail};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The environments of one worker.
 #[derive(Debug, Clone)]
@@ -30,20 +30,31 @@ impl EnvSet {
     }
 }
 
-/// Local desktops made for a run, stopped when dropped... explicitly, via [`LocalDesktops::stop`].
-#[derive(Debug, Default)]
+/// Local desktops made for a run, stopped explicitly via [`LocalDesktops::stop`]. Clones
+/// share the list, so a Ctrl-C handler can stop what the run made.
+#[derive(Debug, Default, Clone)]
 pub struct LocalDesktops {
-    names: Vec<String>,
+    names: Arc<Mutex<Vec<String>>>,
 }
 
 impl LocalDesktops {
+    fn push(&self, name: String) {
+        self.names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(name);
+    }
+
     /// Stops every desktop made for the run.
-    pub async fn stop(&mut self, reg: &Registry) {
-        for n in self.names.drain(..) {
-            if let Err(e) = desktop::down(reg, &n).await {
+    pub async fn stop(&self, reg: &Registry) {
+        let names: Vec<String> =
+            std::mem::take(&mut *self.names.lock().unwrap_or_else(|e| e.into_inner()));
+        let downs = names.iter().map(|n| async move {
+            if let Err(e) = desktop::down(reg, n).await {
                 eprintln!("warning: stopping desktop '{n}': {e:#}");
             }
-        }
+        });
+        futures::future::join_all(downs).await;
     }
 }
 
@@ -72,7 +83,7 @@ pub async fn local_sets(
     roles: &BTreeMap<String, Platform>,
     count: usize,
     size: (u32, u32),
-    made: &mut LocalDesktops,
+    made: &LocalDesktops,
     progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<Vec<EnvSet>> {
     if let Some((role, _)) = roles.iter().find(|(_, p)| **p != Platform::Linux) {
@@ -81,34 +92,51 @@ pub async fn local_sets(
         );
     }
     let tag = std::process::id() % 100_000;
-    let mut sets = Vec::new();
-    for i in 0..count {
-        let mut envs = BTreeMap::new();
-        for role in roles.keys() {
-            let name = format!("run{tag}-s{i}-{role}");
-            progress(&format!("starting local desktop {name}"));
-            desktop::up(
-                reg,
-                &DesktopOptions {
-                    name: name.clone(),
-                    size,
-                    window_manager: true,
-                    read_only: false,
-                    port: 0,
-                    home: None,
-                },
-            )
-            .await
-            .with_context(|| format!("starting local desktop for role '{role}'"))?;
-            made.names.push(name.clone());
-            let env = reg.connect(Some(&name), Deadlines::default()).await?;
-            envs.insert(role.clone(), Arc::new(env));
-        }
-        sets.push(EnvSet {
+    let names: Vec<(usize, String, String)> = (0..count)
+        .flat_map(|i| {
+            roles
+                .keys()
+                .map(move |role| (i, role.clone(), format!("run{tag}-s{i}-{role}")))
+        })
+        .collect();
+    progress(&format!(
+        "starting {} local desktops: {}",
+        names.len(),
+        names
+            .iter()
+            .map(|(_, _, n)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    // All at once: each waits mostly on its own X server, D-Bus and agent starting.
+    let started = futures::future::join_all(names.iter().map(|(_, role, name)| async move {
+        desktop::up(
+            reg,
+            &DesktopOptions {
+                name: name.clone(),
+                size,
+                window_manager: true,
+                read_only: false,
+                port: 0,
+                home: None,
+            },
+        )
+        .await
+        .with_context(|| format!("starting local desktop '{name}' for role '{role}'"))?;
+        made.push(name.clone());
+        let env = reg.connect(Some(name), Deadlines::default()).await?;
+        anyhow::Ok(Arc::new(env))
+    }))
+    .await;
+    let mut sets: Vec<EnvSet> = (0..count)
+        .map(|i| EnvSet {
             name: format!("s{i}"),
-            envs,
+            envs: BTreeMap::new(),
             platforms: roles.clone(),
-        });
+        })
+        .collect();
+    for ((i, role, _), env) in names.into_iter().zip(started) {
+        sets[i].envs.insert(role, env?);
     }
     Ok(sets)
 }

@@ -6,7 +6,6 @@ use super::sets::EnvSet;
 use crate::agent::actions::{self, AgentAction, Marks};
 use crate::agent::observe::{self, ObservationConfig};
 use crate::agent::{Agent, Observation, TaskBrief, Usage};
-use crate::env::ClientError;
 use crate::eval::graph::{Envs, Evaluator, Graph, StepError};
 use crate::eval::{AgentEvent, AgentLog};
 use crate::metrics::Termination;
@@ -63,11 +62,14 @@ impl End {
     }
 }
 
-fn env_error(e: &ClientError) -> End {
-    if e.is_environment_failure() {
-        End::new(Termination::EnvironmentError, e.to_string())
-    } else {
-        End::new(Termination::InvalidAction, e.to_string())
+/// Disk writes (trajectory images, fsynced lines) from inside the step loop, without
+/// stalling the other environment sets' tasks on this worker thread.
+pub(super) fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }
 
@@ -217,7 +219,8 @@ pub async fn run(
             for v in views {
                 match v {
                     Ok(v) => obs.views.push(v),
-                    Err(observe::ObserveError::Client(c)) => return Err(env_error(&c)),
+                    // Seeing the screen is the harness's job: whatever fails here is not the
+                    // agent's fault.
                     Err(e) => return Err(End::new(Termination::EnvironmentError, e.to_string())),
                 }
             }
@@ -231,7 +234,8 @@ pub async fn run(
                             crate::task::sanitize(&v.role)
                         );
                         // A trajectory image that cannot be written is not worth failing the task.
-                        if std::fs::write(traj.join(&file), b).is_ok() {
+                        let written = blocking(|| std::fs::write(traj.join(&file), b));
+                        if written.is_ok() {
                             images.push(ImageRef {
                                 role: v.role.clone(),
                                 kind: kind.into(),
@@ -279,7 +283,15 @@ pub async fn run(
                 timing,
             };
             let mut ended: Option<End> = None;
-            if let Some(why) = &decision.invalid {
+            // An answer with no action in it is as unusable as a malformed one.
+            let invalid = decision.invalid.clone().or_else(|| {
+                decision
+                    .actions
+                    .is_empty()
+                    .then(|| "the reply held no action".to_owned())
+            });
+            record.invalid = invalid.clone();
+            if let Some(why) = &invalid {
                 invalid_streak += 1;
                 actions_done += 1;
                 feedback.push(format!("your last output was not a valid action: {why}"));
@@ -369,7 +381,7 @@ pub async fn run(
                 }
             }
             harness.push(record.timing.harness_ms());
-            let _ = steps_file.write(&record);
+            let _ = blocking(|| steps_file.write(&record));
             if let Some(e) = ended {
                 return Err(e);
             }
@@ -459,7 +471,12 @@ async fn execute(
                 env: role.to_owned(),
                 action: input,
             }),
-            Err(e) if e.is_environment_failure() => return Err(Outcome::End(env_error(&e))),
+            Err(e) if e.is_environment_failure() => {
+                return Err(Outcome::End(End::new(
+                    Termination::EnvironmentError,
+                    e.to_string(),
+                )));
+            }
             Err(e) => return Err(Outcome::Invalid(e.to_string())),
         }
     }
