@@ -4,11 +4,12 @@
 //! kind of machine. Also a soak mode that takes thousands of screenshots in a row and
 //! watches the agent's memory and file descriptors.
 
+use crate::agent::observe::{self, ObservationConfig, ObserveError};
 use crate::env::{ClientError, Environment};
 use crate::eval::functions::Library;
 use crate::eval::graph::{Evaluator, Graph, ProbeSource};
 use crate::eval::{AgentLog, ProbeResult};
-use crate::task::Task;
+use crate::task::{Platform, Task};
 use pincer_shared::Action;
 use pincer_shared::action::{MouseButton, Point};
 use pincer_shared::observe::{ImageFormat, ScreenshotRequest, TreeRequest, TreeScope};
@@ -274,13 +275,43 @@ pub async fn run(
         ));
 
         progress("evaluate an 11-checkpoint graph over 2 roles");
-        let (s, trips) = evaluate_graph(env, dir, n).await?;
+        let graph = bench_graph(env, dir)?;
+        let (s, trips) = measure(n, || evaluate(env, &graph)).await?;
         out.push(Stats::from_samples(
             "evaluate 11 checkpoints",
             s,
             Some(5.0),
             None,
             format!("2 roles, {trips} round trips, all pass"),
+        ));
+
+        progress("harness step: observe with marks, then evaluate");
+        let cfg = ObservationConfig::default();
+        let (s, (elements, png)) = measure(few, || async {
+            let view = observe::view(env, "desktop", Platform::Linux, &cfg)
+                .await
+                .map_err(|e| match e {
+                    ObserveError::Client(c) => c,
+                    other => ClientError::Local {
+                        env: env.name().into(),
+                        message: other.to_string(),
+                    },
+                })?;
+            evaluate(env, &graph).await?;
+            Ok((view.elements.len(), view.marked.map_or(0, |m| m.len())))
+        })
+        .await?;
+        out.push(Stats::from_samples(
+            "harness step (observe + marks + evaluate)",
+            s,
+            Some(30.0),
+            Some("CRAB: 1-2 s sleep + 3-5 s detector"),
+            format!(
+                "{}x{} screenshot + UI tree, {elements} marks drawn, {} KiB PNG, 11 checkpoints",
+                screen.width,
+                screen.height,
+                png / 1024
+            ),
         ));
         let _ = env.remove(dir).await;
     } else {
@@ -303,14 +334,9 @@ impl ProbeSource for BothRoles<'_> {
     }
 }
 
-/// One evaluator step over a fresh 11-checkpoint graph on roles `a` and `b` (sources,
-/// successors, negation, AND, OR, a process check) whose files were written under `dir`:
-/// the time for every checkpoint to be checked and pass, and the round trips it took.
-async fn evaluate_graph(
-    env: &Environment,
-    dir: &str,
-    n: usize,
-) -> Result<(Vec<Duration>, u32), ClientError> {
+/// The benchmark's 11-checkpoint graph on roles `a` and `b` (sources, successors,
+/// negation, AND, OR, a process check) over the files written under `dir`.
+fn bench_graph(env: &Environment, dir: &str) -> Result<Arc<Graph>, ClientError> {
     let node = |id: &str, role: &str, check: &str, args: serde_json::Value, after: &[&str]| serde_json::json!({"id": id, "env": role, "check": check, "args": args, "after": after});
     let f = |i: u32| format!("{dir}/small{i}.txt");
     let exists = |i: u32| serde_json::json!({"check": "file_exists", "args": {"path": f(i)}});
@@ -337,25 +363,31 @@ async fn evaluate_graph(
         message,
     };
     let task: Task = serde_json::from_value(task).map_err(|e| local(e.to_string()))?;
-    let graph =
-        Arc::new(Graph::build(&task, &Library::standard()).map_err(|e| local(e.to_string()))?);
-    let src = BothRoles(env);
-    let log = AgentLog::default();
-    measure(n, || async {
-        let mut ev = Evaluator::new(graph.clone());
-        let r = ev
-            .step(1, &src, &log)
-            .await
-            .map_err(|e| local(e.to_string()))?;
-        if !ev.is_success() {
-            return Err(local(format!(
-                "the benchmark graph did not pass: {:?}",
-                ev.progress()
-            )));
-        }
-        Ok(r.round_trips)
-    })
-    .await
+    Graph::build(&task, &Library::standard())
+        .map(Arc::new)
+        .map_err(|e| local(e.to_string()))
+}
+
+/// One evaluator step over a fresh evaluator of `graph`, both roles answered by `env`:
+/// each role's batch is still its own round trip, and the two go out concurrently, as for
+/// two environments. Returns the round trips it took; fails unless every checkpoint passed.
+async fn evaluate(env: &Environment, graph: &Arc<Graph>) -> Result<u32, ClientError> {
+    let local = |message: String| ClientError::Local {
+        env: env.name().into(),
+        message,
+    };
+    let mut ev = Evaluator::new(graph.clone());
+    let r = ev
+        .step(1, &BothRoles(env), &AgentLog::default())
+        .await
+        .map_err(|e| local(e.to_string()))?;
+    if !ev.is_success() {
+        return Err(local(format!(
+            "the benchmark graph did not pass: {:?}",
+            ev.progress()
+        )));
+    }
+    Ok(r.round_trips)
 }
 
 /// Waits until the tree of `app` holds at least `min_nodes` nodes (the app has started and
