@@ -464,27 +464,13 @@ fn screenshot(chrome: &Path, url: &str, out: &Path) -> Result<(), String> {
 
 /// Width, height, and the share of pixels that differ from the most common colour.
 fn ink(png_path: &Path) -> (u32, u32, f64) {
-    let decoder = png::Decoder::new(std::io::BufReader::new(
-        std::fs::File::open(png_path).unwrap(),
-    ));
-    let mut reader = decoder.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    let channels = info.color_type.samples();
-    let px: Vec<&[u8]> = buf[..info.buffer_size()]
-        .chunks(channels)
-        .map(|p| &p[..3.min(channels)])
-        .collect();
+    let (w, h, px) = pixels(png_path);
     let mut counts = std::collections::HashMap::new();
     for p in &px {
         *counts.entry(*p).or_insert(0usize) += 1;
     }
     let background = counts.values().copied().max().unwrap_or(0);
-    (
-        info.width,
-        info.height,
-        1.0 - background as f64 / px.len().max(1) as f64,
-    )
+    (w, h, 1.0 - background as f64 / px.len().max(1) as f64)
 }
 
 #[test]
@@ -522,13 +508,11 @@ fn a_full_run_report_is_small_and_renders_in_chromium() {
     let md = std::fs::read_to_string(&paths.markdown).unwrap();
     assert!(md.contains("| **all** | 12 | 11 | 54.5% |"), "{md}");
 
-    let Some(chrome) = chromium() else {
-        eprintln!(
-            "SKIPPED the rendering check: chromium is not installed (apt-get install chromium; ./run.sh deps installs it)"
-        );
-        return;
-    };
+    let chrome = chromium().expect(
+        "chromium is not installed: `./run.sh deps` (or apt-get install chromium) installs it",
+    );
     let url = format!("file://{}", paths.html.display());
+    let mut shots = Vec::new();
     for (name, url, min_ink) in [
         ("summary", url.clone(), 0.10),
         ("viewer", format!("{url}#run-9-4"), 0.10),
@@ -546,5 +530,40 @@ fn a_full_run_report_is_small_and_renders_in_chromium() {
             "{name} looks blank: {:.1}% of pixels differ from the background",
             share * 100.0
         );
+        shots.push(shot);
     }
+    // The viewer really opened: its page is not the summary page again.
+    let changed = differing(&shots[0], &shots[1]);
+    eprintln!(
+        "viewer vs summary: {:.0}% of pixels differ",
+        changed * 100.0
+    );
+    assert!(
+        changed > 0.2,
+        "the trajectory viewer did not open: only {:.1}% of pixels differ from the summary",
+        changed * 100.0
+    );
+}
+
+/// Width, height and RGB pixels of a PNG.
+fn pixels(png_path: &Path) -> (u32, u32, Vec<[u8; 3]>) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(png_path).unwrap(),
+    ));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    let px = buf[..info.buffer_size()]
+        .chunks(channels)
+        .map(|p| [p[0], p[1.min(channels - 1)], p[2.min(channels - 1)]])
+        .collect();
+    (info.width, info.height, px)
+}
+
+/// The share of pixels that differ between two screenshots of the same size.
+fn differing(a: &Path, b: &Path) -> f64 {
+    let ((_, _, a), (_, _, b)) = (pixels(a), pixels(b));
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(&b).filter(|(x, y)| x != y).count() as f64 / a.len().max(1) as f64
 }

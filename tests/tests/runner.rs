@@ -107,17 +107,18 @@ fn run_desktops(sb: &Sandbox) -> Vec<Value> {
 #[test]
 fn parallel_sets_share_the_work() {
     let sb = Sandbox::new();
-    let tasks = suite(sb.path(), 4, 200);
+    let tasks = suite(sb.path(), 8, 200);
     let out = sb.path().join("out");
+    // Four sets on this 2-core machine, as the issue asks of the runner.
     let args = oracle_run(
         &tasks,
         &out,
-        &["--parallel", "2", "--no-report", "--size", "1024x768"],
+        &["--parallel", "4", "--no-report", "--size", "1024x768"],
     );
     let stdout = sb.pincer_ok(&args);
     assert!(stdout.contains("single-desktop"), "{stdout}");
     let recs = results(&out);
-    assert_eq!(recs.len(), 4);
+    assert_eq!(recs.len(), 8);
     assert!(
         recs.iter().all(|r| r["termination"] == "success"),
         "{recs:?}"
@@ -128,8 +129,8 @@ fn parallel_sets_share_the_work() {
         .collect();
     assert_eq!(
         sets.into_iter().collect::<Vec<_>>(),
-        vec!["s0", "s1"],
-        "both sets worked"
+        vec!["s0", "s1", "s2", "s3"],
+        "every set worked"
     );
     assert!(run_desktops(&sb).is_empty(), "the run stopped its desktops");
 }
@@ -259,4 +260,125 @@ fn an_agent_restart_mid_task_is_ridden_out() {
     assert_eq!(recs[0]["termination"], "success", "{recs:?}");
     let new_pid = rt.block_on(async { d.connect().await.info().unwrap().pid });
     assert_ne!(pid, new_pid, "the agent really restarted");
+}
+
+#[test]
+fn ctrl_c_records_the_running_task_as_aborted_and_stops_the_desktops() {
+    let sb = Sandbox::new();
+    let tasks = suite(sb.path(), 2, 4000);
+    let out = sb.path().join("out");
+    let mut child = spawn_pincer(
+        &sb,
+        &oracle_run(&tasks, &out, &["--no-report", "--size", "1024x768"]),
+    );
+    assert!(
+        wait_until(Duration::from_secs(120), || out
+            .join("tasks/t0__r0/step-001-desktop-marks.png")
+            .exists()),
+        "the first task never started"
+    );
+    // SAFETY: interrupting our own child, as Ctrl-C in its terminal would.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "an interrupted run is not a success");
+    assert!(stderr.contains("continue with --resume"), "{stderr}");
+    let recs = results(&out);
+    assert_eq!(recs.len(), 1, "only the running task is recorded: {recs:?}");
+    assert_eq!(recs[0]["termination"], "aborted");
+    assert!(run_desktops(&sb).is_empty(), "the desktops were stopped");
+
+    // Resuming redoes the aborted task and runs the other.
+    sb.pincer_ok(&oracle_run(
+        &tasks,
+        &out,
+        &["--no-report", "--resume", "--size", "1024x768"],
+    ));
+    let recs = results(&out);
+    let done: Vec<(&str, &str)> = recs
+        .iter()
+        .map(|r| {
+            (
+                r["task"].as_str().unwrap(),
+                r["termination"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        done,
+        [("t0", "aborted"), ("t0", "success"), ("t1", "success")],
+        "{recs:?}"
+    );
+}
+
+/// The first decision of each task run of a run, by (task, repeat). (Later ones depend on
+/// how the screen reacted, which a random click can make timing-dependent.)
+fn first_actions(out: &Path) -> std::collections::BTreeMap<(String, u64), Value> {
+    results(out)
+        .iter()
+        .map(|r| {
+            let steps = std::fs::read_to_string(
+                out.join(r["trajectory"].as_str().unwrap())
+                    .join("steps.jsonl"),
+            )
+            .unwrap();
+            let first = steps.lines().next().expect("a step");
+            let actions = serde_json::from_str::<Value>(first).unwrap()["actions"].clone();
+            (
+                (
+                    r["task"].as_str().unwrap().to_owned(),
+                    r["repeat"].as_u64().unwrap(),
+                ),
+                actions,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn repeats_use_their_own_seeds_and_runs_are_reproducible_across_sets() {
+    let sb = Sandbox::new();
+    let tasks = suite(sb.path(), 1, 0);
+    let run = |out: &Path, parallel: &str| {
+        sb.pincer_ok(&[
+            "run",
+            "--tasks",
+            tasks.to_str().unwrap(),
+            "--agent",
+            "random",
+            "--repeat",
+            "3",
+            "--seed",
+            "11",
+            "--parallel",
+            parallel,
+            "--observe",
+            "screenshot",
+            "--out",
+            out.to_str().unwrap(),
+            "--no-report",
+            "--size",
+            "800x600",
+        ])
+    };
+    let (a, b) = (sb.path().join("a"), sb.path().join("b"));
+    run(&a, "1");
+    run(&b, "3");
+    let recs = results(&a);
+    let seeds: Vec<(u64, u64)> = recs
+        .iter()
+        .map(|r| (r["repeat"].as_u64().unwrap(), r["seed"].as_u64().unwrap()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(seeds, [(0, 11), (1, 12), (2, 13)]);
+    let (first, second) = (first_actions(&a), first_actions(&b));
+    assert_eq!(first.len(), 3);
+    // The same seed gives the same actions whichever set ran it; seeds differ per repeat.
+    assert_eq!(first, second);
+    let runs: Vec<&Value> = first.values().collect();
+    assert!(runs[0] != runs[1] || runs[1] != runs[2], "{runs:?}");
 }

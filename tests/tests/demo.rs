@@ -1,0 +1,155 @@
+//! The bundled benchmark `demo`, the main job: its shape (enough tasks, cross-environment
+//! ones, apps covered, an oracle and a multi-node graph each), the oracle solving every task
+//! on real local desktops, the random baseline scoring about nothing, and the report of a
+//! real run rendered by `pincer report`.
+
+use pincer::eval::functions::Library;
+use pincer::eval::graph::Graph;
+use pincer::task::{self, Task};
+use pincer_tests::Sandbox;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::Path;
+
+fn demo() -> Vec<Task> {
+    task::load_path("demo")
+        .expect("the bundled suite loads")
+        .tasks
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect()
+}
+
+fn results(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("results.jsonl"))
+        .expect("results.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+#[test]
+fn the_demo_suite_has_the_promised_shape() {
+    let tasks = demo();
+    assert!(tasks.len() >= 12, "only {} tasks", tasks.len());
+    let lib = Library::standard();
+    for t in &tasks {
+        let graph = Graph::build(t, &lib).unwrap_or_else(|e| panic!("{}: {e}", t.id));
+        assert!(
+            graph.len() >= 2,
+            "{}: a multi-node graph, not {}",
+            t.id,
+            graph.len()
+        );
+        let oracle = t
+            .oracle
+            .as_ref()
+            .unwrap_or_else(|| panic!("{} has no oracle", t.id));
+        task::oracle::check(oracle).unwrap_or_else(|e| panic!("{}: {e}", t.id));
+        assert!(
+            t.tags.iter().any(|g| g == "demo"),
+            "{} lacks the demo tag",
+            t.id
+        );
+    }
+    let cross: Vec<&Task> = tasks.iter().filter(|t| t.envs.len() >= 2).collect();
+    assert!(cross.len() >= 3, "cross-environment tasks: {}", cross.len());
+    // A cross-environment task reads on one desktop and acts on the other: its solution
+    // touches both, and a value read on one is used on the other.
+    for t in &cross {
+        let json = serde_json::to_value(t.oracle.as_ref().unwrap()).unwrap();
+        let envs: BTreeSet<&str> = json
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["env"].as_str())
+            .collect();
+        assert_eq!(envs.len(), t.envs.len(), "{}: oracle uses {envs:?}", t.id);
+        assert!(
+            json.as_array().unwrap().iter().any(|s| s["do"] == "read"),
+            "{}: the oracle carries a value it read, not one written into the task",
+            t.id
+        );
+    }
+    // The apps the issue names: editor, terminal, file manager, calculator, office, settings.
+    let tags: BTreeSet<&str> = tasks
+        .iter()
+        .flat_map(|t| t.tags.iter().map(String::as_str))
+        .collect();
+    for app in [
+        "editor",
+        "terminal",
+        "files",
+        "calculator",
+        "office",
+        "settings",
+    ] {
+        assert!(tags.contains(app), "no task tagged '{app}': {tags:?}");
+    }
+}
+
+#[test]
+fn the_oracle_solves_every_demo_task_and_the_random_agent_does_not() {
+    let sb = Sandbox::new();
+    let tasks = demo();
+    let out = sb.path().join("oracle");
+    let stdout = sb.pincer_ok(&[
+        "run",
+        "--tasks",
+        "demo",
+        "--agent",
+        "oracle",
+        "--out",
+        out.to_str().unwrap(),
+        "--no-report",
+    ]);
+    let recs = results(&out);
+    assert_eq!(recs.len(), tasks.len(), "{stdout}");
+    let failed: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["termination"] != "success")
+        .collect();
+    assert!(failed.is_empty(), "the oracle failed: {failed:#?}");
+    assert!(recs.iter().all(|r| r["passed"] == r["total"]));
+
+    // The report of that real run, written by the CLI.
+    let report = sb.pincer_ok(&["report", out.to_str().unwrap()]);
+    assert!(report.contains("report.html"), "{report}");
+    let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    for t in &tasks {
+        assert!(html.contains(&t.id), "report.html lacks {}", t.id);
+        assert!(md.contains(&t.id), "report.md lacks {}", t.id);
+    }
+    // Trajectory images are embedded, so the HTML stands alone.
+    assert!(html.contains("data:image/jpeg;base64,"));
+
+    // The random baseline on the same suite: tasks a random agent passes are too easy.
+    let out = sb.path().join("random");
+    sb.pincer_ok(&[
+        "run",
+        "--tasks",
+        "demo",
+        "--agent",
+        "random",
+        "--seed",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+        "--no-report",
+    ]);
+    let recs = results(&out);
+    assert_eq!(recs.len(), tasks.len());
+    let passed: Vec<&str> = recs
+        .iter()
+        .filter(|r| r["termination"] == "success")
+        .map(|r| r["task"].as_str().unwrap())
+        .collect();
+    assert!(passed.is_empty(), "the random agent solved {passed:?}");
+    // It did act: its runs ended by its own doing, not by broken setups.
+    assert!(
+        recs.iter()
+            .all(|r| r["termination"] != "broken-setup" && r["termination"] != "environment-error"),
+        "{recs:#?}"
+    );
+}
