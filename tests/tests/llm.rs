@@ -412,6 +412,7 @@ fn brief(roles: BTreeMap<String, Platform>) -> TaskBrief {
         instruction: "Press the OK button of the dialog".into(),
         tools: actions::tools(&roles),
         roles,
+        env_names: BTreeMap::new(),
         oracle: None,
         max_steps: 10,
     }

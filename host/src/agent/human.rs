@@ -41,13 +41,16 @@ impl Agent for Human {
     fn begin(&mut self, brief: &TaskBrief) -> Result<(), AgentError> {
         self.shown.clear();
         eprintln!("\n=== task {} ===\n{}\n", brief.id, brief.instruction);
-        eprintln!(
-            "Work on the environment(s): {}.",
-            brief.roles.keys().cloned().collect::<Vec<_>>().join(", ")
-        );
-        eprintln!(
-            "To see a local desktop: eval \"$(pincer desktop env NAME)\"; x11vnc -display $DISPLAY -localhost -nopw & vncviewer localhost"
-        );
+        eprintln!("Work on:");
+        for role in brief.roles.keys() {
+            let name = brief
+                .env_names
+                .get(role)
+                .map_or(role.as_str(), String::as_str);
+            eprintln!(
+                "  {role}: environment '{name}' (a local desktop: `pincer desktop vnc {name}` serves it over VNC)"
+            );
+        }
         eprintln!("Type `done` + Enter when finished, `infeasible` + Enter to give up.\n");
         Ok(())
     }

@@ -35,6 +35,9 @@ pub struct TaskBrief {
     pub instruction: String,
     /// Environment roles and their platforms.
     pub roles: BTreeMap<String, Platform>,
+    /// The environment bound to each role, by its name in the envs file (for people: the
+    /// human agent says which desktop to work on).
+    pub env_names: BTreeMap<String, String>,
     /// The tools the agent may call.
     pub tools: Vec<ToolSpec>,
     /// The task's oracle solution (only the oracle agent reads it).

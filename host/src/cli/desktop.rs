@@ -27,6 +27,18 @@ pub(crate) enum DesktopCmd {
         /// Desktop name.
         name: String,
     },
+    /// Serve a desktop's screen over VNC on localhost (x11vnc, a fresh password each time)
+    /// so a person can watch or work on it, e.g. with `--agent human`. Ctrl-C stops it.
+    Vnc {
+        /// Desktop name.
+        name: String,
+        /// TCP port on 127.0.0.1.
+        #[arg(long, default_value_t = 5900)]
+        port: u16,
+        /// Let the viewer watch without sending input.
+        #[arg(long)]
+        view_only: bool,
+    },
     /// Internal: the process that owns a desktop (started by `up`).
     #[command(hide = true)]
     Supervise(SuperviseArgs),
@@ -149,7 +161,90 @@ pub(crate) async fn run(cmd: DesktopCmd, reg: &Registry) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        DesktopCmd::Vnc {
+            name,
+            port,
+            view_only,
+        } => vnc(&name, port, view_only).await,
         DesktopCmd::Supervise(_) => bail!("internal command"),
+    }
+}
+
+/// Runs x11vnc on the desktop's display until it exits or Ctrl-C.
+async fn vnc(name: &str, port: u16, view_only: bool) -> anyhow::Result<()> {
+    let s =
+        desktop::read_state(name).with_context(|| format!("desktop '{name}' is not running"))?;
+    let dir = desktop::dir_of(name);
+    let passwd_file = dir.join("vnc.passwd");
+    // VNC passwords are at most 8 characters; a fresh one per session.
+    let password = {
+        use ring::rand::SecureRandom;
+        const ALPHABET: &[u8] = b"abcdefghijkmnpqrstuvwxyzACDEFGHJKLMNPQRTUVWXY34679";
+        let mut raw = [0u8; 8];
+        ring::rand::SystemRandom::new()
+            .fill(&mut raw)
+            .map_err(|_| anyhow::anyhow!("the OS random source failed"))?;
+        raw.iter()
+            .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+            .collect::<String>()
+    };
+    let missing = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            anyhow::anyhow!(
+                "x11vnc is not installed: `apt-get install x11vnc` (`./run.sh deps` installs it)"
+            )
+        } else {
+            anyhow::anyhow!("cannot run x11vnc: {e}")
+        }
+    };
+    let stored = tokio::process::Command::new("x11vnc")
+        .arg("-storepasswd")
+        .arg(&password)
+        .arg(&passwd_file)
+        .output()
+        .await
+        .map_err(missing)?;
+    if !stored.status.success() {
+        bail!(
+            "x11vnc -storepasswd failed: {}",
+            String::from_utf8_lossy(&stored.stderr).trim()
+        );
+    }
+    let mut cmd = tokio::process::Command::new("x11vnc");
+    cmd.envs(&s.env)
+        .args(["-display", &s.display, "-localhost", "-forever", "-shared"])
+        .args(["-rfbport", &port.to_string()])
+        .arg("-rfbauth")
+        .arg(&passwd_file)
+        .args(["-quiet", "-nowf", "-noxdamage"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("vnc.log"))?)
+        .kill_on_drop(true);
+    if view_only {
+        cmd.arg("-viewonly");
+    }
+    let mut child = cmd.spawn().map_err(missing)?;
+    println!(
+        "desktop '{name}' ({}) on VNC at 127.0.0.1:{port}, password {password}{}",
+        s.display,
+        if view_only { ", view only" } else { "" }
+    );
+    println!(
+        "  connect: vncviewer 127.0.0.1:{port}   (from another machine: ssh -L {port}:127.0.0.1:{port} THIS-HOST)"
+    );
+    println!(
+        "  Ctrl-C stops it; the log is {}",
+        dir.join("vnc.log").display()
+    );
+    tokio::select! {
+        status = child.wait() => {
+            let status = status?;
+            bail!("x11vnc ended with {status}; see {}", dir.join("vnc.log").display())
+        }
+        _ = tokio::signal::ctrl_c() => {
+            let _ = child.kill().await;
+            Ok(())
+        }
     }
 }
 

@@ -166,6 +166,12 @@ pub async fn run(
             instruction: task.instruction.clone(),
             tools: actions::tools(&roles),
             roles: roles.clone(),
+            env_names: ctx
+                .set
+                .envs
+                .iter()
+                .map(|(role, env)| (role.clone(), env.name().to_owned()))
+                .collect(),
             oracle: task.oracle.clone(),
             max_steps: task.limits.max_steps,
         };

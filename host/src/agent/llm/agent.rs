@@ -741,6 +741,7 @@ mod tests {
                 instruction: "i".into(),
                 tools: actions::tools(&two),
                 roles: two.clone(),
+                env_names: BTreeMap::new(),
                 oracle: None,
                 max_steps: 3
             })

@@ -318,6 +318,7 @@ mod tests {
             instruction: "Save the note as todo.txt".into(),
             tools: crate::agent::actions::tools(&roles),
             roles,
+            env_names: std::collections::BTreeMap::new(),
             oracle: None,
             max_steps: 12,
         }

@@ -1,0 +1,204 @@
+//! Human validation on real local desktops: a person works on a desktop while the runner
+//! evaluates continuously and prints checkpoint progress; typing `infeasible` gives up.
+//! The "person" here is the test itself, acting on the desktop through `pincer exec`, as
+//! someone at a VNC viewer would through the screen. And `pincer desktop vnc` serves a
+//! desktop to that person.
+
+use pincer_tests::{Sandbox, bin};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn write_tasks(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let task = |id: &str| {
+        json!({
+            "id": id,
+            "instruction": format!("Write the words 'made by hand' into ~/{id}.txt, then type done."),
+            "envs": {"desktop": {"platform": "linux"}},
+            "setup": {"desktop": [{"do": "remove", "path": format!("~/{id}.txt")}]},
+            "checkpoints": [
+                {"id": "file", "env": "desktop", "check": "file_exists", "args": {"path": format!("~/{id}.txt")}},
+                {"id": "words", "env": "desktop", "check": "file_contains", "after": ["file"],
+                 "args": {"path": format!("~/{id}.txt"), "text": "made by hand"}}
+            ],
+            "limits": {"max_steps": 1000, "max_seconds": 120}
+        })
+    };
+    for id in ["by-hand", "give-up"] {
+        std::fs::write(
+            dir.join(format!("{id}.json")),
+            serde_json::to_string(&task(id)).unwrap(),
+        )
+        .unwrap();
+    }
+}
+
+/// Waits for a line containing `needle` on the channel, returning everything read.
+fn wait_for(lines: &mpsc::Receiver<String>, seen: &mut String, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !seen.contains(needle) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(l) => {
+                seen.push_str(&l);
+                seen.push('\n');
+            }
+            Err(_) => panic!("no '{needle}' in the output:\n{seen}"),
+        }
+    }
+}
+
+#[test]
+fn a_person_solves_one_task_and_gives_up_on_another() {
+    let sb = Sandbox::new();
+    let _desk = sb.desktop("person", "1024x768", &[]);
+    let tasks = sb.path().join("tasks");
+    write_tasks(&tasks);
+    let out = sb.path().join("out");
+    let mut child = Command::new(bin("pincer"))
+        .args([
+            "run",
+            "--tasks",
+            tasks.to_str().unwrap(),
+            "--agent",
+            "human",
+        ])
+        .args(["--set", "desktop=person", "--no-report", "--out"])
+        .arg(&out)
+        .env("PINCER_STATE_DIR", sb.path().join("state"))
+        .env("PINCER_ENVS", sb.path().join("envs.toml"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut seen = String::new();
+    // Tasks run in id order: by-hand first. The person is told where to work.
+    wait_for(&lines, &mut seen, "=== task by-hand ===");
+    wait_for(&lines, &mut seen, "environment 'person'");
+    wait_for(&lines, &mut seen, "progress: 0/2 checkpoints");
+    // Half the work: the file exists, without the words yet.
+    sb.pincer_ok(&[
+        "exec",
+        "--env",
+        "person",
+        "--",
+        "sh",
+        "-c",
+        "touch \"$HOME/by-hand.txt\"",
+    ]);
+    wait_for(&lines, &mut seen, "checkpoint passed: file");
+    wait_for(&lines, &mut seen, "progress: 1/2 checkpoints");
+    sb.pincer_ok(&[
+        "exec",
+        "--env",
+        "person",
+        "--",
+        "sh",
+        "-c",
+        "echo made by hand > \"$HOME/by-hand.txt\"",
+    ]);
+    // The graph is complete, so the task ends on its own; the next one asks the person.
+    wait_for(&lines, &mut seen, "2/2 checkpoints");
+    wait_for(&lines, &mut seen, "=== task give-up ===");
+    child
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"infeasible\n")
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{seen}");
+    let recs: Vec<Value> = std::fs::read_to_string(out.join("results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ends: Vec<(&str, &str)> = recs
+        .iter()
+        .map(|r| {
+            (
+                r["task"].as_str().unwrap(),
+                r["termination"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ends, [("by-hand", "success"), ("give-up", "infeasible")]);
+    // The person's progress was recorded: `file` passed no later than `words`.
+    let progress = &recs[0]["progress"];
+    let at = |id: &str| {
+        progress
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["id"] == id)
+            .and_then(|p| p["passed_at"].as_u64())
+            .unwrap_or_else(|| panic!("{id} has no passed_at: {progress}"))
+    };
+    assert!(at("file") <= at("words"), "{progress}");
+}
+
+#[test]
+fn a_desktop_is_served_over_vnc_with_a_password() {
+    let sb = Sandbox::new();
+    let _desk = sb.desktop("watched", "800x600", &[]);
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = Command::new(bin("pincer"))
+        .args(["desktop", "vnc", "watched", "--port", &port.to_string()])
+        .env("PINCER_STATE_DIR", sb.path().join("state"))
+        .env("PINCER_ENVS", sb.path().join("envs.toml"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(
+        first.contains(&format!("127.0.0.1:{port}")) && first.contains("password "),
+        "{first}"
+    );
+    // A VNC server speaks first: the RFB version, then (3.8) the security types on offer,
+    // which must not include "None" (1): a password is required.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut conn = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(c) => break c,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            Err(e) => panic!("no VNC server on {port}: {e}"),
+        }
+    };
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut banner = [0u8; 12];
+    conn.read_exact(&mut banner).unwrap();
+    assert!(banner.starts_with(b"RFB 003."), "{banner:?}");
+    conn.write_all(b"RFB 003.008\n").unwrap();
+    let mut n = [0u8; 1];
+    conn.read_exact(&mut n).unwrap();
+    let mut types = vec![0u8; usize::from(n[0])];
+    conn.read_exact(&mut types).unwrap();
+    assert!(!types.is_empty(), "the server refused the connection");
+    assert!(types.contains(&2), "VNC authentication on offer: {types:?}");
+    assert!(!types.contains(&1), "no password-less access: {types:?}");
+    // SAFETY: stopping our own child as Ctrl-C would.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    assert!(child.wait().unwrap().success());
+}
