@@ -9,6 +9,7 @@ use pincer_shared::Action;
 use pincer_shared::action::{Gesture, MouseButton, Point, SystemKey};
 use pincer_shared::key::parse_combo;
 use pincer_shared::observe::Rect;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -30,66 +31,93 @@ pub enum Target {
     },
 }
 
-/// One action an agent chose.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Targets are shown to models as one object with optional fields, which every provider's
+/// schema dialect accepts (Gemini takes no `anyOf`), instead of the untagged union.
+impl JsonSchema for Target {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Target".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "properties": {
+                "element": {"type": "integer", "description": "element number"},
+                "x": {"type": "integer"},
+                "y": {"type": "integer"}
+            }
+        })
+    }
+}
+
+/// One action an agent chose. Its JSON Schema is where the tools LLMs call come from
+/// ([`tools`]): the doc comments of variants and fields are what the models read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum AgentAction {
-    /// Left click.
+    /// Left-click an element or a point.
     Click {
         /// Environment role.
         env: String,
-        /// Where.
+        /// Where to click.
         target: Target,
     },
-    /// Double click.
+    /// Double-click an element or a point.
     DoubleClick {
         /// Environment role.
         env: String,
-        /// Where.
+        /// Where to double-click.
         target: Target,
     },
-    /// Right click.
+    /// Right-click an element or a point.
     RightClick {
         /// Environment role.
         env: String,
-        /// Where.
+        /// Where to right-click.
         target: Target,
     },
-    /// Type text (into the focused field, or click an element first).
+    /// Type text into the focused field (or click a target first).
     Type {
         /// Environment role.
         env: String,
-        /// The text.
+        /// Text to type.
         text: String,
-        /// Click this first.
+        /// Optional: click here first.
+        #[serde(default)]
         target: Option<Target>,
     },
-    /// Press one key ("enter", "tab", "escape", "a").
+    /// Press one key: enter, tab, escape, backspace, delete, up, down, left, right, home,
+    /// end, pageup, pagedown, f1..f12, or a character.
     Key {
         /// Environment role.
         env: String,
         /// The key.
         key: String,
     },
-    /// Press a key combination ("ctrl+s", ["ctrl", "shift", "t"]).
+    /// Press a key combination, modifiers first: ["ctrl", "s"].
     Hotkey {
         /// Environment role.
         env: String,
         /// The keys, modifiers first.
         keys: Vec<String>,
     },
-    /// Scroll by wheel notches; positive dy scrolls down.
+    /// Scroll with the mouse wheel.
     Scroll {
         /// Environment role.
         env: String,
-        /// Horizontal notches.
+        /// Notches right (negative: left).
         dx: i32,
-        /// Vertical notches.
+        /// Notches down (negative: up).
         dy: i32,
-        /// Where to scroll.
+        /// Optional: where to scroll.
+        #[serde(default)]
         target: Option<Target>,
     },
-    /// Drag from one place to another.
+    /// Drag with the left button held.
     Drag {
         /// Environment role.
         env: String,
@@ -98,21 +126,21 @@ pub enum AgentAction {
         /// End.
         to: Target,
     },
-    /// Tap (phones).
+    /// Tap an element or a point.
     Tap {
         /// Environment role.
         env: String,
-        /// Where.
+        /// Where to tap.
         target: Target,
     },
-    /// Long press (phones).
+    /// Press and hold an element or a point.
     LongPress {
         /// Environment role.
         env: String,
-        /// Where.
+        /// Where to press.
         target: Target,
     },
-    /// Swipe (phones).
+    /// Swipe from one place to another.
     Swipe {
         /// Environment role.
         env: String,
@@ -121,38 +149,38 @@ pub enum AgentAction {
         /// End.
         to: Target,
     },
-    /// Enter text (phones).
+    /// Enter text into the focused field.
     Text {
         /// Environment role.
         env: String,
-        /// The text.
+        /// Text to enter.
         text: String,
     },
-    /// Home button (phones).
+    /// Press the home button.
     Home {
         /// Environment role.
         env: String,
     },
-    /// Back button (phones).
+    /// Press the back button.
     Back {
         /// Environment role.
         env: String,
     },
-    /// Do nothing for a while (let an app load).
+    /// Wait a few seconds for something to load.
     Wait {
         /// Seconds, at most 10.
         seconds: f64,
     },
-    /// Declare the task done.
+    /// Declare that the task is done.
     Complete,
-    /// Answer the task's question.
+    /// Give the answer the task asks for.
     Submit {
         /// The answer.
         answer: String,
     },
-    /// Declare the task impossible.
+    /// Declare that the task cannot be done, and why.
     Infeasible {
-        /// Why.
+        /// Why it cannot be done.
         reason: String,
     },
 }
@@ -271,174 +299,125 @@ const DESKTOP: &[&str] = &[
 ];
 const PHONE: &[&str] = &["tap", "long_press", "swipe", "text", "home", "back"];
 
-fn target_schema(what: &str) -> serde_json::Value {
-    serde_json::json!({
-        "type": "object",
-        "description": format!("{what}: an element number from the marked screenshot ({{\"element\": 4}}) or screen pixels ({{\"x\": 100, \"y\": 200}})"),
-        "properties": {
-            "element": {"type": "integer", "description": "element number"},
-            "x": {"type": "integer"},
-            "y": {"type": "integer"}
+/// How a target is described to models, after the field's own words.
+const TARGET_HOW: &str = "an element number from the marked screenshot ({\"element\": 4}) or screen pixels ({\"x\": 100, \"y\": 200})";
+
+/// A schema as every provider takes it: no `format` (Gemini rejects unknown ones), no
+/// `null` alternatives for optional fields (not being required says it), targets explained.
+fn plain(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    let Value::Object(map) = v else { return };
+    map.remove("format");
+    map.remove("$schema");
+    map.remove("default");
+    if let Some(Value::Array(alts)) = map.get("anyOf") {
+        let real: Vec<Value> = alts
+            .iter()
+            .filter(|a| a.get("type") != Some(&Value::from("null")))
+            .cloned()
+            .collect();
+        if let [only] = real.as_slice() {
+            let description = map.remove("description");
+            map.remove("anyOf");
+            if let Value::Object(inner) = only {
+                map.extend(inner.clone());
+            }
+            if let Some(d) = description {
+                map.insert("description".into(), d);
+            }
         }
-    })
+    }
+    if let Some(Value::Array(types)) = map.get("type")
+        && let [t] = types
+            .iter()
+            .filter(|t| *t != "null")
+            .collect::<Vec<_>>()
+            .as_slice()
+    {
+        let t = (*t).clone();
+        map.insert("type".into(), t);
+    }
+    // A target: say what it may be.
+    if map
+        .get("properties")
+        .and_then(|p| p.get("element"))
+        .is_some()
+    {
+        let what = map
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or("where")
+            .trim_end_matches('.')
+            .to_owned();
+        map.insert(
+            "description".into(),
+            Value::from(format!("{what}: {TARGET_HOW}")),
+        );
+    }
+    for child in map.values_mut() {
+        match child {
+            Value::Object(_) => plain(child),
+            Value::Array(items) => items.iter_mut().for_each(plain),
+            _ => {}
+        }
+    }
 }
 
-/// The tools for a task whose environments have these roles and platforms. With several
-/// environments, every input tool takes a required `env`.
+/// The tools for a task whose environments have these roles and platforms, generated
+/// from [`AgentAction`]'s JSON Schema: one tool per variant, its description the variant's
+/// doc comment. Input tools appear only for platforms the task has; with several
+/// environments, each takes a required `env` naming one of them, with one it has none.
 pub fn tools(roles: &BTreeMap<String, Platform>) -> Vec<ToolSpec> {
+    let mut schema = serde_json::to_value(schemars::schema_for!(AgentAction)).unwrap_or_default();
+    plain(&mut schema);
     let many = roles.len() > 1;
-    let mut out = Vec::new();
-    let mut input_tool = |name: &str,
-                          description: &str,
-                          platform: Platform,
-                          mut props: serde_json::Map<String, serde_json::Value>,
-                          mut required: Vec<&str>| {
-        let envs: Vec<&String> = roles
-            .iter()
-            .filter(|(_, p)| **p == platform)
-            .map(|(r, _)| r)
-            .collect();
-        if envs.is_empty() {
-            return;
-        }
-        if many {
-            props.insert("env".into(), serde_json::json!({"type": "string", "enum": envs, "description": "which environment"}));
-            required.insert(0, "env");
-        }
-        out.push(ToolSpec {
-            name: name.into(),
-            description: description.into(),
-            parameters: serde_json::json!({"type": "object", "properties": props, "required": required}),
-        });
-    };
-    let obj = |v: serde_json::Value| v.as_object().cloned().unwrap_or_default();
-    let tgt = |w: &str| obj(serde_json::json!({ "target": target_schema(w) }));
-    input_tool(
-        "click",
-        "Left-click an element or a point.",
-        Platform::Linux,
-        tgt("where to click"),
-        vec!["target"],
-    );
-    input_tool(
-        "double_click",
-        "Double-click an element or a point.",
-        Platform::Linux,
-        tgt("where to double-click"),
-        vec!["target"],
-    );
-    input_tool(
-        "right_click",
-        "Right-click an element or a point.",
-        Platform::Linux,
-        tgt("where to right-click"),
-        vec!["target"],
-    );
-    let mut type_props =
-        obj(serde_json::json!({"text": {"type": "string", "description": "text to type"}}));
-    type_props.insert("target".into(), target_schema("optional: click here first"));
-    input_tool(
-        "type",
-        "Type text into the focused field (or click a target first).",
-        Platform::Linux,
-        type_props,
-        vec!["text"],
-    );
-    input_tool(
-        "key",
-        "Press one key: enter, tab, escape, backspace, delete, up, down, left, right, home, end, pageup, pagedown, f1..f12, or a character.",
-        Platform::Linux,
-        obj(serde_json::json!({"key": {"type": "string"}})),
-        vec!["key"],
-    );
-    input_tool(
-        "hotkey",
-        "Press a key combination, modifiers first: [\"ctrl\", \"s\"].",
-        Platform::Linux,
-        obj(serde_json::json!({"keys": {"type": "array", "items": {"type": "string"}}})),
-        vec!["keys"],
-    );
-    let mut scroll = obj(
-        serde_json::json!({"dx": {"type": "integer", "description": "notches right (negative: left)"}, "dy": {"type": "integer", "description": "notches down (negative: up)"}}),
-    );
-    scroll.insert("target".into(), target_schema("optional: where to scroll"));
-    input_tool(
-        "scroll",
-        "Scroll with the mouse wheel.",
-        Platform::Linux,
-        scroll,
-        vec!["dx", "dy"],
-    );
-    input_tool(
-        "drag",
-        "Drag with the left button held.",
-        Platform::Linux,
-        obj(serde_json::json!({"from": target_schema("start"), "to": target_schema("end")})),
-        vec!["from", "to"],
-    );
-    input_tool(
-        "tap",
-        "Tap an element or a point.",
-        Platform::Android,
-        tgt("where to tap"),
-        vec!["target"],
-    );
-    input_tool(
-        "long_press",
-        "Press and hold an element or a point.",
-        Platform::Android,
-        tgt("where to press"),
-        vec!["target"],
-    );
-    input_tool(
-        "swipe",
-        "Swipe from one place to another.",
-        Platform::Android,
-        obj(serde_json::json!({"from": target_schema("start"), "to": target_schema("end")})),
-        vec!["from", "to"],
-    );
-    input_tool(
-        "text",
-        "Enter text into the focused field.",
-        Platform::Android,
-        obj(serde_json::json!({"text": {"type": "string"}})),
-        vec!["text"],
-    );
-    input_tool(
-        "home",
-        "Press the home button.",
-        Platform::Android,
-        serde_json::Map::new(),
-        vec![],
-    );
-    input_tool(
-        "back",
-        "Press the back button.",
-        Platform::Android,
-        serde_json::Map::new(),
-        vec![],
-    );
-    out.push(ToolSpec {
-        name: "wait".into(),
-        description: "Wait a few seconds for something to load.".into(),
-        parameters: serde_json::json!({"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}),
-    });
-    out.push(ToolSpec {
-        name: "complete".into(),
-        description: "Declare that the task is done.".into(),
-        parameters: serde_json::json!({"type": "object", "properties": {}}),
-    });
-    out.push(ToolSpec {
-        name: "submit".into(),
-        description: "Give the answer the task asks for.".into(),
-        parameters: serde_json::json!({"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}),
-    });
-    out.push(ToolSpec {
-        name: "infeasible".into(),
-        description: "Declare that the task cannot be done, and why.".into(),
-        parameters: serde_json::json!({"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]}),
-    });
-    out
+    let variants = schema["oneOf"].as_array().cloned().unwrap_or_default();
+    variants
+        .into_iter()
+        .filter_map(|v| {
+            let name = v["properties"]["action"]["const"].as_str()?.to_owned();
+            let platform = if DESKTOP.contains(&name.as_str()) {
+                Some(Platform::Linux)
+            } else if PHONE.contains(&name.as_str()) {
+                Some(Platform::Android)
+            } else {
+                None
+            };
+            let mut props = v["properties"].as_object().cloned().unwrap_or_default();
+            props.remove("action");
+            props.remove("env");
+            let mut required: Vec<String> = v["required"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.as_str())
+                .filter(|r| *r != "action" && *r != "env")
+                .map(str::to_owned)
+                .collect();
+            if let Some(p) = platform {
+                let envs: Vec<&String> = roles
+                    .iter()
+                    .filter(|(_, rp)| **rp == p)
+                    .map(|(r, _)| r)
+                    .collect();
+                if envs.is_empty() {
+                    return None;
+                }
+                if many {
+                    props.insert(
+                        "env".into(),
+                        serde_json::json!({"type": "string", "enum": envs, "description": "which environment"}),
+                    );
+                    required.insert(0, "env".into());
+                }
+            }
+            Some(ToolSpec {
+                description: v["description"].as_str().unwrap_or_default().replace('\n', " "),
+                name,
+                parameters: serde_json::json!({"type": "object", "properties": props, "required": required}),
+            })
+        })
+        .collect()
 }
 
 fn field<'a>(
@@ -793,6 +772,59 @@ mod tests {
             tap.parameters["properties"]["env"]["enum"],
             serde_json::json!(["phone"])
         );
+    }
+
+    /// Arguments that fill every required field of a schema with a plausible value.
+    fn example(
+        schema: &serde_json::Value,
+        roles: &BTreeMap<String, Platform>,
+    ) -> serde_json::Value {
+        let mut args = serde_json::Map::new();
+        for (name, prop) in schema["properties"].as_object().unwrap() {
+            let v = match (name.as_str(), prop["type"].as_str()) {
+                ("env", _) => prop["enum"][0].clone(),
+                (_, Some("object")) => serde_json::json!({"x": 5, "y": 7}),
+                (_, Some("integer")) => serde_json::json!(2),
+                (_, Some("number")) => serde_json::json!(0.5),
+                (_, Some("array")) => serde_json::json!(["ctrl", "s"]),
+                ("key", _) => serde_json::json!("enter"),
+                _ => serde_json::json!("hello"),
+            };
+            args.insert(name.clone(), v);
+        }
+        assert!(roles.len() > 1 || !args.contains_key("env"));
+        serde_json::Value::Object(args)
+    }
+
+    #[test]
+    fn every_action_has_a_tool_and_every_tool_call_parses_back() {
+        let roles = cross();
+        let tools = tools(&roles);
+        for tool in &tools {
+            let args = example(&tool.parameters, &roles);
+            let action = parse(&tool.name, &args, &roles)
+                .unwrap_or_else(|e| panic!("{} {args}: {e}", tool.name));
+            assert_eq!(action.name(), tool.name);
+            // What went in comes back out: the schema names the fields the parser reads.
+            let back = serde_json::to_value(&action).unwrap();
+            for (k, v) in args.as_object().unwrap() {
+                assert_eq!(&back[k], v, "{}: field {k}", tool.name);
+            }
+            assert!(
+                !tool.description.is_empty(),
+                "{} has no description",
+                tool.name
+            );
+        }
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        for name in DESKTOP
+            .iter()
+            .chain(PHONE)
+            .chain(&["wait", "complete", "submit", "infeasible"])
+        {
+            assert!(names.contains(name), "no tool for {name}: {names:?}");
+        }
+        assert_eq!(names.len(), DESKTOP.len() + PHONE.len() + 4);
     }
 
     #[test]
