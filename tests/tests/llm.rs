@@ -898,6 +898,13 @@ async fn per_env_delegates_to_the_agent_that_sees_only_its_environment() {
         Some("desktop2: Press OK in the dialog")
     );
     assert_eq!((d.usage.prompt, d.usage.completion), (650, 40));
+    // Each model call carries its own tokens: the main agent's, then the sub-agent's.
+    let per_call: Vec<(u64, u64)> = d
+        .exchanges
+        .iter()
+        .map(|x| (x.usage.prompt, x.usage.completion))
+        .collect();
+    assert_eq!(per_call, [(400, 30), (250, 10)]);
     let d = a.act(&observation(1, views(), &[])).await.unwrap();
     assert_eq!(d.actions, vec![AgentAction::Complete]);
 

@@ -350,6 +350,7 @@ fn write_run(dir: &Path) {
                     request: json!({"model": "gpt-4o", "messages": [{"role": "system", "content": system_prompt}, {"role": "user", "content": [{"type": "text", "text": format!("Step {s}. Checkpoints so far: {passed:?}")}, {"type": "image_url", "image_url": {"url": format!("<image step-{s:03}-marks.png>")}}]}]}),
                     response: json!({"choices": [{"message": {"tool_calls": [{"function": {"name": "click", "arguments": action.to_string()}}]}}]}),
                     ms: 1800 + u64::from(s) * 40,
+                    usage: step_usage,
                 }],
                 usage: step_usage,
                 evaluation: vec![],

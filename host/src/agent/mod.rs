@@ -100,6 +100,9 @@ pub struct Exchange {
     pub response: serde_json::Value,
     /// Milliseconds the call took.
     pub ms: u64,
+    /// Tokens this call used (a decision's calls add up to its usage).
+    #[serde(default)]
+    pub usage: Usage,
 }
 
 /// What an agent decided.

@@ -630,10 +630,20 @@ fn step_view(
     for (k, x) in s.exchanges.iter().enumerate() {
         let _ = write!(
             out,
-            "<details><summary>Model call {} · {} · {}</summary><h6>request</h6><pre>{}</pre><h6>response</h6><pre>{}</pre></details>",
+            "<details><summary>Model call {} · {} · {}{}</summary><h6>request</h6><pre>{}</pre><h6>response</h6><pre>{}</pre></details>",
             k + 1,
             esc(&x.who),
             tables::duration_ms(x.ms as f64),
+            if x.usage.total() > 0 {
+                format!(
+                    " · {} tokens ({} in, {} out)",
+                    tables::tokens(x.usage.total()),
+                    tables::tokens(x.usage.prompt),
+                    tables::tokens(x.usage.completion)
+                )
+            } else {
+                String::new()
+            },
             esc(&clip(&pretty(&x.request), exchange_cap)),
             esc(&clip(&pretty(&x.response), exchange_cap))
         );

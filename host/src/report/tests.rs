@@ -222,6 +222,10 @@ fn synthetic_run(dir: &Path) {
         request: json!({"messages": [{"role": "user", "content": "click OK"}]}),
         response: json!({"content": "</pre><script>alert(2)</script>"}),
         ms: 900,
+        usage: Usage {
+            prompt: 4200,
+            completion: 120,
+        },
     }];
     let mut s2 = step(
         2,
@@ -343,6 +347,7 @@ fn markdown_has_the_numbers() {
 fn html_has_tables_images_and_escapes() {
     let (_dir, _, html) = report();
     for needle in [
+        "· 4.3k tokens (4.2k in, 120 out)</summary>",
         "<h2>By platform class</h2>",
         "<h2>By termination</h2>",
         "<h2>Harness overhead per step</h2>",

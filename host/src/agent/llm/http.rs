@@ -190,6 +190,7 @@ impl Backend {
                                 request: stored,
                                 response: v,
                                 ms: started.elapsed().as_millis() as u64,
+                                usage: reply.usage,
                             };
                             return Ok(Call { reply, exchange });
                         }
