@@ -638,10 +638,15 @@ pub async fn soak(
 /// The table printed by `pincer bench`.
 pub fn table(stats: &[Stats]) -> String {
     use std::fmt::Write;
+    let width = |f: &dyn Fn(&Stats) -> usize, head: &str| {
+        stats.iter().map(f).max().unwrap_or(0).max(head.len())
+    };
+    let nw = width(&|s| s.name.len(), "operation");
+    let ow = width(&|s| s.osworld.map_or(1, str::len), "OSWorld (median)");
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<28} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9}  {:<10} {:<22} note",
+        "{:<nw$} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9}  {:<11} {:<ow$}  note",
         "operation",
         "n",
         "min ms",
@@ -653,14 +658,9 @@ pub fn table(stats: &[Stats]) -> String {
         "OSWorld (median)"
     );
     for s in stats {
-        let target = match s.target_ms {
-            Some(t) if s.meets_target() => format!("<={t} ok"),
-            Some(t) => format!("<={t} MISS"),
-            None => "-".into(),
-        };
         let _ = writeln!(
             out,
-            "{:<28} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}  {:<10} {:<22} {}",
+            "{:<nw$} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}  {:<11} {:<ow$}  {}",
             s.name,
             s.n,
             s.min,
@@ -668,8 +668,42 @@ pub fn table(stats: &[Stats]) -> String {
             s.p95,
             s.p99,
             s.max,
-            target,
+            verdict(s),
             s.osworld.unwrap_or("-"),
+            s.note
+        );
+    }
+    out
+}
+
+/// The target column: `<=15 ok`, `<=600 MISS`, or `-`.
+fn verdict(s: &Stats) -> String {
+    match s.target_ms {
+        Some(t) if s.meets_target() => format!("<={t} ok"),
+        Some(t) => format!("<={t} MISS"),
+        None => "-".into(),
+    }
+}
+
+/// The same as a Markdown table, for the README.
+pub fn markdown(stats: &[Stats]) -> String {
+    use std::fmt::Write;
+    let mut out = String::from(
+        "| operation | n | min ms | p50 ms | p95 ms | p99 ms | max ms | target (p50) | OSWorld median | note |\n|---|--:|--:|--:|--:|--:|--:|---|---|---|\n",
+    );
+    for s in stats {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {} |",
+            s.name,
+            s.n,
+            s.min,
+            s.p50,
+            s.p95,
+            s.p99,
+            s.max,
+            verdict(s).replace("<=", "≤ "),
+            s.osworld.unwrap_or("–"),
             s.note
         );
     }

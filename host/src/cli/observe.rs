@@ -198,8 +198,11 @@ pub(crate) struct BenchArgs {
     #[arg(long, short = 'n', default_value_t = 200)]
     iterations: usize,
     /// Print JSON instead of a table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "markdown")]
     json: bool,
+    /// Print a Markdown table (as in the README) instead.
+    #[arg(long)]
+    markdown: bool,
     /// Skip typing (it types into whatever has focus).
     #[arg(long)]
     no_typing: bool,
@@ -271,6 +274,8 @@ pub(crate) async fn bench(a: BenchArgs, reg: &Registry) -> anyhow::Result<()> {
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&stats)?);
+    } else if a.markdown {
+        print!("{}", bench::markdown(&stats));
     } else {
         print!("{}", bench::table(&stats));
     }
