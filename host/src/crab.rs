@@ -332,17 +332,10 @@ impl Report {
 mod tests {
     use super::*;
 
-    /// CRAB's benchmark files: `$PINCER_CRAB_FIXTURES`, or `shared/fixtures/crab-benchmark-v0`
-    /// beside the repository (the workspace's `shared/` crate has no fixtures, so the walk
-    /// up from this crate finds the one next to the clone).
-    fn fixtures() -> Option<PathBuf> {
-        if let Some(p) = std::env::var_os("PINCER_CRAB_FIXTURES") {
-            return Some(PathBuf::from(p));
-        }
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .ancestors()
-            .map(|a| a.join("shared/fixtures/crab-benchmark-v0"))
-            .find(|p| p.join("SOURCE.md").is_file())
+    /// CRAB's benchmark files, vendored unchanged in the repository's
+    /// `fixtures/crab-benchmark-v0` (see its SOURCE.md).
+    fn fixtures() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/crab-benchmark-v0")
     }
 
     /// (files, evaluable, partial, failed) of a group.
@@ -375,12 +368,7 @@ mod tests {
 
     #[test]
     fn crab_benchmark_v0_imports_with_the_expected_counts() {
-        let Some(dir) = fixtures() else {
-            eprintln!(
-                "SKIPPED: CRAB fixtures not found (shared/fixtures/crab-benchmark-v0 beside the repository, or $PINCER_CRAB_FIXTURES)"
-            );
-            return;
-        };
+        let dir = fixtures();
         let cat = Catalogue::bundled().unwrap();
         let r = import_dir(&dir, &cat, &Library::standard()).unwrap();
         let failed: Vec<String> = r
