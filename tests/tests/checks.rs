@@ -1021,7 +1021,8 @@ async fn an_eleven_node_graph_over_two_desktops_costs_one_round_trip_per_desktop
     let (left, right) = tokio::join!(l.connect(), r.connect());
     let envs = envs(vec![("left", left), ("right", right)]);
     // Depth one at most: successors are read speculatively with their predecessors, even
-    // across environments.
+    // across environments. Commands and GSettings are read only when their node is ready,
+    // so those nodes are sources here.
     let t = task(
         &["left", "right"],
         vec![
@@ -1045,7 +1046,7 @@ async fn an_eleven_node_graph_over_two_desktops_costs_one_round_trip_per_desktop
                 "left",
                 "command_output_matches",
                 json!({"argv": ["sh", "-c", "wc -l < ~/in/data.csv"], "regex": "^2$"}),
-                &["ticket"],
+                &[],
             ),
             node(
                 "agent",
@@ -1080,14 +1081,14 @@ async fn an_eleven_node_graph_over_two_desktops_costs_one_round_trip_per_desktop
                 "right",
                 "clipboard_matches",
                 json!({"regex": "^https://"}),
-                &[],
+                &["agent"],
             ),
             node(
                 "scheme",
                 "right",
                 "gsettings_equals",
                 color_scheme("prefer-light"),
-                &["agent"],
+                &[],
             ),
             node(
                 "both",
@@ -1106,11 +1107,11 @@ async fn an_eleven_node_graph_over_two_desktops_costs_one_round_trip_per_desktop
     let wire = Counted::new(&envs);
     let mut ev = Evaluator::new(g.clone());
 
-    // Nothing set up: only the agent process and the absent draft hold, and "scheme", made
-    // ready by "agent", is judged from the speculative read.
+    // Nothing set up: only the agent process and the absent draft hold, and "link" (on the
+    // other desktop), made ready by "agent", is judged from the speculative read.
     let r1 = ev.step(1, &wire, &AgentLog::default()).await.unwrap();
     assert_eq!(r1.passed, vec!["agent", "no-draft"]);
-    assert_eq!(r1.checked, 7, "six sources and the cascaded 'scheme'");
+    assert_eq!(r1.checked, 8, "seven sources and the cascaded 'link'");
     assert_eq!(r1.round_trips, 2);
     assert_eq!(
         wire.batches(),

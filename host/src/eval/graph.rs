@@ -6,10 +6,15 @@
 //!
 //! Cost: the probes of every ready node, and speculatively of the successors that could
 //! become ready in this step, go out in one `Batch` per environment, so a step is one round
-//! trip per environment unless a cascade runs deeper than one level.
+//! trip per environment unless a cascade runs deeper than one level or reaches a node whose
+//! probes may not be read ahead (commands, GSettings, the UI tree: see
+//! [`prefetchable`](super::prefetchable)). Host work per step is linear in the nodes checked
+//! and read ahead and their edges, whatever the size of the graph.
 
 use super::functions::{BuildError, Library};
-use super::{AgentLog, Check, EvalError, Plan, ProbeResult, Verdict};
+use super::{
+    AgentLog, Check, EvalError, FxHashMap, FxHashSet, Plan, ProbeResult, Verdict, prefetchable,
+};
 use crate::env::{ClientError, Environment};
 use crate::task::{Platform, Task};
 use petgraph::graph::{DiGraph, NodeIndex};
@@ -136,9 +141,14 @@ pub struct ValidationErrors {
 #[derive(Debug)]
 struct Node {
     id: String,
-    env: Option<String>,
+    /// The environment read, as an index into [`Graph::roles`].
+    role: Option<usize>,
     function: String,
     check: Box<dyn Check>,
+    /// `check.probes()`, asked once: the list never changes.
+    probes: Vec<Probe>,
+    /// Whether every probe may be read before the node is ready.
+    prefetch: bool,
     preds: Vec<usize>,
     succs: Vec<usize>,
 }
@@ -148,6 +158,8 @@ struct Node {
 pub struct Graph {
     nodes: Vec<Node>,
     sinks: Vec<usize>,
+    /// The task's environment roles, sorted.
+    roles: Vec<String>,
 }
 
 /// How far one checkpoint got.
@@ -268,10 +280,16 @@ impl Graph {
                 }
             }
             if let Some(check) = check {
+                let probes = check.probes();
                 nodes.push(Node {
                     id: c.id.clone(),
-                    env: c.env.clone(),
+                    role: c
+                        .env
+                        .as_ref()
+                        .and_then(|r| roles.iter().position(|k| k == r)),
                     function: c.check.clone(),
+                    prefetch: probes.iter().all(prefetchable),
+                    probes,
                     check,
                     preds,
                     succs: Vec::new(),
@@ -319,7 +337,11 @@ impl Graph {
         let sinks = (0..nodes.len())
             .filter(|&i| nodes[i].succs.is_empty())
             .collect();
-        Ok(Self { nodes, sinks })
+        Ok(Self {
+            nodes,
+            sinks,
+            roles,
+        })
     }
 
     /// Number of checkpoints.
@@ -345,55 +367,98 @@ impl Graph {
         log: &AgentLog,
     ) -> Result<Vec<(String, Result<Verdict, EvalError>)>, StepError> {
         let all: Vec<usize> = (0..self.nodes.len()).collect();
-        let fetched = self.fetch(&all, src).await?;
+        let mut reads = Reads::default();
+        self.fetch(&all, src, &mut reads).await?;
+        let mut buf = Vec::new();
         Ok(all
             .iter()
             .map(|&i| {
                 let n = &self.nodes[i];
-                let refs: Vec<&ProbeResult> = fetched[&i].iter().collect();
-                (n.id.clone(), n.check.judge(&refs, log))
+                reads.of(i, &mut buf);
+                (n.id.clone(), n.check.judge(&buf, log))
             })
             .collect())
     }
 
-    /// Reads the probes of `nodes`, one batch per environment, concurrently.
+    /// Reads the probes of `nodes` into `reads`, one batch per environment, concurrently;
+    /// returns the number of batches sent.
     async fn fetch<S: ProbeSource>(
         &self,
         nodes: &[usize],
         src: &S,
-    ) -> Result<HashMap<usize, Vec<ProbeResult>>, StepError> {
-        // Per role: the merged probes, and which slots each node's probes landed in.
-        type Slots = Vec<(usize, Vec<usize>)>;
-        let mut plans: BTreeMap<&str, (Plan, Slots)> = BTreeMap::new();
-        let mut out = HashMap::new();
+        reads: &mut Reads,
+    ) -> Result<u32, StepError> {
+        // Per role index: the merged probes, and each node's slots in them as
+        // (node, start, end) in `reads.slots`.
+        type Spans = Vec<(usize, usize, usize)>;
+        let mut plans: Vec<(Plan, Spans)> = self.roles.iter().map(|_| Default::default()).collect();
+        reads.nodes.reserve(nodes.len());
         for &i in nodes {
             let n = &self.nodes[i];
-            let probes = n.check.probes();
-            match (&n.env, probes.is_empty()) {
-                (Some(role), false) => {
-                    let (plan, slots) = plans.entry(role.as_str()).or_default();
-                    let s = plan.add(probes);
-                    slots.push((i, s));
+            match n.role {
+                Some(role) if !n.probes.is_empty() => {
+                    let (plan, at) = &mut plans[role];
+                    let start = reads.slots.len();
+                    plan.add(&n.probes, &mut reads.slots);
+                    at.push((i, start, reads.slots.len()));
                 }
                 _ => {
-                    out.insert(i, Vec::new());
+                    reads.nodes.insert(i, (0, 0, 0));
                 }
             }
         }
-        let batches = plans.iter().map(|(role, (plan, _))| async move {
-            let r = src.batch(role, plan.probes().to_vec()).await;
-            (*role, r)
-        });
-        for (role, result) in futures::future::join_all(batches).await {
+        let mut owners = Vec::new();
+        let batches = self
+            .roles
+            .iter()
+            .zip(plans)
+            .filter(|(_, (plan, _))| !plan.is_empty())
+            .map(|(role, (plan, at))| {
+                owners.push((role, at));
+                src.batch(role, plan.into_probes())
+            })
+            .collect::<Vec<_>>();
+        let sent = batches.len() as u32;
+        for ((role, at), result) in owners
+            .into_iter()
+            .zip(futures::future::join_all(batches).await)
+        {
             let replies = result.map_err(|error| StepError::Environment {
                 role: role.to_owned(),
                 error,
             })?;
-            for (i, slots) in &plans[role].1 {
-                out.insert(*i, slots.iter().map(|&s| replies[s].clone()).collect());
+            let batch = reads.batches.len();
+            reads.batches.push(replies);
+            for (i, start, end) in at {
+                reads.nodes.insert(i, (batch, start, end));
             }
         }
-        Ok(out)
+        Ok(sent)
+    }
+}
+
+/// Probe replies read for nodes, kept where they arrived: a node's replies are
+/// `batches[b][slots[start..end]]`.
+#[derive(Debug, Default)]
+struct Reads {
+    batches: Vec<Vec<ProbeResult>>,
+    slots: Vec<usize>,
+    /// Node -> (batch, start, end) in `slots`.
+    nodes: FxHashMap<usize, (usize, usize, usize)>,
+}
+
+impl Reads {
+    /// Whether the node's probes were read.
+    fn has(&self, node: usize) -> bool {
+        self.nodes.contains_key(&node)
+    }
+
+    /// The node's replies, in the order of its probes (empty for nodes without probes),
+    /// in `buf` (cleared first, reused so that judging a node allocates nothing here).
+    fn of<'a>(&'a self, node: usize, buf: &mut Vec<&'a ProbeResult>) {
+        let (b, start, end) = self.nodes[&node];
+        buf.clear();
+        buf.extend(self.slots[start..end].iter().map(|&s| &self.batches[b][s]));
     }
 }
 
@@ -472,14 +537,16 @@ impl Evaluator {
         log: &AgentLog,
     ) -> Result<Vec<(String, Verdict)>, StepError> {
         let ready: Vec<usize> = self.ready.iter().copied().collect();
-        let fetched = self.graph.fetch(&ready, src).await?;
+        let mut reads = Reads::default();
+        self.graph.fetch(&ready, src, &mut reads).await?;
         let mut passing = Vec::new();
+        let mut buf = Vec::new();
         for i in ready {
             let n = &self.graph.nodes[i];
-            let refs: Vec<&ProbeResult> = fetched[&i].iter().collect();
+            reads.of(i, &mut buf);
             let v = n
                 .check
-                .judge(&refs, log)
+                .judge(&buf, log)
                 .map_err(|error| StepError::Evaluator {
                     node: n.id.clone(),
                     error,
@@ -500,27 +567,27 @@ impl Evaluator {
     ) -> Result<StepReport, StepError> {
         let mut report = StepReport::default();
         let mut frontier: Vec<usize> = self.ready.iter().copied().collect();
-        let mut fetched: HashMap<usize, Vec<ProbeResult>> = HashMap::new();
+        let mut reads = Reads::default();
         while !frontier.is_empty() {
+            // The frontier and the look-ahead are disjoint: a successor of a frontier node
+            // waits for it, so it is not ready yet.
             let need: Vec<usize> = frontier
                 .iter()
                 .copied()
                 .chain(self.lookahead(&frontier))
-                .filter(|i| !fetched.contains_key(i))
-                .collect::<BTreeSet<_>>()
-                .into_iter()
+                .filter(|&i| !reads.has(i))
                 .collect();
             if !need.is_empty() {
-                report.round_trips += self.envs_of(&need);
-                fetched.extend(self.graph.fetch(&need, src).await?);
+                report.round_trips += self.graph.fetch(&need, src, &mut reads).await?;
             }
             let mut newly = Vec::new();
+            let mut buf = Vec::new();
             for &i in &frontier {
                 let n = &self.graph.nodes[i];
-                let refs: Vec<&ProbeResult> = fetched[&i].iter().collect();
+                reads.of(i, &mut buf);
                 let v = n
                     .check
-                    .judge(&refs, log)
+                    .judge(&buf, log)
                     .map_err(|error| StepError::Evaluator {
                         node: n.id.clone(),
                         error,
@@ -550,32 +617,30 @@ impl Evaluator {
         Ok(report)
     }
 
-    /// Successors that would become ready if every node of `frontier` passed.
+    /// Successors that would become ready if every node of `frontier` passed and whose
+    /// probes may be read ahead. Each successor is looked at once.
     fn lookahead(&self, frontier: &[usize]) -> Vec<usize> {
-        let mut out = BTreeSet::new();
-        for &i in frontier {
-            for &s in &self.graph.nodes[i].succs {
-                if self.passed_at[s].is_none()
-                    && self.graph.nodes[s]
-                        .preds
-                        .iter()
-                        .all(|p| self.passed_at[*p].is_some() || frontier.contains(p))
-                {
-                    out.insert(s);
-                }
-            }
-        }
-        out.into_iter().collect()
-    }
-
-    /// Distinct environments the probes of `nodes` go to.
-    fn envs_of(&self, nodes: &[usize]) -> u32 {
-        nodes
+        let nodes = &self.graph.nodes;
+        let mut seen: FxHashSet<usize> = FxHashSet::default();
+        let candidates: Vec<usize> = frontier
             .iter()
-            .filter(|&&i| !self.graph.nodes[i].check.probes().is_empty())
-            .filter_map(|&i| self.graph.nodes[i].env.as_deref())
-            .collect::<BTreeSet<_>>()
-            .len() as u32
+            .flat_map(|&i| &nodes[i].succs)
+            .copied()
+            .filter(|&s| nodes[s].prefetch && self.passed_at[s].is_none() && seen.insert(s))
+            .collect();
+        if candidates.is_empty() {
+            return candidates;
+        }
+        let in_frontier: FxHashSet<usize> = frontier.iter().copied().collect();
+        candidates
+            .into_iter()
+            .filter(|&s| {
+                nodes[s]
+                    .preds
+                    .iter()
+                    .all(|p| self.passed_at[*p].is_some() || in_frontier.contains(p))
+            })
+            .collect()
     }
 
     /// Whether every sink has passed.

@@ -6,15 +6,19 @@ use super::*;
 use crate::eval::functions::Library;
 use pincer_shared::WireError;
 use pincer_shared::probe::{FileContent, FileKind, FileStat, ProbeReply};
+use pincer_shared::setup::{ExecOutput, ExitStatus};
+use pincer_shared::tree::UiTree;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Files per role; counts batches.
+/// Files per role; counts batches and records every probe sent. Commands print nothing,
+/// GSettings keys are unset and the UI tree is empty.
 #[derive(Default)]
 struct Fake {
     files: Mutex<BTreeMap<(String, String), String>>,
     batches: AtomicU32,
     broken: Mutex<Option<String>>,
+    sent: Mutex<Vec<Probe>>,
 }
 
 impl Fake {
@@ -36,6 +40,7 @@ impl Fake {
 impl ProbeSource for Fake {
     async fn batch(&self, role: &str, probes: Vec<Probe>) -> Result<Vec<ProbeResult>, ClientError> {
         self.batches.fetch_add(1, Ordering::SeqCst);
+        self.sent.lock().unwrap().extend(probes.iter().cloned());
         let files = self.files.lock().unwrap();
         let broken = self.broken.lock().unwrap().clone();
         Ok(probes
@@ -64,6 +69,15 @@ impl ProbeSource for Fake {
                             path,
                         }),
                 )),
+                Probe::Command { .. } => Ok(ProbeReply::Command(ExecOutput {
+                    status: ExitStatus::Exited(0),
+                    stdout: Vec::new(),
+                    stderr: Vec::new(),
+                    truncated: false,
+                    elapsed_ms: 0,
+                })),
+                Probe::Gsettings { .. } => Ok(ProbeReply::Gsettings(None)),
+                Probe::UiTree(_) => Ok(ProbeReply::UiTree(UiTree::default())),
                 other => Err(WireError::Unsupported {
                     what: format!("{other:?}"),
                 }),
@@ -262,6 +276,64 @@ async fn an_eleven_node_graph_over_two_environments_is_one_round_trip_each() {
     assert_eq!(r.checked, 11);
     assert_eq!(r.round_trips, 2);
     assert_eq!(fake.batches.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn commands_gsettings_and_ui_trees_are_never_read_before_their_node_is_ready() {
+    let after_a = |id: &str, check: &str, args: serde_json::Value| serde_json::json!({"id": id, "env": "desktop", "check": check, "args": args, "after": ["a"]});
+    let t = task(serde_json::json!([
+        exists("a", "desktop", "/a", &[]),
+        after_a(
+            "cmd",
+            "command_output_matches",
+            serde_json::json!({"argv": ["touch", "/side-effect"], "regex": "^$"})
+        ),
+        after_a(
+            "tree",
+            "ui_node_exists",
+            serde_json::json!({"selector": {"role": "push button"}})
+        ),
+        after_a(
+            "scheme",
+            "gsettings_equals",
+            serde_json::json!({"schema": "org.gnome.desktop.interface", "key": "color-scheme", "value": "x"})
+        ),
+        after_a(
+            "wrapped",
+            "not",
+            serde_json::json!({"check": "command_output_matches", "args": {"argv": ["true"], "regex": "x"}})
+        ),
+        exists("cheap", "desktop", "/c", &["a"])
+    ]));
+    let fake = Fake::default();
+    let mut ev = evaluator(&t);
+    let expensive = |p: &Probe| {
+        matches!(
+            p,
+            Probe::Command { .. } | Probe::UiTree(_) | Probe::Gsettings { .. }
+        )
+    };
+    // While "a" fails, every step reads it and, ahead, only the cheap successor.
+    for step in 1..=3 {
+        let r = ev.step(step, &fake, &log()).await.unwrap();
+        assert_eq!((r.checked, r.round_trips), (1, 1));
+    }
+    let sent = std::mem::take(&mut *fake.sent.lock().unwrap());
+    assert!(!sent.iter().any(expensive), "{sent:?}");
+    assert!(
+        sent.contains(&Probe::Stat { path: "/c".into() }),
+        "{sent:?}"
+    );
+    // Once "a" passes, its successors are ready: the cheap one is judged from the read
+    // ahead, the others take one more round trip.
+    fake.put("desktop", "/a", "x");
+    fake.put("desktop", "/c", "x");
+    let r = ev.step(4, &fake, &log()).await.unwrap();
+    assert_eq!(r.round_trips, 2);
+    assert_eq!(r.checked, 6);
+    assert_eq!(r.passed, vec!["a", "cmd", "wrapped", "cheap"]);
+    let sent = fake.sent.lock().unwrap();
+    assert_eq!(sent.iter().filter(|p| expensive(p)).count(), 4, "{sent:?}");
 }
 
 #[tokio::test]
