@@ -20,7 +20,7 @@ use crate::task::{Platform, Task};
 use petgraph::graph::{DiGraph, NodeIndex};
 use pincer_shared::probe::Probe;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -71,7 +71,7 @@ pub enum GraphError {
     /// The graph has a cycle.
     #[error("the checkpoints {} form a cycle", nodes.join(" -> "))]
     Cycle {
-        /// The checkpoints on the cycle.
+        /// The checkpoints on the cycle in edge order, the first repeated at the end.
         nodes: Vec<String>,
     },
     /// A checkpoint reads an environment role the task does not declare.
@@ -223,6 +223,8 @@ impl Graph {
         }
         let roles: Vec<String> = task.envs.keys().cloned().collect();
         let mut nodes = Vec::new();
+        // Predecessors of every checkpoint (built or not), for cycle detection.
+        let mut all_preds = Vec::with_capacity(task.checkpoints.len());
         for c in &task.checkpoints {
             let mut preds = Vec::new();
             for a in &c.after {
@@ -244,6 +246,7 @@ impl Graph {
                     known: roles.clone(),
                 });
             }
+            all_preds.push(preds.clone());
             let check = match lib.build(&c.check, &c.args) {
                 Ok(check) => Some(check),
                 Err(error) => {
@@ -318,11 +321,12 @@ impl Graph {
                 }
             }
         }
-        if errors.is_empty()
-            && let Some(cycle) = find_cycle(&nodes)
-        {
-            errors.push(GraphError::Cycle { nodes: cycle });
-        }
+        let ids: Vec<&str> = task.checkpoints.iter().map(|c| c.id.as_str()).collect();
+        errors.extend(
+            find_cycles(&ids, &all_preds)
+                .into_iter()
+                .map(|nodes| GraphError::Cycle { nodes }),
+        );
         if !errors.is_empty() {
             return Err(ValidationErrors {
                 task: task.id.clone(),
@@ -471,33 +475,59 @@ fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<
         .map(|(_, c)| c.to_owned())
 }
 
-/// A cycle in the graph, as checkpoint ids, if there is one.
-fn find_cycle(nodes: &[Node]) -> Option<Vec<String>> {
+/// Every cycle of the graph given by `preds` (indices into `ids`), one per strongly
+/// connected component, each as a path of ids in edge order from its smallest id back to
+/// it: `a -> c -> b -> a` when `a` comes before `c`, `c` before `b` and `b` before `a`.
+fn find_cycles(ids: &[&str], preds: &[Vec<usize>]) -> Vec<Vec<String>> {
     let mut g: DiGraph<usize, ()> = DiGraph::new();
-    let ix: Vec<NodeIndex> = (0..nodes.len()).map(|i| g.add_node(i)).collect();
-    for (i, n) in nodes.iter().enumerate() {
-        for &p in &n.preds {
+    let ix: Vec<NodeIndex> = (0..ids.len()).map(|i| g.add_node(i)).collect();
+    for (i, ps) in preds.iter().enumerate() {
+        for &p in ps {
             g.add_edge(ix[p], ix[i], ());
         }
     }
     if petgraph::algo::toposort(&g, None).is_ok() {
-        return None;
+        return Vec::new();
     }
-    // The smallest strongly connected component with a cycle names it.
-    let mut sccs: Vec<Vec<NodeIndex>> = petgraph::algo::tarjan_scc(&g)
+    let mut cycles: Vec<Vec<String>> = petgraph::algo::tarjan_scc(&g)
         .into_iter()
         .filter(|c| c.len() > 1 || g.contains_edge(c[0], c[0]))
+        .map(|scc| {
+            let start = *scc
+                .iter()
+                .min_by_key(|&&n| (ids[g[n]], g[n]))
+                .unwrap_or(&scc[0]);
+            // Breadth-first inside the component: the shortest way from the start back
+            // to it.
+            let inside: HashSet<NodeIndex> = scc.iter().copied().collect();
+            let mut came_from: HashMap<NodeIndex, NodeIndex> = HashMap::new();
+            let mut queue = VecDeque::from([start]);
+            let mut last = start;
+            'search: while let Some(n) = queue.pop_front() {
+                for m in g.neighbors(n) {
+                    if m == start {
+                        last = n;
+                        break 'search;
+                    }
+                    if inside.contains(&m) && !came_from.contains_key(&m) {
+                        came_from.insert(m, n);
+                        queue.push_back(m);
+                    }
+                }
+            }
+            let mut path = vec![start];
+            let mut n = last;
+            while n != start {
+                path.push(n);
+                n = came_from[&n];
+            }
+            path[1..].reverse();
+            path.push(start);
+            path.iter().map(|&n| ids[g[n]].to_owned()).collect()
+        })
         .collect();
-    sccs.sort_by_key(Vec::len);
-    let mut ids: Vec<String> = sccs
-        .first()?
-        .iter()
-        .map(|&n| nodes[g[n]].id.clone())
-        .collect();
-    ids.sort();
-    let first = ids[0].clone();
-    ids.push(first);
-    Some(ids)
+    cycles.sort();
+    cycles
 }
 
 /// One run's evaluation state over a shared [`Graph`].

@@ -376,6 +376,47 @@ async fn agent_checks_read_the_log_without_round_trips() {
     assert_eq!(fake.batches.load(Ordering::SeqCst), 0);
 }
 
+#[test]
+fn cycles_are_listed_with_the_other_errors() {
+    let e = errors_of(serde_json::json!([
+        // A cycle through a checkpoint whose function is unknown...
+        {"id": "x", "env": "desktop", "check": "file_exist", "args": {"path": "/x"}, "after": ["y"]},
+        exists("y", "desktop", "/y", &["x"]),
+        // ...a second one through a bad role, and a node waiting for itself.
+        exists("p", "nowhere", "/p", &["q"]),
+        exists("q", "desktop", "/q", &["r"]),
+        exists("r", "desktop", "/r", &["p"]),
+        exists("self", "desktop", "/s", &["self"]),
+        exists("fine", "desktop", "/f", &["y"])
+    ]));
+    let text: Vec<String> = e.iter().map(ToString::to_string).collect();
+    assert!(
+        matches!(&e[0], GraphError::Build { node, .. } if node == "x"),
+        "{text:#?}"
+    );
+    assert!(
+        matches!(&e[1], GraphError::UnknownRole { node, .. } if node == "p"),
+        "{text:#?}"
+    );
+    let cycles: Vec<&Vec<String>> = e
+        .iter()
+        .filter_map(|e| match e {
+            GraphError::Cycle { nodes } => Some(nodes),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        cycles,
+        [
+            &vec!["p".to_owned(), "r".into(), "q".into(), "p".into()],
+            &vec!["self".to_owned(), "self".into()],
+            &vec!["x".to_owned(), "y".into(), "x".into()],
+        ],
+        "{text:#?}"
+    );
+    assert_eq!(e.len(), 5, "{text:#?}");
+}
+
 fn errors_of(nodes: serde_json::Value) -> Vec<GraphError> {
     Graph::build(&task(nodes), &Library::standard())
         .unwrap_err()
@@ -394,6 +435,18 @@ fn validation_rejects_bad_graphs_before_anything_runs() {
         vec![GraphError::Cycle {
             nodes: vec!["a".into(), "b".into(), "c".into(), "a".into()]
         }]
+    );
+
+    // In edge order (a before c before b), not sorted.
+    let e = errors_of(serde_json::json!([
+        exists("a", "desktop", "/a", &["b"]),
+        exists("b", "desktop", "/b", &["c"]),
+        exists("c", "desktop", "/c", &["a"])
+    ]));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(
+        e[0].to_string(),
+        "the checkpoints a -> c -> b -> a form a cycle"
     );
 
     let e = errors_of(
