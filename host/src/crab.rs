@@ -569,6 +569,50 @@ mod tests {
     }
 
     #[test]
+    fn every_supported_crab_template_generates_seeded_instances() {
+        let cat = Catalogue::bundled().unwrap();
+        let lib = Library::standard();
+        let supported: Vec<&compose::Template> = cat
+            .templates
+            .values()
+            .filter(|t| t.id.len() == 36 && t.unsupported.is_none())
+            .collect();
+        assert_eq!(supported.len(), 16, "9 Ubuntu and 7 Android templates");
+        for t in supported {
+            let mut instructions = std::collections::BTreeSet::new();
+            for seed in 0..20 {
+                let task = compose::generate(&cat, &[t.id.as_str()], seed, None)
+                    .unwrap_or_else(|e| panic!("{} ({}) seed {seed}: {e}", t.id, t.name));
+                Graph::build(&task, &lib).unwrap_or_else(|e| panic!("{}: {e}", t.id));
+                for a in &t.attributes {
+                    assert!(
+                        !task.instruction.contains(&format!("{{{}}}", a.name)),
+                        "{}: {}",
+                        t.id,
+                        task.instruction
+                    );
+                }
+                assert_eq!(
+                    task,
+                    compose::generate(&cat, &[t.id.as_str()], seed, None).unwrap(),
+                    "{}: the same seed gives the same task",
+                    t.id
+                );
+                instructions.insert(task.instruction);
+            }
+            if !t.attributes.is_empty() {
+                assert!(instructions.len() > 2, "{}: {instructions:?}", t.id);
+            }
+        }
+        // A template's own pool replaces the shared one: the phone's paths, not the desktop's.
+        let dates = cat.get("file-create-date").unwrap();
+        for seed in 0..10 {
+            let task = compose::generate(&cat, &[dates.id.as_str()], seed, None).unwrap();
+            assert!(!task.instruction.contains('~'), "{}", task.instruction);
+        }
+    }
+
+    #[test]
     fn unknown_templates_and_bad_files_fail_with_a_reason() {
         let dir = tempfile::tempdir().unwrap();
         let g = dir.path().join("ubuntu");
