@@ -303,6 +303,12 @@ impl Report {
                 "({on_phone} of the evaluable tasks need an Android phone: their checks read it through the Android shim's probes)"
             );
         }
+        let _ = writeln!(
+            out,
+            "(evaluable: every checkpoint maps to a pincer function. The tasks keep CRAB's paths \
+             (/home/crab/...) and assume the files and state of CRAB's VM image, which they do \
+             not set up: run them there. See docs/crab.md.)"
+        );
         let linked: Vec<&FileReport> = self.files.iter().filter(|f| f.task.is_some()).collect();
         let untyped = linked
             .iter()
@@ -458,6 +464,10 @@ mod tests {
         assert_eq!(r.files.iter().filter(|f| parts(f) == 2).count(), 55);
         assert!(
             summary.contains("37 of the 123 converted files link a sub-task"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("assume the files and state of CRAB's VM image"),
             "{summary}"
         );
         let cat_file = r

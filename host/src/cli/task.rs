@@ -244,7 +244,20 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
             let report = pincer::crab::import_dir(&dir, &cat, &lib)?;
             if per_file {
                 for f in &report.files {
-                    println!("{:<8} {:<44} {}", f.status.label(), f.file, f.detail);
+                    let untyped = if f.untyped_edges.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " [links against the type rule: {}]",
+                            f.untyped_edges.join(", ")
+                        )
+                    };
+                    println!(
+                        "{:<8} {:<44} {}{untyped}",
+                        f.status.label(),
+                        f.file,
+                        f.detail
+                    );
                 }
             }
             print!("{}", report.summary());
