@@ -84,6 +84,19 @@ pub enum GraphError {
         /// Roles declared.
         known: Vec<String>,
     },
+    /// An argument names an environment role the task does not declare (the `env` of
+    /// `typed_contains`).
+    #[error("checkpoint '{node}': {function} names environment '{role}' in its `env` argument, but the task declares only {}", if known.is_empty() { "none".to_owned() } else { known.join(", ") })]
+    UnknownArgRole {
+        /// The checkpoint.
+        node: String,
+        /// The function whose argument names it.
+        function: String,
+        /// The role named.
+        role: String,
+        /// Roles declared.
+        known: Vec<String>,
+    },
     /// A function that reads an environment has none.
     #[error("checkpoint '{node}' uses {function}, which reads an environment: give it an `env`")]
     MissingEnv {
@@ -257,6 +270,18 @@ impl Graph {
                     None
                 }
             };
+            if check.is_some() {
+                for (function, role) in lib.roles_in_args(&c.check, &c.args) {
+                    if !task.envs.contains_key(&role) {
+                        errors.push(GraphError::UnknownArgRole {
+                            node: c.id.clone(),
+                            function,
+                            role,
+                            known: roles.clone(),
+                        });
+                    }
+                }
+            }
             if check.is_some() && lib.reads_env(&c.check, &c.args) {
                 match c
                     .env

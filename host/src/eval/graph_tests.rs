@@ -363,7 +363,7 @@ async fn agent_checks_read_the_log_without_round_trips() {
     log.events.push(crate::eval::AgentEvent::Action {
         env: "desktop".into(),
         action: pincer_shared::Action::TypeText {
-            text: "well hello there".into(),
+            text: "well Hello there".into(),
         },
     });
     let r = ev.step(1, &fake, &log).await.unwrap();
@@ -487,6 +487,18 @@ fn validation_rejects_bad_graphs_before_anything_runs() {
     let e =
         errors_of(serde_json::json!([{"id": "a", "check": "file_exists", "args": {"path": "/a"}}]));
     assert!(matches!(e[0], GraphError::MissingEnv { .. }), "{e:?}");
+
+    // The role typed_contains counts typing on must be one of the task's, even in `not`.
+    let e = errors_of(serde_json::json!([
+        {"id": "t", "check": "typed_contains", "args": {"text": "x", "env": "phone"}},
+        {"id": "n", "check": "not", "args": {"check": "typed_contains", "args": {"text": "x", "env": "desktop2"}}},
+        {"id": "ok", "check": "typed_contains", "args": {"text": "x", "env": "desktop"}}
+    ]));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(
+        e[0].to_string(),
+        "checkpoint 't': typed_contains names environment 'phone' in its `env` argument, but the task declares only desktop, desktop2"
+    );
 
     let e = errors_of(serde_json::json!([
         exists("a", "desktop", "/a", &[]),
