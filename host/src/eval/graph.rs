@@ -8,8 +8,10 @@
 //! become ready in this step, go out in one `Batch` per environment, so a step is one round
 //! trip per environment unless a cascade runs deeper than one level or reaches a node whose
 //! probes may not be read ahead (commands, GSettings, the UI tree: see
-//! [`prefetchable`](super::prefetchable)). Host work per step is linear in the nodes checked
-//! and read ahead and their edges, whatever the size of the graph.
+//! [`prefetchable`](super::prefetchable)), or more than `MAX_BATCH` (1,024) distinct
+//! probes are due on one environment: those go out as several batches at once. Host work
+//! per step is linear in the nodes checked and read ahead and their edges, whatever the
+//! size of the graph.
 
 use super::functions::{BuildError, Library};
 use super::{
@@ -18,6 +20,7 @@ use super::{
 use crate::env::{ClientError, Environment};
 use crate::task::{Platform, Task};
 use petgraph::graph::{DiGraph, NodeIndex};
+use pincer_shared::limits::MAX_BATCH;
 use pincer_shared::probe::Probe;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
@@ -436,26 +439,35 @@ impl Graph {
                 }
             }
         }
+        // A guest takes at most MAX_BATCH probes per batch: a bigger plan goes out as
+        // several batches, all at once.
         let mut owners = Vec::new();
-        let batches = self
-            .roles
-            .iter()
-            .zip(plans)
-            .filter(|(_, (plan, _))| !plan.is_empty())
-            .map(|(role, (plan, at))| {
-                owners.push((role, at));
-                src.batch(role, plan.into_probes())
-            })
-            .collect::<Vec<_>>();
+        let mut batches = Vec::new();
+        for (role, (plan, at)) in self.roles.iter().zip(plans) {
+            let mut probes = plan.into_probes().into_iter();
+            let mut chunks = 0;
+            loop {
+                let chunk: Vec<Probe> = probes.by_ref().take(MAX_BATCH).collect();
+                if chunk.is_empty() {
+                    break;
+                }
+                batches.push(src.batch(role, chunk));
+                chunks += 1;
+            }
+            if chunks > 0 {
+                owners.push((role, at, chunks));
+            }
+        }
         let sent = batches.len() as u32;
-        for ((role, at), result) in owners
-            .into_iter()
-            .zip(futures::future::join_all(batches).await)
-        {
-            let replies = result.map_err(|error| StepError::Environment {
-                role: role.to_owned(),
-                error,
-            })?;
+        let mut results = futures::future::join_all(batches).await.into_iter();
+        for (role, at, chunks) in owners {
+            let mut replies = Vec::new();
+            for result in results.by_ref().take(chunks) {
+                replies.extend(result.map_err(|error| StepError::Environment {
+                    role: role.to_owned(),
+                    error,
+                })?);
+            }
             let batch = reads.batches.len();
             reads.batches.push(replies);
             for (i, start, end) in at {

@@ -40,6 +40,13 @@ impl Fake {
 impl ProbeSource for Fake {
     async fn batch(&self, role: &str, probes: Vec<Probe>) -> Result<Vec<ProbeResult>, ClientError> {
         self.batches.fetch_add(1, Ordering::SeqCst);
+        // As a guest does.
+        if probes.len() > MAX_BATCH {
+            return Err(ClientError::Local {
+                env: role.into(),
+                message: format!("a batch of {} probes is too large", probes.len()),
+            });
+        }
         self.sent.lock().unwrap().extend(probes.iter().cloned());
         let files = self.files.lock().unwrap();
         let broken = self.broken.lock().unwrap().clone();
@@ -334,6 +341,22 @@ async fn commands_gsettings_and_ui_trees_are_never_read_before_their_node_is_rea
     assert_eq!(r.passed, vec!["a", "cmd", "wrapped", "cheap"]);
     let sent = fake.sent.lock().unwrap();
     assert_eq!(sent.iter().filter(|p| expensive(p)).count(), 4, "{sent:?}");
+}
+
+#[tokio::test]
+async fn plans_larger_than_a_batch_go_out_in_several() {
+    let nodes: Vec<serde_json::Value> = (0..1500)
+        .map(|i| exists(&format!("n{i}"), "desktop", &format!("/n{i}"), &[]))
+        .collect();
+    let t = task(serde_json::Value::Array(nodes));
+    let fake = Fake::default();
+    fake.put("desktop", "/n1499", "x");
+    let mut ev = evaluator(&t);
+    // Two probes per file_exists: 3,000 probes, three batches of at most 1,024.
+    let r = ev.step(1, &fake, &log()).await.unwrap();
+    assert_eq!((r.checked, r.round_trips), (1500, 3));
+    assert_eq!(fake.batches.load(Ordering::SeqCst), 3);
+    assert_eq!(r.passed, vec!["n1499"], "replies line up with their nodes");
 }
 
 #[tokio::test]
