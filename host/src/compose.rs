@@ -5,9 +5,12 @@
 //! output type (and how its output value follows from its attributes), setup steps and an
 //! evaluator sub-graph whose arguments use the same placeholders. Composing templates links
 //! every sink of an upstream sub-graph to every source of the downstream one; an edge is
-//! legal when the upstream output type is one of the downstream attribute types. Values are
-//! drawn from typed pools by a seed, so one template chain yields unlimited reproducible
-//! instances.
+//! legal when the upstream output type is one of the downstream attribute types, and
+//! [`compose`] refuses other edges and templates marked unsupported. [`compose_lenient`]
+//! accepts both, for importing benchmarks written without the rule (CRAB's). Values are
+//! drawn from typed pools by a seed, without replacement within an instance, so one template
+//! chain yields unlimited reproducible instances and no two attributes of an instance share
+//! a drawn value.
 
 use crate::task::steps::Step;
 use crate::task::{Checkpoint, EnvNeed, Limits, Platform, Task};
@@ -27,6 +30,19 @@ pub struct Attribute {
     /// Value type, naming a pool ("file_path", "text", "country", ...).
     #[serde(rename = "type")]
     pub ty: String,
+    /// Whether an upstream sub-task's output may fill it (default true). False for an
+    /// attribute the template's own setup gives meaning to, such as a file it writes with
+    /// known content: another sub-task's file would not hold that content.
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub from_upstream: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(v: &bool) -> bool {
+    *v
 }
 
 /// A sub-task template.
@@ -54,11 +70,20 @@ pub struct Template {
     /// Setup steps (placeholders allowed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub setup: Vec<Step>,
+    /// Setup steps that make the sub-task's input exist, run only when no upstream
+    /// sub-task makes it (no edge leads to this part): a file to delete is written here, so
+    /// that after a sub-task that creates it nothing exists before the agent acts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub input_setup: Vec<Step>,
     /// The evaluator sub-graph (placeholders allowed in arguments).
     pub checkpoints: Vec<Checkpoint>,
     /// Why the template cannot be evaluated offline, if it cannot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsupported: Option<String>,
+    /// Values for this template's attributes by type, drawn instead of the shared pools
+    /// (for a type whose values depend on the platform: an Android file path).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pools: BTreeMap<String, Vec<String>>,
     /// Notes on how it differs from its source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<String>,
@@ -83,6 +108,45 @@ pub enum ComposeError {
     /// No template with that id.
     #[error("no template '{0}' (see `pincer task templates`)")]
     UnknownTemplate(String),
+    /// An id prefix or name that fits several templates.
+    #[error("'{given}' could be any of {}: give more of the id", candidates.join(", "))]
+    AmbiguousTemplate {
+        /// What was given.
+        given: String,
+        /// The templates it fits, as `id (name)`.
+        candidates: Vec<String>,
+    },
+    /// The template cannot be evaluated offline, so tasks are not made from it.
+    #[error("template {template} is marked unsupported: {reason}")]
+    Unsupported {
+        /// The template.
+        template: String,
+        /// Why.
+        reason: String,
+    },
+    /// An edge names a part that does not exist.
+    #[error("edge {from} -> {to} names a part beyond the {parts} given")]
+    BadEdge {
+        /// Upstream index.
+        from: usize,
+        /// Downstream index.
+        to: usize,
+        /// How many parts there are.
+        parts: usize,
+    },
+    /// A pool has fewer distinct values than the attributes of its type in one instance.
+    #[error(
+        "template '{template}' needs another '{ty}' for '{attribute}', but every value of that \
+         pool is already used in this instance: add values to `{ty}` under [pools]"
+    )]
+    PoolExhausted {
+        /// The template.
+        template: String,
+        /// The attribute.
+        attribute: String,
+        /// Its type.
+        ty: String,
+    },
     /// A placeholder names no attribute.
     #[error("template {template}: placeholder '{{{name}}}' names no attribute")]
     UnknownPlaceholder {
@@ -101,7 +165,7 @@ pub enum ComposeError {
     },
     /// An edge joins templates whose types do not fit.
     #[error(
-        "{from} cannot feed {to}: its output type {output} is not one of {to}'s attribute types ({inputs})"
+        "{from} cannot feed {to}: its output type {output} is not one of the types {to} takes from upstream ({inputs})"
     )]
     TypeMismatch {
         /// Upstream template.
@@ -177,19 +241,39 @@ impl Catalogue {
         Ok(())
     }
 
-    /// The template with this id (or a unique prefix of it).
+    /// The template with this id, or the one template whose id starts with it or whose
+    /// name it is.
     pub fn get(&self, id: &str) -> Result<&Template, ComposeError> {
         if let Some(t) = self.templates.get(id) {
             return Ok(t);
         }
-        let mut hits = self
+        let hits: Vec<&Template> = self
             .templates
             .values()
-            .filter(|t| t.id.starts_with(id) || t.name == id);
-        match (hits.next(), hits.next()) {
-            (Some(t), None) => Ok(t),
-            _ => Err(ComposeError::UnknownTemplate(id.into())),
+            .filter(|t| t.id.starts_with(id) || t.name == id)
+            .collect();
+        match hits.as_slice() {
+            [t] => Ok(t),
+            [] => Err(ComposeError::UnknownTemplate(id.into())),
+            many => Err(ComposeError::AmbiguousTemplate {
+                given: id.into(),
+                candidates: many
+                    .iter()
+                    .map(|t| format!("{} ({})", t.id, t.name))
+                    .collect(),
+            }),
         }
+    }
+
+    /// The values an attribute of `ty` of `template` is drawn from: the template's own
+    /// pool for the type, else the shared one.
+    fn pool<'a>(&'a self, template: &'a Template, ty: &str) -> Option<&'a [String]> {
+        template
+            .pools
+            .get(ty)
+            .or_else(|| self.pools.get(ty))
+            .map(Vec::as_slice)
+            .filter(|p| !p.is_empty())
     }
 }
 
@@ -300,12 +384,13 @@ impl Part<'_> {
     }
 }
 
-/// Whether `from`'s output can feed one of `to`'s attributes; returns that attribute.
+/// Whether `from`'s output can feed one of `to`'s attributes (one of its type that may
+/// come from upstream); returns that attribute.
 pub fn feeds<'a>(from: &Template, to: &'a Template) -> Result<&'a Attribute, ComposeError> {
     let output = from.output.clone().unwrap_or_else(|| "none".into());
     to.attributes
         .iter()
-        .find(|a| Some(&a.ty) == from.output.as_ref())
+        .find(|a| a.from_upstream && Some(&a.ty) == from.output.as_ref())
         .ok_or_else(|| ComposeError::TypeMismatch {
             from: from.id.clone(),
             to: to.id.clone(),
@@ -313,22 +398,68 @@ pub fn feeds<'a>(from: &Template, to: &'a Template) -> Result<&'a Attribute, Com
             inputs: to
                 .attributes
                 .iter()
+                .filter(|a| a.from_upstream)
                 .map(|a| a.ty.clone())
                 .collect::<Vec<_>>()
                 .join(", "),
         })
 }
 
-/// Composes parts into one task. `edges` are (upstream, downstream) part indices; every
-/// sink of the upstream sub-graph is linked to every source of the downstream one.
-/// Checkpoint ids become `s<part>.<id>`. The instruction is the parts' instructions joined,
-/// unless `instruction` is given.
+/// Composes parts into one task. `edges` are (upstream, downstream) part indices; each
+/// must follow the type rule (the upstream output type is one of the downstream attribute
+/// types, see [`feeds`]), and no template may be marked unsupported. Every sink of the
+/// upstream sub-graph is linked to every source of the downstream one. Checkpoint ids
+/// become `s<part>.<id>`. The instruction is the parts' instructions joined, unless
+/// `instruction` is given.
 pub fn compose(
     id: &str,
     parts: &[Part<'_>],
     edges: &[(usize, usize)],
     instruction: Option<String>,
 ) -> Result<Task, ComposeError> {
+    if let Some(t) = parts
+        .iter()
+        .map(|p| p.template)
+        .find(|t| t.unsupported.is_some())
+    {
+        return Err(ComposeError::Unsupported {
+            template: t.id.clone(),
+            reason: t.unsupported.clone().unwrap_or_default(),
+        });
+    }
+    check_edges(parts, edges)?;
+    for &(from, to) in edges {
+        feeds(parts[from].template, parts[to].template)?;
+    }
+    compose_lenient(id, parts, edges, instruction)
+}
+
+fn check_edges(parts: &[Part<'_>], edges: &[(usize, usize)]) -> Result<(), ComposeError> {
+    match edges
+        .iter()
+        .find(|&&(from, to)| from >= parts.len() || to >= parts.len())
+    {
+        Some(&(from, to)) => Err(ComposeError::BadEdge {
+            from,
+            to,
+            parts: parts.len(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// [`compose`] without its two rules: edges need not follow the type rule and templates
+/// may be marked unsupported. For importing benchmarks whose tasks were written without the
+/// rule: CRAB's files link sub-tasks whatever their types (37 of Benchmark-v0's 55
+/// two-sub-task files break it) and use templates pincer cannot evaluate offline; the
+/// import report counts both. Task authors use [`compose`].
+pub fn compose_lenient(
+    id: &str,
+    parts: &[Part<'_>],
+    edges: &[(usize, usize)],
+    instruction: Option<String>,
+) -> Result<Task, ComposeError> {
+    check_edges(parts, edges)?;
     let mut envs = BTreeMap::new();
     let mut setup: BTreeMap<String, Vec<Step>> = BTreeMap::new();
     let mut checkpoints = Vec::new();
@@ -345,7 +476,9 @@ pub fn compose(
                 platform: t.platform,
             },
         );
-        for s in &t.setup {
+        let fed = edges.iter().any(|&(_, to)| to == i);
+        let input_setup = if fed { &[][..] } else { &t.input_setup[..] };
+        for s in t.setup.iter().chain(input_setup) {
             let filled: Step = serde_json::from_value(fill_json(
                 &t.id,
                 &serde_json::to_value(s).unwrap_or_default(),
@@ -358,7 +491,12 @@ pub fn compose(
             setup.entry(role.to_owned()).or_default().push(filled);
         }
         let prefix = |c: &str| format!("s{i}.{c}");
-        let has_succ = |c: &Checkpoint| t.checkpoints.iter().any(|d| d.after.contains(&c.id));
+        let with_succ: std::collections::HashSet<&str> = t
+            .checkpoints
+            .iter()
+            .flat_map(|c| c.after.iter().map(String::as_str))
+            .collect();
+        let has_succ = |c: &Checkpoint| with_succ.contains(c.id.as_str());
         sources.push(
             t.checkpoints
                 .iter()
@@ -433,11 +571,52 @@ impl Rng {
 
 /// Generates a chain A → B → ... of templates with values drawn from the pools by `seed`.
 /// Each downstream template's attribute whose type is the upstream output type takes the
-/// upstream output value; every other attribute is drawn from its type's pool.
-pub fn generate(cat: &Catalogue, ids: &[&str], seed: u64) -> Result<Task, ComposeError> {
+/// upstream output value; every other attribute is drawn from its type's pool without
+/// replacement: two attributes of one instance never get the same drawn value (a file read
+/// and a file written are different files). The instruction is the filled templates joined,
+/// unless `instruction` is given.
+pub fn generate(
+    cat: &Catalogue,
+    ids: &[&str],
+    seed: u64,
+    instruction: Option<String>,
+) -> Result<Task, ComposeError> {
     let templates: Vec<&Template> = ids.iter().map(|id| cat.get(id)).collect::<Result<_, _>>()?;
+    let parts = draw(cat, &templates, seed)?;
+    let edges: Vec<(usize, usize)> = (1..parts.len()).map(|i| (i - 1, i)).collect();
+    let names: Vec<&str> = templates
+        .iter()
+        .map(|t| {
+            if t.name.is_empty() {
+                t.id.as_str()
+            } else {
+                t.name.as_str()
+            }
+        })
+        .collect();
+    compose(
+        &format!("{}-seed{seed}", names.join("+")),
+        &parts,
+        &edges,
+        instruction,
+    )
+}
+
+/// The attribute values of a chain's parts for `seed` (see [`generate`]).
+fn draw<'a>(
+    cat: &Catalogue,
+    templates: &[&'a Template],
+    seed: u64,
+) -> Result<Vec<Part<'a>>, ComposeError> {
+    if let Some(t) = templates.iter().find(|t| t.unsupported.is_some()) {
+        return Err(ComposeError::Unsupported {
+            template: t.id.clone(),
+            reason: t.unsupported.clone().unwrap_or_default(),
+        });
+    }
     let mut rng = Rng::new(seed);
-    let mut parts: Vec<Part<'_>> = Vec::new();
+    let mut used: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
+    let mut parts: Vec<Part<'a>> = Vec::new();
     for (i, t) in templates.iter().enumerate() {
         let fed = if i > 0 {
             Some(feeds(templates[i - 1], t)?.name.clone())
@@ -454,16 +633,26 @@ pub fn generate(cat: &Catalogue, ids: &[&str], seed: u64) -> Result<Task, Compos
                         name: "output_value".into(),
                     })?
             } else {
-                let pool = cat
-                    .pools
-                    .get(&a.ty)
-                    .filter(|p| !p.is_empty())
-                    .ok_or_else(|| ComposeError::NoPool {
+                let pool = cat.pool(t, &a.ty).ok_or_else(|| ComposeError::NoPool {
+                    template: t.id.clone(),
+                    attribute: a.name.clone(),
+                    ty: a.ty.clone(),
+                })?;
+                let taken = used.entry(a.ty.as_str()).or_default();
+                let free: Vec<&String> = pool
+                    .iter()
+                    .filter(|v| !taken.contains(v.as_str()))
+                    .collect();
+                if free.is_empty() {
+                    return Err(ComposeError::PoolExhausted {
                         template: t.id.clone(),
                         attribute: a.name.clone(),
                         ty: a.ty.clone(),
-                    })?;
-                pool[rng.below(pool.len())].clone()
+                    });
+                }
+                let v = free[rng.below(free.len())];
+                taken.insert(v.as_str());
+                v.clone()
             };
             values.insert(a.name.clone(), v);
         }
@@ -472,23 +661,7 @@ pub fn generate(cat: &Catalogue, ids: &[&str], seed: u64) -> Result<Task, Compos
             values,
         });
     }
-    let edges: Vec<(usize, usize)> = (1..parts.len()).map(|i| (i - 1, i)).collect();
-    let names: Vec<&str> = templates
-        .iter()
-        .map(|t| {
-            if t.name.is_empty() {
-                t.id.as_str()
-            } else {
-                t.name.as_str()
-            }
-        })
-        .collect();
-    compose(
-        &format!("{}-seed{seed}", names.join("+")),
-        &parts,
-        &edges,
-        None,
-    )
+    Ok(parts)
 }
 
 #[cfg(test)]
@@ -539,6 +712,28 @@ attributes = []
 id = "said"
 check = "answer_contains"
 args = { text = "hi" }
+
+[[template]]
+id = "move-file"
+platform = "linux"
+description = "Move {from} to {to}."
+attributes = [{ name = "from", type = "file_path" }, { name = "to", type = "file_path" }]
+[[template.checkpoints]]
+id = "moved"
+env = "desktop"
+check = "file_exists"
+args = { path = "{to}" }
+
+[[template]]
+id = "online"
+platform = "linux"
+description = "Look {text} up on the web."
+attributes = [{ name = "text", type = "text" }]
+unsupported = "live web: the answer changes every day"
+[[template.checkpoints]]
+id = "said"
+check = "answer_contains"
+args = { text = "{text}" }
 "#;
 
     fn cat() -> Catalogue {
@@ -560,7 +755,7 @@ args = { text = "hi" }
     #[test]
     fn composition_links_sinks_to_sources() {
         let c = cat();
-        let task = generate(&c, &["make-file", "remove-file"], 7).unwrap();
+        let task = generate(&c, &["make-file", "remove-file"], 7, None).unwrap();
         let ids: Vec<&str> = task.checkpoints.iter().map(|c| c.id.as_str()).collect();
         assert_eq!(ids, vec!["s0.exists", "s0.content", "s1.gone"]);
         assert_eq!(task.checkpoints[2].after, vec!["s0.content"]);
@@ -582,10 +777,10 @@ args = { text = "hi" }
     #[test]
     fn seeds_are_reproducible_and_vary() {
         let c = cat();
-        let a = generate(&c, &["make-file"], 1).unwrap();
-        assert_eq!(a, generate(&c, &["make-file"], 1).unwrap());
+        let a = generate(&c, &["make-file"], 1, None).unwrap();
+        assert_eq!(a, generate(&c, &["make-file"], 1, None).unwrap());
         let distinct: std::collections::BTreeSet<String> = (0..20)
-            .map(|s| generate(&c, &["make-file"], s).unwrap().instruction)
+            .map(|s| generate(&c, &["make-file"], s, None).unwrap().instruction)
             .collect();
         assert!(distinct.len() > 5, "{distinct:?}");
     }
@@ -593,11 +788,255 @@ args = { text = "hi" }
     #[test]
     fn edges_need_matching_types() {
         let c = cat();
-        let e = generate(&c, &["remove-file", "make-file"], 1).unwrap_err();
+        let e = generate(&c, &["remove-file", "make-file"], 1, None).unwrap_err();
         assert!(matches!(e, ComposeError::TypeMismatch { .. }), "{e}");
-        let cross = generate(&c, &["answer"], 1).unwrap();
+        let cross = generate(&c, &["answer"], 1, None).unwrap();
         assert_eq!(cross.instruction, "Say {hi}.");
         assert!(cross.checkpoints[0].env.is_none());
+    }
+
+    #[test]
+    fn compose_enforces_the_type_rule_and_the_lenient_variant_does_not() {
+        let c = cat();
+        let values = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let parts = [
+            Part {
+                template: c.get("remove-file").unwrap(),
+                values: values(&[("target", "~/a.txt")]),
+            },
+            Part {
+                template: c.get("make-file").unwrap(),
+                values: values(&[("path", "~/b.txt"), ("text", "x")]),
+            },
+        ];
+        // remove-file has no output, so it feeds nothing.
+        let e = compose("t", &parts, &[(0, 1)], None).unwrap_err();
+        assert!(
+            matches!(&e, ComposeError::TypeMismatch { from, to, .. } if from == "remove-file" && to == "make-file"),
+            "{e}"
+        );
+        let lenient = compose_lenient("t", &parts, &[(0, 1)], None).unwrap();
+        let exists = lenient
+            .checkpoints
+            .iter()
+            .find(|c| c.id == "s1.exists")
+            .unwrap();
+        assert_eq!(exists.after, ["s0.gone"]);
+        // The legal direction composes.
+        let parts = [parts[1].clone(), parts[0].clone()];
+        compose("t", &parts, &[(0, 1)], None).unwrap();
+        for f in [compose, compose_lenient] {
+            let e = f("t", &parts, &[(0, 2)], None).unwrap_err();
+            assert_eq!(
+                e,
+                ComposeError::BadEdge {
+                    from: 0,
+                    to: 2,
+                    parts: 2
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn unsupported_templates_are_refused_except_by_the_lenient_variant() {
+        let c = cat();
+        let e = generate(&c, &["online"], 1, None).unwrap_err();
+        assert!(
+            matches!(&e, ComposeError::Unsupported { template, .. } if template == "online"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("live web"), "{e}");
+        let part = Part {
+            template: c.get("online").unwrap(),
+            values: [("text".to_owned(), "alpha".to_owned())].into(),
+        };
+        let e = compose("t", std::slice::from_ref(&part), &[], None).unwrap_err();
+        assert!(matches!(e, ComposeError::Unsupported { .. }), "{e}");
+        compose_lenient("t", &[part], &[], None).unwrap();
+    }
+
+    #[test]
+    fn an_ambiguous_prefix_lists_the_candidates() {
+        let c = Catalogue::bundled().unwrap();
+        let e = c.get("a313ea4d").unwrap_err();
+        let ComposeError::AmbiguousTemplate { given, candidates } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(given, "a313ea4d");
+        assert_eq!(candidates.len(), 2, "{candidates:?}");
+        assert!(
+            e.to_string().contains("download-url")
+                && e.to_string().contains("download-clipboard-url"),
+            "{e}"
+        );
+        assert_eq!(c.get("linux-make").unwrap().name, "make-file");
+        assert_eq!(c.get("make-file").unwrap().id, "linux-make-file");
+        assert!(matches!(
+            c.get("no-such-template"),
+            Err(ComposeError::UnknownTemplate(_))
+        ));
+    }
+
+    #[test]
+    fn attributes_of_one_type_never_share_a_drawn_value() {
+        let c = cat();
+        for seed in 0..50 {
+            let t = generate(&c, &["move-file"], seed, None).unwrap();
+            let (from, to) = t.instruction["Move ".len()..]
+                .trim_end_matches('.')
+                .split_once(" to ")
+                .unwrap();
+            assert_ne!(from, to, "seed {seed}: {}", t.instruction);
+        }
+        let mut small = Catalogue::default();
+        small
+            .add_toml(
+                "small.toml",
+                &CAT.replace(r#"["~/a.txt", "~/b.txt", "~/c.txt"]"#, r#"["~/a.txt"]"#),
+            )
+            .unwrap();
+        let e = generate(&small, &["move-file"], 1, None).unwrap_err();
+        assert!(
+            matches!(&e, ComposeError::PoolExhausted { attribute, .. } if attribute == "to"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_written_instruction_replaces_the_joined_ones() {
+        let c = cat();
+        let t = generate(&c, &["make-file"], 3, Some("Do it.".into())).unwrap();
+        assert_eq!(t.instruction, "Do it.");
+        assert_eq!(
+            t.checkpoints,
+            generate(&c, &["make-file"], 3, None).unwrap().checkpoints
+        );
+    }
+
+    /// Every chain of up to three of the bundled Linux templates that the type rule allows.
+    fn linux_chains(c: &Catalogue) -> Vec<Vec<&Template>> {
+        let linux: Vec<&Template> = c
+            .templates
+            .values()
+            .filter(|t| t.id.starts_with("linux-"))
+            .collect();
+        let mut chains: Vec<Vec<&Template>> = linux.iter().map(|t| vec![*t]).collect();
+        let mut last = chains.clone();
+        for _ in 1..3 {
+            let mut next = Vec::new();
+            for chain in &last {
+                for t in &linux {
+                    if feeds(chain[chain.len() - 1], t).is_ok() {
+                        let mut longer = chain.clone();
+                        longer.push(*t);
+                        next.push(longer);
+                    }
+                }
+            }
+            chains.extend(next.iter().cloned());
+            last = next;
+        }
+        chains
+    }
+
+    #[test]
+    fn every_linux_template_chain_generates_sane_instances() {
+        use crate::eval::functions::Library;
+        use crate::eval::graph::Graph;
+        let c = Catalogue::bundled().unwrap();
+        let lib = Library::standard();
+        let chains = linux_chains(&c);
+        assert!(chains.len() > 10, "{}", chains.len());
+        for chain in &chains {
+            let ids: Vec<&str> = chain.iter().map(|t| t.id.as_str()).collect();
+            for seed in 0..64 {
+                let at = format!("{ids:?} seed {seed}");
+                let parts = draw(&c, chain, seed).unwrap_or_else(|e| panic!("{at}: {e}"));
+                let task = generate(&c, &ids, seed, None).unwrap_or_else(|e| panic!("{at}: {e}"));
+                // No drawn value is used twice within a type; fed values repeat their
+                // upstream value by design.
+                let mut drawn: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+                for (i, p) in parts.iter().enumerate() {
+                    let fed = (i > 0).then(|| feeds(chain[i - 1], chain[i]).unwrap().name.as_str());
+                    for a in &p.template.attributes {
+                        if Some(a.name.as_str()) != fed {
+                            drawn.entry(&a.ty).or_default().push(&p.values[&a.name]);
+                        }
+                    }
+                }
+                for (ty, vs) in &drawn {
+                    let distinct: std::collections::BTreeSet<&&str> = vs.iter().collect();
+                    assert_eq!(distinct.len(), vs.len(), "{at}: {ty} drawn twice: {vs:?}");
+                }
+                // The instruction is every filled template, with no placeholder left.
+                assert!(
+                    !task.instruction.contains(['{', '}']) && !task.instruction.is_empty(),
+                    "{at}: {}",
+                    task.instruction
+                );
+                for p in &parts {
+                    assert!(
+                        task.instruction.contains(&p.instruction().unwrap()),
+                        "{at}: {}",
+                        task.instruction
+                    );
+                }
+                Graph::build(&task, &lib).unwrap_or_else(|e| panic!("{at}: {e}"));
+                // Nothing a source checkpoint looks at is settled by the setup: a file to
+                // create is not written, a file to delete is.
+                let mut written = std::collections::BTreeSet::new();
+                for s in task.setup.values().flatten() {
+                    match s {
+                        Step::WriteFile { path, .. } => {
+                            written.insert(path.as_str());
+                        }
+                        Step::Remove { path } => {
+                            written.remove(path.as_str());
+                        }
+                        _ => {}
+                    }
+                }
+                for cp in task.checkpoints.iter().filter(|c| c.after.is_empty()) {
+                    let path = cp.args["path"].as_str().unwrap_or_default();
+                    match cp.check.as_str() {
+                        "file_exists" | "file_contains" | "file_equals" => {
+                            assert!(!written.contains(path), "{at}: {} passes at once", cp.id);
+                        }
+                        "file_absent" => {
+                            assert!(written.contains(path), "{at}: {} passes at once", cp.id);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn input_setup_runs_only_when_nothing_upstream_makes_the_input() {
+        let c = Catalogue::bundled().unwrap();
+        let writes = |t: &Task| {
+            t.setup
+                .values()
+                .flatten()
+                .filter(|s| matches!(s, Step::WriteFile { .. }))
+                .count()
+        };
+        let alone = generate(&c, &["remove-file"], 5, None).unwrap();
+        assert_eq!(writes(&alone), 1, "{:?}", alone.setup);
+        let chained = generate(&c, &["make-file", "remove-file"], 5, None).unwrap();
+        assert_eq!(writes(&chained), 0, "{:?}", chained.setup);
+        // read-file's file is its own: nothing upstream may feed it.
+        assert!(matches!(
+            generate(&c, &["make-file", "read-file"], 5, None),
+            Err(ComposeError::TypeMismatch { .. })
+        ));
     }
 
     #[test]
@@ -605,7 +1044,7 @@ args = { text = "hi" }
         let mut c = Catalogue::default();
         c.add_toml("test.toml", &CAT.replace("text = [", "words = ["))
             .unwrap();
-        let e = generate(&c, &["make-file"], 1).unwrap_err();
+        let e = generate(&c, &["make-file"], 1, None).unwrap_err();
         let ComposeError::NoPool {
             template,
             attribute,

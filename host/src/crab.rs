@@ -62,6 +62,10 @@ pub struct FileReport {
     pub group: String,
     /// The outcome.
     pub status: Status,
+    /// Links whose upstream output type is not an attribute type of the downstream
+    /// sub-task, as "upstream -> downstream" template names. CRAB does not enforce the type
+    /// rule and neither does the import ([`compose::compose_lenient`]).
+    pub untyped_edges: Vec<String>,
     /// Details: the reason for failure or the unsupported templates.
     pub detail: String,
     /// The converted task.
@@ -137,8 +141,11 @@ pub fn parse_adjlist(text: &str, nodes: usize) -> Result<Vec<(usize, usize)>, St
     Ok(edges)
 }
 
+/// A converted file: the task, its unsupported templates and its untyped links.
+type Converted = (Task, Vec<String>, Vec<String>);
+
 /// Converts one CRAB file.
-fn convert(text: &str, cat: &Catalogue, lib: &Library) -> Result<(Task, Vec<String>), String> {
+fn convert(text: &str, cat: &Catalogue, lib: &Library) -> Result<Converted, String> {
     let file: CrabFile =
         serde_json::from_str(text).map_err(|e| format!("not a CRAB task file: {e}"))?;
     let mut parts = Vec::new();
@@ -167,12 +174,21 @@ fn convert(text: &str, cat: &Catalogue, lib: &Library) -> Result<(Task, Vec<Stri
         });
     }
     let edges = parse_adjlist(&file.adjlist, parts.len())?;
-    let mut task = compose::compose(&file.id, &parts, &edges, Some(file.description.clone()))
-        .map_err(|e| e.to_string())?;
+    let untyped = edges
+        .iter()
+        .map(|&(from, to)| (parts[from].template, parts[to].template))
+        .filter(|(from, to)| compose::feeds(from, to).is_err())
+        .map(|(from, to)| format!("{} -> {}", from.name, to.name))
+        .collect();
+    // CRAB's files link sub-tasks whatever their types and use templates pincer cannot
+    // evaluate offline: both are reported, not refused.
+    let mut task =
+        compose::compose_lenient(&file.id, &parts, &edges, Some(file.description.clone()))
+            .map_err(|e| e.to_string())?;
     task.tags = vec!["crab".into(), "crab-benchmark-v0".into()];
     task.limits.max_steps = CRAB_STEP_LIMIT;
     Graph::build(&task, lib).map_err(|e| e.to_string())?;
-    Ok((task, unsupported))
+    Ok((task, unsupported, untyped))
 }
 
 /// Imports every `.json` file under `dir`.
@@ -200,14 +216,15 @@ pub fn import_dir(dir: &Path, cat: &Catalogue, lib: &Library) -> Result<Report, 
             source,
         })?;
         let fr = match convert(&text, cat, lib) {
-            Ok((task, unsupported)) if unsupported.is_empty() => FileReport {
+            Ok((task, unsupported, untyped_edges)) if unsupported.is_empty() => FileReport {
                 file: rel,
                 group,
                 status: Status::Evaluable,
+                untyped_edges,
                 detail: format!("{} checkpoints", task.checkpoints.len()),
                 task: Some(task),
             },
-            Ok((task, unsupported)) => {
+            Ok((task, unsupported, untyped_edges)) => {
                 for id in &unsupported {
                     if let Some(t) = cat.templates.get(id) {
                         report.reasons.insert(
@@ -221,6 +238,7 @@ pub fn import_dir(dir: &Path, cat: &Catalogue, lib: &Library) -> Result<Report, 
                     group,
                     detail: format!("unsupported: {}", unsupported.join(", ")),
                     status: Status::Unsupported(unsupported),
+                    untyped_edges,
                     task: Some(task),
                 }
             }
@@ -228,6 +246,7 @@ pub fn import_dir(dir: &Path, cat: &Catalogue, lib: &Library) -> Result<Report, 
                 file: rel,
                 group,
                 status: Status::Failed,
+                untyped_edges: Vec::new(),
                 detail: e,
                 task: None,
             },
@@ -284,6 +303,24 @@ impl Report {
                 "({on_phone} of the evaluable tasks need an Android phone: their checks read it through the Android shim's probes)"
             );
         }
+        let _ = writeln!(
+            out,
+            "(evaluable: every checkpoint maps to a pincer function. The tasks keep CRAB's paths \
+             (/home/crab/...) and assume the files and state of CRAB's VM image, which they do \
+             not set up: run them there. See docs/crab.md.)"
+        );
+        let linked: Vec<&FileReport> = self.files.iter().filter(|f| f.task.is_some()).collect();
+        let untyped = linked
+            .iter()
+            .filter(|f| !f.untyped_edges.is_empty())
+            .count();
+        let _ = writeln!(
+            out,
+            "{untyped} of the {} converted files link a sub-task whose output type is not an \
+             attribute type of the next (CRAB does not enforce the type rule; they were composed \
+             as written)",
+            linked.len()
+        );
         if !self.reasons.is_empty() {
             let _ = writeln!(
                 out,
@@ -332,17 +369,10 @@ impl Report {
 mod tests {
     use super::*;
 
-    /// CRAB's benchmark files: `$PINCER_CRAB_FIXTURES`, or `shared/fixtures/crab-benchmark-v0`
-    /// beside the repository (the workspace's `shared/` crate has no fixtures, so the walk
-    /// up from this crate finds the one next to the clone).
-    fn fixtures() -> Option<PathBuf> {
-        if let Some(p) = std::env::var_os("PINCER_CRAB_FIXTURES") {
-            return Some(PathBuf::from(p));
-        }
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .ancestors()
-            .map(|a| a.join("shared/fixtures/crab-benchmark-v0"))
-            .find(|p| p.join("SOURCE.md").is_file())
+    /// CRAB's benchmark files, vendored unchanged in the repository's
+    /// `fixtures/crab-benchmark-v0` (see its SOURCE.md).
+    fn fixtures() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/crab-benchmark-v0")
     }
 
     /// (files, evaluable, partial, failed) of a group.
@@ -375,12 +405,7 @@ mod tests {
 
     #[test]
     fn crab_benchmark_v0_imports_with_the_expected_counts() {
-        let Some(dir) = fixtures() else {
-            eprintln!(
-                "SKIPPED: CRAB fixtures not found (shared/fixtures/crab-benchmark-v0 beside the repository, or $PINCER_CRAB_FIXTURES)"
-            );
-            return;
-        };
+        let dir = fixtures();
         let cat = Catalogue::bundled().unwrap();
         let r = import_dir(&dir, &cat, &Library::standard()).unwrap();
         let failed: Vec<String> = r
@@ -418,6 +443,42 @@ mod tests {
         assert!(
             summary.contains("(9 of the evaluable tasks need an Android phone"),
             "{summary}"
+        );
+        // 37 files break the type rule, all of them among the 55 of two sub-tasks.
+        let parts = |f: &FileReport| {
+            f.task.as_ref().map_or(0, |t| {
+                t.checkpoints
+                    .iter()
+                    .filter_map(|c| c.id.split_once('.').map(|(p, _)| p))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len()
+            })
+        };
+        let untyped: Vec<&FileReport> = r
+            .files
+            .iter()
+            .filter(|f| !f.untyped_edges.is_empty())
+            .collect();
+        assert_eq!(untyped.len(), 37);
+        assert!(untyped.iter().all(|f| parts(f) == 2));
+        assert_eq!(r.files.iter().filter(|f| parts(f) == 2).count(), 55);
+        assert!(
+            summary.contains("37 of the 123 converted files link a sub-task"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("assume the files and state of CRAB's VM image"),
+            "{summary}"
+        );
+        let cat_file = r
+            .files
+            .iter()
+            .find(|f| f.file == "cross/1e92db38-501e-429b-ac31-453d1af10a25.json")
+            .unwrap();
+        assert_eq!(
+            cat_file.untyped_edges,
+            ["terminal-cat-file -> keep-note"],
+            "message does not feed keep-note's content"
         );
 
         // A cross-environment task: print a file in a terminal, then save it as a Keep note.
@@ -503,7 +564,7 @@ mod tests {
                 .iter()
                 .map(|a| (a.name.clone(), format!("v-{}-42", a.name)))
                 .collect();
-            let task = compose::compose(
+            let task = compose::compose_lenient(
                 "t",
                 &[Part {
                     template: t,
@@ -514,6 +575,50 @@ mod tests {
             )
             .unwrap_or_else(|e| panic!("{}: {e}", t.id));
             Graph::build(&task, &lib).unwrap_or_else(|e| panic!("{}: {e}", t.id));
+        }
+    }
+
+    #[test]
+    fn every_supported_crab_template_generates_seeded_instances() {
+        let cat = Catalogue::bundled().unwrap();
+        let lib = Library::standard();
+        let supported: Vec<&compose::Template> = cat
+            .templates
+            .values()
+            .filter(|t| t.id.len() == 36 && t.unsupported.is_none())
+            .collect();
+        assert_eq!(supported.len(), 16, "9 Ubuntu and 7 Android templates");
+        for t in supported {
+            let mut instructions = std::collections::BTreeSet::new();
+            for seed in 0..20 {
+                let task = compose::generate(&cat, &[t.id.as_str()], seed, None)
+                    .unwrap_or_else(|e| panic!("{} ({}) seed {seed}: {e}", t.id, t.name));
+                Graph::build(&task, &lib).unwrap_or_else(|e| panic!("{}: {e}", t.id));
+                for a in &t.attributes {
+                    assert!(
+                        !task.instruction.contains(&format!("{{{}}}", a.name)),
+                        "{}: {}",
+                        t.id,
+                        task.instruction
+                    );
+                }
+                assert_eq!(
+                    task,
+                    compose::generate(&cat, &[t.id.as_str()], seed, None).unwrap(),
+                    "{}: the same seed gives the same task",
+                    t.id
+                );
+                instructions.insert(task.instruction);
+            }
+            if !t.attributes.is_empty() {
+                assert!(instructions.len() > 2, "{}: {instructions:?}", t.id);
+            }
+        }
+        // A template's own pool replaces the shared one: the phone's paths, not the desktop's.
+        let dates = cat.get("file-create-date").unwrap();
+        for seed in 0..10 {
+            let task = compose::generate(&cat, &[dates.id.as_str()], seed, None).unwrap();
+            assert!(!task.instruction.contains('~'), "{}", task.instruction);
         }
     }
 

@@ -1,7 +1,9 @@
 //! Scores: per task (completion ratio, efficiency, termination reason) and aggregated (success
-//! rate, completion ratio, execution and cost efficiency) by platform class and over repeated
-//! seeds with mean and spread. Infrastructure failures (environment, evaluator, broken setup,
-//! aborted runs) are reported but never counted as agent failures.
+//! rate, completion ratio, execution and cost efficiency, steps, wall time) by platform class
+//! and over repeated seeds with mean and spread. Infrastructure failures (environment,
+//! evaluator, broken setup, aborted runs) are reported but never counted as agent failures.
+//! Cost efficiency has no value for runs that spent no tokens (oracle, random and human
+//! agents): such runs are left out of its mean rather than counted as zero.
 
 use crate::task::PlatformClass;
 use serde::{Deserialize, Serialize};
@@ -109,14 +111,17 @@ impl Outcome {
         }
     }
 
-    /// Cost efficiency: CR per token (0 when no tokens were spent, e.g. non-LLM agents).
-    pub fn cost_efficiency(&self) -> f64 {
-        if self.tokens == 0 {
-            0.0
-        } else {
-            self.completion() / self.tokens as f64
-        }
+    /// Cost efficiency: CR per token; `None` when no tokens were spent (non-LLM agents),
+    /// where it means nothing.
+    pub fn cost_efficiency(&self) -> Option<f64> {
+        (self.tokens > 0).then(|| self.completion() / self.tokens as f64)
     }
+}
+
+/// The mean of the values, `None` if there are none.
+fn mean_of(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
 }
 
 /// Mean and sample standard deviation.
@@ -157,8 +162,8 @@ pub struct Summary {
     pub completion: f64,
     /// Mean execution efficiency.
     pub execution_efficiency: f64,
-    /// Mean cost efficiency.
-    pub cost_efficiency: f64,
+    /// Mean cost efficiency over the scored runs that spent tokens; `None` if none did.
+    pub cost_efficiency: Option<f64>,
     /// Mean actions.
     pub steps: f64,
     /// Mean wall time in seconds.
@@ -167,6 +172,14 @@ pub struct Summary {
     pub success_by_seed: Spread,
     /// Completion ratio across seeds.
     pub completion_by_seed: Spread,
+    /// Execution efficiency across seeds.
+    pub execution_efficiency_by_seed: Spread,
+    /// Cost efficiency across the seeds with runs that spent tokens; `None` if none did.
+    pub cost_efficiency_by_seed: Option<Spread>,
+    /// Actions across seeds.
+    pub steps_by_seed: Spread,
+    /// Wall time in seconds across seeds.
+    pub wall_s_by_seed: Spread,
     /// Runs per termination reason.
     pub terminations: BTreeMap<Termination, usize>,
 }
@@ -184,38 +197,50 @@ impl Summary {
         for o in &all {
             *terminations.entry(o.termination).or_insert(0) += 1;
         }
-        let mean = |f: &dyn Fn(&Outcome) -> f64| {
-            if scored.is_empty() {
-                0.0
-            } else {
-                scored.iter().map(|o| f(o)).sum::<f64>() / scored.len() as f64
-            }
-        };
         let mut by_seed: BTreeMap<u64, Vec<&Outcome>> = BTreeMap::new();
         for o in &scored {
             by_seed.entry(o.seed).or_default().push(o);
         }
-        let per_seed = |f: &dyn Fn(&[&Outcome]) -> f64| {
-            Spread::of(&by_seed.values().map(|v| f(v)).collect::<Vec<_>>())
+        // Each measure: its mean over the scored runs where it has a value, and the spread
+        // of its per-seed means over the seeds where it has one.
+        let measure = |f: &dyn Fn(&Outcome) -> Option<f64>| {
+            let overall = mean_of(scored.iter().filter_map(|o| f(o)));
+            let per_seed: Vec<f64> = by_seed
+                .values()
+                .filter_map(|v| mean_of(v.iter().filter_map(|o| f(o))))
+                .collect();
+            (
+                overall,
+                (!per_seed.is_empty()).then(|| Spread::of(&per_seed)),
+            )
         };
+        let always = |f: &dyn Fn(&Outcome) -> f64| {
+            let (m, s) = measure(&|o| Some(f(o)));
+            (m.unwrap_or_default(), s.unwrap_or_default())
+        };
+        let (success_rate, success_by_seed) =
+            always(&|o| f64::from(u8::from(o.termination == Termination::Success)));
+        let (completion, completion_by_seed) = always(&Outcome::completion);
+        let (execution_efficiency, execution_efficiency_by_seed) =
+            always(&Outcome::execution_efficiency);
+        let (cost_efficiency, cost_efficiency_by_seed) = measure(&Outcome::cost_efficiency);
+        let (steps, steps_by_seed) = always(&|o| f64::from(o.actions));
+        let (wall_s, wall_s_by_seed) = always(&|o| o.wall_ms as f64 / 1000.0);
         Self {
             runs: all.len(),
             scored: scored.len(),
-            success_rate: mean(&|o| f64::from(u8::from(o.termination == Termination::Success))),
-            completion: mean(&Outcome::completion),
-            execution_efficiency: mean(&Outcome::execution_efficiency),
-            cost_efficiency: mean(&Outcome::cost_efficiency),
-            steps: mean(&|o| f64::from(o.actions)),
-            wall_s: mean(&|o| o.wall_ms as f64 / 1000.0),
-            success_by_seed: per_seed(&|v| {
-                v.iter()
-                    .filter(|o| o.termination == Termination::Success)
-                    .count() as f64
-                    / v.len() as f64
-            }),
-            completion_by_seed: per_seed(&|v| {
-                v.iter().map(|o| o.completion()).sum::<f64>() / v.len() as f64
-            }),
+            success_rate,
+            completion,
+            execution_efficiency,
+            cost_efficiency,
+            steps,
+            wall_s,
+            success_by_seed,
+            completion_by_seed,
+            execution_efficiency_by_seed,
+            cost_efficiency_by_seed,
+            steps_by_seed,
+            wall_s_by_seed,
             terminations,
         }
     }
@@ -276,7 +301,7 @@ mod tests {
         );
         assert_eq!(o.completion(), 0.5);
         assert_eq!(o.execution_efficiency(), 0.125);
-        assert_eq!(o.cost_efficiency(), 0.0005);
+        assert_eq!(o.cost_efficiency(), Some(0.0005));
         let none = run(
             "a",
             PlatformClass::SingleDesktop,
@@ -287,7 +312,7 @@ mod tests {
             0,
         );
         assert_eq!(none.execution_efficiency(), 0.0);
-        assert_eq!(none.cost_efficiency(), 0.0);
+        assert_eq!(none.cost_efficiency(), None);
     }
 
     #[test]
@@ -352,6 +377,38 @@ mod tests {
             s.success_by_seed.sd
         );
         assert_eq!(s.completion_by_seed.mean, 0.75);
+        assert_eq!(s.steps_by_seed.mean, 4.0);
+        assert_eq!(s.steps_by_seed.sd, 0.0);
+        assert_eq!(s.wall_s_by_seed.mean, 2.0);
+        // Per-seed EE: seed 1 (0.25 + 0.25) / 2, seed 2 (0.25 + 0) / 2.
+        assert_eq!(s.execution_efficiency_by_seed.mean, 0.1875);
+        assert!(
+            (s.execution_efficiency_by_seed.sd - 0.088_388).abs() < 1e-5,
+            "{}",
+            s.execution_efficiency_by_seed.sd
+        );
+        assert_eq!(s.cost_efficiency, None, "no run spent tokens");
+        assert_eq!(s.cost_efficiency_by_seed, None);
+    }
+
+    #[test]
+    fn runs_without_tokens_have_no_cost_efficiency_and_stay_out_of_its_mean() {
+        use Termination::*;
+        let runs = vec![
+            // An LLM run: CR 1.0 over 1,000 tokens, and one of CR 0.5 over 1,000 tokens.
+            run("a", PlatformClass::SingleDesktop, 1, Success, 4, 4, 1000),
+            run("b", PlatformClass::SingleDesktop, 2, StepLimit, 2, 4, 1000),
+            // The oracle's runs: no tokens. Counted as zero they would halve the mean.
+            run("a", PlatformClass::SingleDesktop, 1, Success, 4, 4, 0),
+            run("b", PlatformClass::SingleDesktop, 2, Success, 4, 4, 0),
+        ];
+        let s = Summary::of(&runs);
+        assert_eq!(s.cost_efficiency, Some(0.00075));
+        let by_seed = s.cost_efficiency_by_seed.unwrap();
+        assert_eq!(by_seed.mean, 0.00075);
+        assert!((by_seed.sd - 0.000_353_553).abs() < 1e-9, "{}", by_seed.sd);
+        // The other measures count every scored run.
+        assert_eq!(s.completion, 0.875);
     }
 
     #[test]

@@ -72,12 +72,73 @@ async fn clipboard(env: &Environment) -> Option<String> {
 
 /// Cases while `~/notes/a.txt` holds "Hello Pincer\n", `~/notes/report.txt` was written by
 /// a shell pipeline, `~/dst` holds a good copy of `a.ods` and a short copy of `b.ods`,
-/// `~/dst2` a full copy, and ImageMagick saved the 800x600 screen as `~/shot.png` and
-/// `~/shot.jpg`.
+/// `~/dst2` a full copy, ImageMagick saved the 800x600 screen as `~/shot.png` and
+/// `~/shot.jpg`, `~/notes/link.txt` links to `a.txt`, `~/notes-link` to `~/notes`,
+/// `~/notes/dangling.txt` to nothing, and `~/big.txt` is 17,000,006 bytes of "x" ending in
+/// "needle".
 fn file_cases() -> Vec<Case> {
     let a = "~/notes/a.txt";
     let missing = "~/notes/missing.txt";
+    let (link, dir_link, dangling) = ("~/notes/link.txt", "~/notes-link", "~/notes/dangling.txt");
     vec![
+        // Symbolic links are followed.
+        pass(
+            "file_exists",
+            json!({"path": link}),
+            &[link, "symbolic link to a file, 13 bytes"],
+        ),
+        fail(
+            "file_exists",
+            json!({"path": dir_link}),
+            &[dir_link, "symbolic link to a directory, not a file"],
+        ),
+        fail(
+            "file_exists",
+            json!({"path": dangling}),
+            &[dangling, "dangling symbolic link"],
+        ),
+        pass(
+            "dir_exists",
+            json!({"path": dir_link}),
+            &["directory ~/notes-link exists (a symbolic link to a directory)"],
+        ),
+        fail(
+            "dir_exists",
+            json!({"path": link}),
+            &[link, "symbolic link to something that is not a directory"],
+        ),
+        fail(
+            "dir_exists",
+            json!({"path": dangling}),
+            &[dangling, "dangling symbolic link"],
+        ),
+        pass(
+            "file_contains",
+            json!({"path": link, "text": "Pincer"}),
+            &[link, "Pincer"],
+        ),
+        fail(
+            "file_contains",
+            json!({"path": dir_link, "text": "x"}),
+            &[dir_link, "symbolic link to a directory"],
+        ),
+        // A file larger than a check reads is not judged on its first 16 MiB: "xxx" is
+        // there, "needle" only past the limit.
+        fail(
+            "file_contains",
+            json!({"path": "~/big.txt", "text": "xxx"}),
+            &["~/big.txt is 17000006 bytes", "16 MiB", "not judged"],
+        ),
+        fail(
+            "file_contains",
+            json!({"path": "~/big.txt", "text": "needle"}),
+            &["~/big.txt is 17000006 bytes", "not judged"],
+        ),
+        fail(
+            "file_matches",
+            json!({"path": "~/big.txt", "regex": "^x+"}),
+            &["~/big.txt is 17000006 bytes", "not judged"],
+        ),
         pass("file_exists", json!({"path": a}), &[a, "13 bytes"]),
         fail(
             "file_exists",
@@ -306,6 +367,11 @@ fn file_cases_after() -> Vec<Case> {
             &[draft],
         ),
         fail("file_exists", json!({"path": a}), &[a, "does not exist"]),
+        fail(
+            "file_exists",
+            json!({"path": "~/notes/link.txt"}),
+            &["~/notes/link.txt is a dangling symbolic link"],
+        ),
         pass("file_absent", json!({"path": a}), &[a, "does not exist"]),
         fail(
             "file_contains",
@@ -358,6 +424,12 @@ async fn file_functions_judge_real_files() {
         " && cp ~/src/*.ods ~/dst2/",
     );
     run(&env, &["sh", "-c", copies]).await;
+    let links = concat!(
+        "ln -s ~/notes/a.txt ~/notes/link.txt && ln -s ~/notes ~/notes-link",
+        " && ln -s ~/nowhere.txt ~/notes/dangling.txt",
+        " && head -c 17000000 /dev/zero | tr '\\0' x > ~/big.txt && printf needle >> ~/big.txt",
+    );
+    run(&env, &["sh", "-c", links]).await;
     // ImageMagick grabs the real screen and converts it.
     run(
         &env,
@@ -859,12 +931,13 @@ fn busy_log_cases() -> Vec<Case> {
         ),
         pass(
             "typed_contains",
-            json!({"text": "hello world"}),
+            json!({"text": "Hello World"}),
             &["the agent typed 'Hello World'"],
         ),
+        // Case counts unless ignore_case, as for every other function.
         fail(
             "typed_contains",
-            json!({"text": "hello world", "case_sensitive": true}),
+            json!({"text": "hello world"}),
             &[
                 "'Hello World'",
                 "'secret code'",
@@ -873,8 +946,18 @@ fn busy_log_cases() -> Vec<Case> {
         ),
         pass(
             "typed_contains",
-            json!({"text": "SECRET", "env": "phone"}),
+            json!({"text": "hello world", "ignore_case": true}),
+            &["the agent typed 'Hello World'"],
+        ),
+        pass(
+            "typed_contains",
+            json!({"text": "SECRET", "env": "phone", "ignore_case": true}),
             &["'secret code'"],
+        ),
+        fail(
+            "typed_contains",
+            json!({"text": "SECRET", "env": "phone"}),
+            &["'secret code'", "none containing 'SECRET'"],
         ),
         fail(
             "typed_contains",
@@ -950,10 +1033,42 @@ fn empty_log_cases() -> Vec<Case> {
     ]
 }
 
+/// Judges agent-log cases the way `judge` does, on a task that declares the roles their
+/// `env` arguments name (a desktop and a phone), with no environment behind them: these
+/// checks read none.
+async fn judge_log(cases: &[Case], log: &AgentLog) {
+    let nodes: Vec<Value> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| json!({"id": format!("{i:02}"), "check": c.check, "args": c.args}))
+        .collect();
+    let mut ev = Evaluator::new(graph(&task(&["desktop", "phone"], nodes)));
+    let r = ev.step(1, &Envs::default(), log).await.unwrap();
+    assert_eq!((r.checked, r.round_trips), (cases.len(), 0));
+    let wrong: Vec<String> = cases
+        .iter()
+        .zip(ev.progress())
+        .filter_map(|(c, p)| {
+            let feedback = p.feedback.unwrap_or_default();
+            let named = c.says.iter().all(|s| feedback.contains(s.as_str()));
+            (p.passed_at.is_some() != c.passes || !named).then(|| {
+                format!(
+                    "{} {}: expected {} naming {:?}, got \"{feedback}\"",
+                    c.check,
+                    c.args,
+                    if c.passes { "pass" } else { "fail" },
+                    c.says
+                )
+            })
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 #[tokio::test]
 async fn agent_log_functions_judge_what_the_agent_did() {
     let none = Envs::default();
-    judge(&none, None, &busy_log_cases(), &busy_log()).await;
+    judge_log(&busy_log_cases(), &busy_log()).await;
     let one = AgentLog {
         events: vec![answered("Borussia Dortmund")],
     };
@@ -1021,7 +1136,8 @@ async fn an_eleven_node_graph_over_two_desktops_costs_one_round_trip_per_desktop
     let (left, right) = tokio::join!(l.connect(), r.connect());
     let envs = envs(vec![("left", left), ("right", right)]);
     // Depth one at most: successors are read speculatively with their predecessors, even
-    // across environments.
+    // across environments. Commands and GSettings are read only when their node is ready,
+    // so those nodes are sources here.
     let t = task(
         &["left", "right"],
         vec![
@@ -1045,7 +1161,7 @@ async fn an_eleven_node_graph_over_two_desktops_costs_one_round_trip_per_desktop
                 "left",
                 "command_output_matches",
                 json!({"argv": ["sh", "-c", "wc -l < ~/in/data.csv"], "regex": "^2$"}),
-                &["ticket"],
+                &[],
             ),
             node(
                 "agent",
@@ -1080,14 +1196,14 @@ async fn an_eleven_node_graph_over_two_desktops_costs_one_round_trip_per_desktop
                 "right",
                 "clipboard_matches",
                 json!({"regex": "^https://"}),
-                &[],
+                &["agent"],
             ),
             node(
                 "scheme",
                 "right",
                 "gsettings_equals",
                 color_scheme("prefer-light"),
-                &["agent"],
+                &[],
             ),
             node(
                 "both",
@@ -1106,11 +1222,11 @@ async fn an_eleven_node_graph_over_two_desktops_costs_one_round_trip_per_desktop
     let wire = Counted::new(&envs);
     let mut ev = Evaluator::new(g.clone());
 
-    // Nothing set up: only the agent process and the absent draft hold, and "scheme", made
-    // ready by "agent", is judged from the speculative read.
+    // Nothing set up: only the agent process and the absent draft hold, and "link" (on the
+    // other desktop), made ready by "agent", is judged from the speculative read.
     let r1 = ev.step(1, &wire, &AgentLog::default()).await.unwrap();
     assert_eq!(r1.passed, vec!["agent", "no-draft"]);
-    assert_eq!(r1.checked, 7, "six sources and the cascaded 'scheme'");
+    assert_eq!(r1.checked, 8, "seven sources and the cascaded 'link'");
     assert_eq!(r1.round_trips, 2);
     assert_eq!(
         wire.batches(),

@@ -58,6 +58,9 @@ pub(crate) enum TaskCmd {
         /// Seed for the attribute values.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// The task's instruction, instead of the filled templates' instructions joined.
+        #[arg(long, value_name = "TEXT")]
+        instruction: Option<String>,
         /// Write the task here instead of printing it.
         #[arg(long, short = 'o')]
         out: Option<PathBuf>,
@@ -220,11 +223,12 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
         TaskCmd::Compose {
             templates,
             seed,
+            instruction,
             out,
         } => {
             let cat = Catalogue::bundled()?;
             let ids: Vec<&str> = templates.iter().map(String::as_str).collect();
-            let task = compose::generate(&cat, &ids, seed)?;
+            let task = compose::generate(&cat, &ids, seed, instruction)?;
             Graph::build(&task, &lib)?;
             let json = serde_json::to_string_pretty(&task)?;
             match out {
@@ -240,7 +244,20 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
             let report = pincer::crab::import_dir(&dir, &cat, &lib)?;
             if per_file {
                 for f in &report.files {
-                    println!("{:<8} {:<44} {}", f.status.label(), f.file, f.detail);
+                    let untyped = if f.untyped_edges.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " [links against the type rule: {}]",
+                            f.untyped_edges.join(", ")
+                        )
+                    };
+                    println!(
+                        "{:<8} {:<44} {}{untyped}",
+                        f.status.label(),
+                        f.file,
+                        f.detail
+                    );
                 }
             }
             print!("{}", report.summary());

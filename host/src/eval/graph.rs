@@ -6,16 +6,24 @@
 //!
 //! Cost: the probes of every ready node, and speculatively of the successors that could
 //! become ready in this step, go out in one `Batch` per environment, so a step is one round
-//! trip per environment unless a cascade runs deeper than one level.
+//! trip per environment unless a cascade runs deeper than one level or reaches a node whose
+//! probes may not be read ahead (commands, GSettings, the UI tree: see
+//! [`prefetchable`](super::prefetchable)), or more than `MAX_BATCH` (1,024) distinct
+//! probes are due on one environment: those go out as several batches at once. Host work
+//! per step is linear in the nodes checked and read ahead and their edges, whatever the
+//! size of the graph.
 
 use super::functions::{BuildError, Library};
-use super::{AgentLog, Check, EvalError, Plan, ProbeResult, Verdict};
+use super::{
+    AgentLog, Check, EvalError, FxHashMap, FxHashSet, Plan, ProbeResult, Verdict, prefetchable,
+};
 use crate::env::{ClientError, Environment};
 use crate::task::{Platform, Task};
 use petgraph::graph::{DiGraph, NodeIndex};
+use pincer_shared::limits::MAX_BATCH;
 use pincer_shared::probe::Probe;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -66,7 +74,7 @@ pub enum GraphError {
     /// The graph has a cycle.
     #[error("the checkpoints {} form a cycle", nodes.join(" -> "))]
     Cycle {
-        /// The checkpoints on the cycle.
+        /// The checkpoints on the cycle in edge order, the first repeated at the end.
         nodes: Vec<String>,
     },
     /// A checkpoint reads an environment role the task does not declare.
@@ -75,6 +83,19 @@ pub enum GraphError {
         /// The checkpoint.
         node: String,
         /// The role used.
+        role: String,
+        /// Roles declared.
+        known: Vec<String>,
+    },
+    /// An argument names an environment role the task does not declare (the `env` of
+    /// `typed_contains`).
+    #[error("checkpoint '{node}': {function} names environment '{role}' in its `env` argument, but the task declares only {}", if known.is_empty() { "none".to_owned() } else { known.join(", ") })]
+    UnknownArgRole {
+        /// The checkpoint.
+        node: String,
+        /// The function whose argument names it.
+        function: String,
+        /// The role named.
         role: String,
         /// Roles declared.
         known: Vec<String>,
@@ -136,9 +157,14 @@ pub struct ValidationErrors {
 #[derive(Debug)]
 struct Node {
     id: String,
-    env: Option<String>,
+    /// The environment read, as an index into [`Graph::roles`].
+    role: Option<usize>,
     function: String,
     check: Box<dyn Check>,
+    /// `check.probes()`, asked once: the list never changes.
+    probes: Vec<Probe>,
+    /// Whether every probe may be read before the node is ready.
+    prefetch: bool,
     preds: Vec<usize>,
     succs: Vec<usize>,
 }
@@ -148,6 +174,8 @@ struct Node {
 pub struct Graph {
     nodes: Vec<Node>,
     sinks: Vec<usize>,
+    /// The task's environment roles, sorted.
+    roles: Vec<String>,
 }
 
 /// How far one checkpoint got.
@@ -211,6 +239,8 @@ impl Graph {
         }
         let roles: Vec<String> = task.envs.keys().cloned().collect();
         let mut nodes = Vec::new();
+        // Predecessors of every checkpoint (built or not), for cycle detection.
+        let mut all_preds = Vec::with_capacity(task.checkpoints.len());
         for c in &task.checkpoints {
             let mut preds = Vec::new();
             for a in &c.after {
@@ -232,6 +262,7 @@ impl Graph {
                     known: roles.clone(),
                 });
             }
+            all_preds.push(preds.clone());
             let check = match lib.build(&c.check, &c.args) {
                 Ok(check) => Some(check),
                 Err(error) => {
@@ -242,6 +273,18 @@ impl Graph {
                     None
                 }
             };
+            if check.is_some() {
+                for (function, role) in lib.roles_in_args(&c.check, &c.args) {
+                    if !task.envs.contains_key(&role) {
+                        errors.push(GraphError::UnknownArgRole {
+                            node: c.id.clone(),
+                            function,
+                            role,
+                            known: roles.clone(),
+                        });
+                    }
+                }
+            }
             if check.is_some() && lib.reads_env(&c.check, &c.args) {
                 match c
                     .env
@@ -268,10 +311,16 @@ impl Graph {
                 }
             }
             if let Some(check) = check {
+                let probes = check.probes();
                 nodes.push(Node {
                     id: c.id.clone(),
-                    env: c.env.clone(),
+                    role: c
+                        .env
+                        .as_ref()
+                        .and_then(|r| roles.iter().position(|k| k == r)),
                     function: c.check.clone(),
+                    prefetch: probes.iter().all(prefetchable),
+                    probes,
                     check,
                     preds,
                     succs: Vec::new(),
@@ -300,11 +349,12 @@ impl Graph {
                 }
             }
         }
-        if errors.is_empty()
-            && let Some(cycle) = find_cycle(&nodes)
-        {
-            errors.push(GraphError::Cycle { nodes: cycle });
-        }
+        let ids: Vec<&str> = task.checkpoints.iter().map(|c| c.id.as_str()).collect();
+        errors.extend(
+            find_cycles(&ids, &all_preds)
+                .into_iter()
+                .map(|nodes| GraphError::Cycle { nodes }),
+        );
         if !errors.is_empty() {
             return Err(ValidationErrors {
                 task: task.id.clone(),
@@ -319,7 +369,11 @@ impl Graph {
         let sinks = (0..nodes.len())
             .filter(|&i| nodes[i].succs.is_empty())
             .collect();
-        Ok(Self { nodes, sinks })
+        Ok(Self {
+            nodes,
+            sinks,
+            roles,
+        })
     }
 
     /// Number of checkpoints.
@@ -345,55 +399,107 @@ impl Graph {
         log: &AgentLog,
     ) -> Result<Vec<(String, Result<Verdict, EvalError>)>, StepError> {
         let all: Vec<usize> = (0..self.nodes.len()).collect();
-        let fetched = self.fetch(&all, src).await?;
+        let mut reads = Reads::default();
+        self.fetch(&all, src, &mut reads).await?;
+        let mut buf = Vec::new();
         Ok(all
             .iter()
             .map(|&i| {
                 let n = &self.nodes[i];
-                let refs: Vec<&ProbeResult> = fetched[&i].iter().collect();
-                (n.id.clone(), n.check.judge(&refs, log))
+                reads.of(i, &mut buf);
+                (n.id.clone(), n.check.judge(&buf, log))
             })
             .collect())
     }
 
-    /// Reads the probes of `nodes`, one batch per environment, concurrently.
+    /// Reads the probes of `nodes` into `reads`, one batch per environment, concurrently;
+    /// returns the number of batches sent.
     async fn fetch<S: ProbeSource>(
         &self,
         nodes: &[usize],
         src: &S,
-    ) -> Result<HashMap<usize, Vec<ProbeResult>>, StepError> {
-        // Per role: the merged probes, and which slots each node's probes landed in.
-        type Slots = Vec<(usize, Vec<usize>)>;
-        let mut plans: BTreeMap<&str, (Plan, Slots)> = BTreeMap::new();
-        let mut out = HashMap::new();
+        reads: &mut Reads,
+    ) -> Result<u32, StepError> {
+        // Per role index: the merged probes, and each node's slots in them as
+        // (node, start, end) in `reads.slots`.
+        type Spans = Vec<(usize, usize, usize)>;
+        let mut plans: Vec<(Plan, Spans)> = self.roles.iter().map(|_| Default::default()).collect();
+        reads.nodes.reserve(nodes.len());
         for &i in nodes {
             let n = &self.nodes[i];
-            let probes = n.check.probes();
-            match (&n.env, probes.is_empty()) {
-                (Some(role), false) => {
-                    let (plan, slots) = plans.entry(role.as_str()).or_default();
-                    let s = plan.add(probes);
-                    slots.push((i, s));
+            match n.role {
+                Some(role) if !n.probes.is_empty() => {
+                    let (plan, at) = &mut plans[role];
+                    let start = reads.slots.len();
+                    plan.add(&n.probes, &mut reads.slots);
+                    at.push((i, start, reads.slots.len()));
                 }
                 _ => {
-                    out.insert(i, Vec::new());
+                    reads.nodes.insert(i, (0, 0, 0));
                 }
             }
         }
-        let batches = plans.iter().map(|(role, (plan, _))| async move {
-            let r = src.batch(role, plan.probes().to_vec()).await;
-            (*role, r)
-        });
-        for (role, result) in futures::future::join_all(batches).await {
-            let replies = result.map_err(|error| StepError::Environment {
-                role: role.to_owned(),
-                error,
-            })?;
-            for (i, slots) in &plans[role].1 {
-                out.insert(*i, slots.iter().map(|&s| replies[s].clone()).collect());
+        // A guest takes at most MAX_BATCH probes per batch: a bigger plan goes out as
+        // several batches, all at once.
+        let mut owners = Vec::new();
+        let mut batches = Vec::new();
+        for (role, (plan, at)) in self.roles.iter().zip(plans) {
+            let mut probes = plan.into_probes().into_iter();
+            let mut chunks = 0;
+            loop {
+                let chunk: Vec<Probe> = probes.by_ref().take(MAX_BATCH).collect();
+                if chunk.is_empty() {
+                    break;
+                }
+                batches.push(src.batch(role, chunk));
+                chunks += 1;
+            }
+            if chunks > 0 {
+                owners.push((role, at, chunks));
             }
         }
-        Ok(out)
+        let sent = batches.len() as u32;
+        let mut results = futures::future::join_all(batches).await.into_iter();
+        for (role, at, chunks) in owners {
+            let mut replies = Vec::new();
+            for result in results.by_ref().take(chunks) {
+                replies.extend(result.map_err(|error| StepError::Environment {
+                    role: role.to_owned(),
+                    error,
+                })?);
+            }
+            let batch = reads.batches.len();
+            reads.batches.push(replies);
+            for (i, start, end) in at {
+                reads.nodes.insert(i, (batch, start, end));
+            }
+        }
+        Ok(sent)
+    }
+}
+
+/// Probe replies read for nodes, kept where they arrived: a node's replies are
+/// `batches[b][slots[start..end]]`.
+#[derive(Debug, Default)]
+struct Reads {
+    batches: Vec<Vec<ProbeResult>>,
+    slots: Vec<usize>,
+    /// Node -> (batch, start, end) in `slots`.
+    nodes: FxHashMap<usize, (usize, usize, usize)>,
+}
+
+impl Reads {
+    /// Whether the node's probes were read.
+    fn has(&self, node: usize) -> bool {
+        self.nodes.contains_key(&node)
+    }
+
+    /// The node's replies, in the order of its probes (empty for nodes without probes),
+    /// in `buf` (cleared first, reused so that judging a node allocates nothing here).
+    fn of<'a>(&'a self, node: usize, buf: &mut Vec<&'a ProbeResult>) {
+        let (b, start, end) = self.nodes[&node];
+        buf.clear();
+        buf.extend(self.slots[start..end].iter().map(|&s| &self.batches[b][s]));
     }
 }
 
@@ -406,33 +512,59 @@ fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<
         .map(|(_, c)| c.to_owned())
 }
 
-/// A cycle in the graph, as checkpoint ids, if there is one.
-fn find_cycle(nodes: &[Node]) -> Option<Vec<String>> {
+/// Every cycle of the graph given by `preds` (indices into `ids`), one per strongly
+/// connected component, each as a path of ids in edge order from its smallest id back to
+/// it: `a -> c -> b -> a` when `a` comes before `c`, `c` before `b` and `b` before `a`.
+fn find_cycles(ids: &[&str], preds: &[Vec<usize>]) -> Vec<Vec<String>> {
     let mut g: DiGraph<usize, ()> = DiGraph::new();
-    let ix: Vec<NodeIndex> = (0..nodes.len()).map(|i| g.add_node(i)).collect();
-    for (i, n) in nodes.iter().enumerate() {
-        for &p in &n.preds {
+    let ix: Vec<NodeIndex> = (0..ids.len()).map(|i| g.add_node(i)).collect();
+    for (i, ps) in preds.iter().enumerate() {
+        for &p in ps {
             g.add_edge(ix[p], ix[i], ());
         }
     }
     if petgraph::algo::toposort(&g, None).is_ok() {
-        return None;
+        return Vec::new();
     }
-    // The smallest strongly connected component with a cycle names it.
-    let mut sccs: Vec<Vec<NodeIndex>> = petgraph::algo::tarjan_scc(&g)
+    let mut cycles: Vec<Vec<String>> = petgraph::algo::tarjan_scc(&g)
         .into_iter()
         .filter(|c| c.len() > 1 || g.contains_edge(c[0], c[0]))
+        .map(|scc| {
+            let start = *scc
+                .iter()
+                .min_by_key(|&&n| (ids[g[n]], g[n]))
+                .unwrap_or(&scc[0]);
+            // Breadth-first inside the component: the shortest way from the start back
+            // to it.
+            let inside: HashSet<NodeIndex> = scc.iter().copied().collect();
+            let mut came_from: HashMap<NodeIndex, NodeIndex> = HashMap::new();
+            let mut queue = VecDeque::from([start]);
+            let mut last = start;
+            'search: while let Some(n) = queue.pop_front() {
+                for m in g.neighbors(n) {
+                    if m == start {
+                        last = n;
+                        break 'search;
+                    }
+                    if inside.contains(&m) && !came_from.contains_key(&m) {
+                        came_from.insert(m, n);
+                        queue.push_back(m);
+                    }
+                }
+            }
+            let mut path = vec![start];
+            let mut n = last;
+            while n != start {
+                path.push(n);
+                n = came_from[&n];
+            }
+            path[1..].reverse();
+            path.push(start);
+            path.iter().map(|&n| ids[g[n]].to_owned()).collect()
+        })
         .collect();
-    sccs.sort_by_key(Vec::len);
-    let mut ids: Vec<String> = sccs
-        .first()?
-        .iter()
-        .map(|&n| nodes[g[n]].id.clone())
-        .collect();
-    ids.sort();
-    let first = ids[0].clone();
-    ids.push(first);
-    Some(ids)
+    cycles.sort();
+    cycles
 }
 
 /// One run's evaluation state over a shared [`Graph`].
@@ -472,14 +604,16 @@ impl Evaluator {
         log: &AgentLog,
     ) -> Result<Vec<(String, Verdict)>, StepError> {
         let ready: Vec<usize> = self.ready.iter().copied().collect();
-        let fetched = self.graph.fetch(&ready, src).await?;
+        let mut reads = Reads::default();
+        self.graph.fetch(&ready, src, &mut reads).await?;
         let mut passing = Vec::new();
+        let mut buf = Vec::new();
         for i in ready {
             let n = &self.graph.nodes[i];
-            let refs: Vec<&ProbeResult> = fetched[&i].iter().collect();
+            reads.of(i, &mut buf);
             let v = n
                 .check
-                .judge(&refs, log)
+                .judge(&buf, log)
                 .map_err(|error| StepError::Evaluator {
                     node: n.id.clone(),
                     error,
@@ -500,27 +634,27 @@ impl Evaluator {
     ) -> Result<StepReport, StepError> {
         let mut report = StepReport::default();
         let mut frontier: Vec<usize> = self.ready.iter().copied().collect();
-        let mut fetched: HashMap<usize, Vec<ProbeResult>> = HashMap::new();
+        let mut reads = Reads::default();
         while !frontier.is_empty() {
+            // The frontier and the look-ahead are disjoint: a successor of a frontier node
+            // waits for it, so it is not ready yet.
             let need: Vec<usize> = frontier
                 .iter()
                 .copied()
                 .chain(self.lookahead(&frontier))
-                .filter(|i| !fetched.contains_key(i))
-                .collect::<BTreeSet<_>>()
-                .into_iter()
+                .filter(|&i| !reads.has(i))
                 .collect();
             if !need.is_empty() {
-                report.round_trips += self.envs_of(&need);
-                fetched.extend(self.graph.fetch(&need, src).await?);
+                report.round_trips += self.graph.fetch(&need, src, &mut reads).await?;
             }
             let mut newly = Vec::new();
+            let mut buf = Vec::new();
             for &i in &frontier {
                 let n = &self.graph.nodes[i];
-                let refs: Vec<&ProbeResult> = fetched[&i].iter().collect();
+                reads.of(i, &mut buf);
                 let v = n
                     .check
-                    .judge(&refs, log)
+                    .judge(&buf, log)
                     .map_err(|error| StepError::Evaluator {
                         node: n.id.clone(),
                         error,
@@ -550,32 +684,30 @@ impl Evaluator {
         Ok(report)
     }
 
-    /// Successors that would become ready if every node of `frontier` passed.
+    /// Successors that would become ready if every node of `frontier` passed and whose
+    /// probes may be read ahead. Each successor is looked at once.
     fn lookahead(&self, frontier: &[usize]) -> Vec<usize> {
-        let mut out = BTreeSet::new();
-        for &i in frontier {
-            for &s in &self.graph.nodes[i].succs {
-                if self.passed_at[s].is_none()
-                    && self.graph.nodes[s]
-                        .preds
-                        .iter()
-                        .all(|p| self.passed_at[*p].is_some() || frontier.contains(p))
-                {
-                    out.insert(s);
-                }
-            }
-        }
-        out.into_iter().collect()
-    }
-
-    /// Distinct environments the probes of `nodes` go to.
-    fn envs_of(&self, nodes: &[usize]) -> u32 {
-        nodes
+        let nodes = &self.graph.nodes;
+        let mut seen: FxHashSet<usize> = FxHashSet::default();
+        let candidates: Vec<usize> = frontier
             .iter()
-            .filter(|&&i| !self.graph.nodes[i].check.probes().is_empty())
-            .filter_map(|&i| self.graph.nodes[i].env.as_deref())
-            .collect::<BTreeSet<_>>()
-            .len() as u32
+            .flat_map(|&i| &nodes[i].succs)
+            .copied()
+            .filter(|&s| nodes[s].prefetch && self.passed_at[s].is_none() && seen.insert(s))
+            .collect();
+        if candidates.is_empty() {
+            return candidates;
+        }
+        let in_frontier: FxHashSet<usize> = frontier.iter().copied().collect();
+        candidates
+            .into_iter()
+            .filter(|&s| {
+                nodes[s]
+                    .preds
+                    .iter()
+                    .all(|p| self.passed_at[*p].is_some() || in_frontier.contains(p))
+            })
+            .collect()
     }
 
     /// Whether every sink has passed.

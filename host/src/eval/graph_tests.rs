@@ -6,15 +6,19 @@ use super::*;
 use crate::eval::functions::Library;
 use pincer_shared::WireError;
 use pincer_shared::probe::{FileContent, FileKind, FileStat, ProbeReply};
+use pincer_shared::setup::{ExecOutput, ExitStatus};
+use pincer_shared::tree::UiTree;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Files per role; counts batches.
+/// Files per role; counts batches and records every probe sent. Commands print nothing,
+/// GSettings keys are unset and the UI tree is empty.
 #[derive(Default)]
 struct Fake {
     files: Mutex<BTreeMap<(String, String), String>>,
     batches: AtomicU32,
     broken: Mutex<Option<String>>,
+    sent: Mutex<Vec<Probe>>,
 }
 
 impl Fake {
@@ -36,6 +40,14 @@ impl Fake {
 impl ProbeSource for Fake {
     async fn batch(&self, role: &str, probes: Vec<Probe>) -> Result<Vec<ProbeResult>, ClientError> {
         self.batches.fetch_add(1, Ordering::SeqCst);
+        // As a guest does.
+        if probes.len() > MAX_BATCH {
+            return Err(ClientError::Local {
+                env: role.into(),
+                message: format!("a batch of {} probes is too large", probes.len()),
+            });
+        }
+        self.sent.lock().unwrap().extend(probes.iter().cloned());
         let files = self.files.lock().unwrap();
         let broken = self.broken.lock().unwrap().clone();
         Ok(probes
@@ -64,6 +76,15 @@ impl ProbeSource for Fake {
                             path,
                         }),
                 )),
+                Probe::Command { .. } => Ok(ProbeReply::Command(ExecOutput {
+                    status: ExitStatus::Exited(0),
+                    stdout: Vec::new(),
+                    stderr: Vec::new(),
+                    truncated: false,
+                    elapsed_ms: 0,
+                })),
+                Probe::Gsettings { .. } => Ok(ProbeReply::Gsettings(None)),
+                Probe::UiTree(_) => Ok(ProbeReply::UiTree(UiTree::default())),
                 other => Err(WireError::Unsupported {
                     what: format!("{other:?}"),
                 }),
@@ -265,6 +286,80 @@ async fn an_eleven_node_graph_over_two_environments_is_one_round_trip_each() {
 }
 
 #[tokio::test]
+async fn commands_gsettings_and_ui_trees_are_never_read_before_their_node_is_ready() {
+    let after_a = |id: &str, check: &str, args: serde_json::Value| serde_json::json!({"id": id, "env": "desktop", "check": check, "args": args, "after": ["a"]});
+    let t = task(serde_json::json!([
+        exists("a", "desktop", "/a", &[]),
+        after_a(
+            "cmd",
+            "command_output_matches",
+            serde_json::json!({"argv": ["touch", "/side-effect"], "regex": "^$"})
+        ),
+        after_a(
+            "tree",
+            "ui_node_exists",
+            serde_json::json!({"selector": {"role": "push button"}})
+        ),
+        after_a(
+            "scheme",
+            "gsettings_equals",
+            serde_json::json!({"schema": "org.gnome.desktop.interface", "key": "color-scheme", "value": "x"})
+        ),
+        after_a(
+            "wrapped",
+            "not",
+            serde_json::json!({"check": "command_output_matches", "args": {"argv": ["true"], "regex": "x"}})
+        ),
+        exists("cheap", "desktop", "/c", &["a"])
+    ]));
+    let fake = Fake::default();
+    let mut ev = evaluator(&t);
+    let expensive = |p: &Probe| {
+        matches!(
+            p,
+            Probe::Command { .. } | Probe::UiTree(_) | Probe::Gsettings { .. }
+        )
+    };
+    // While "a" fails, every step reads it and, ahead, only the cheap successor.
+    for step in 1..=3 {
+        let r = ev.step(step, &fake, &log()).await.unwrap();
+        assert_eq!((r.checked, r.round_trips), (1, 1));
+    }
+    let sent = std::mem::take(&mut *fake.sent.lock().unwrap());
+    assert!(!sent.iter().any(expensive), "{sent:?}");
+    assert!(
+        sent.contains(&Probe::Stat { path: "/c".into() }),
+        "{sent:?}"
+    );
+    // Once "a" passes, its successors are ready: the cheap one is judged from the read
+    // ahead, the others take one more round trip.
+    fake.put("desktop", "/a", "x");
+    fake.put("desktop", "/c", "x");
+    let r = ev.step(4, &fake, &log()).await.unwrap();
+    assert_eq!(r.round_trips, 2);
+    assert_eq!(r.checked, 6);
+    assert_eq!(r.passed, vec!["a", "cmd", "wrapped", "cheap"]);
+    let sent = fake.sent.lock().unwrap();
+    assert_eq!(sent.iter().filter(|p| expensive(p)).count(), 4, "{sent:?}");
+}
+
+#[tokio::test]
+async fn plans_larger_than_a_batch_go_out_in_several() {
+    let nodes: Vec<serde_json::Value> = (0..1500)
+        .map(|i| exists(&format!("n{i}"), "desktop", &format!("/n{i}"), &[]))
+        .collect();
+    let t = task(serde_json::Value::Array(nodes));
+    let fake = Fake::default();
+    fake.put("desktop", "/n1499", "x");
+    let mut ev = evaluator(&t);
+    // Two probes per file_exists: 3,000 probes, three batches of at most 1,024.
+    let r = ev.step(1, &fake, &log()).await.unwrap();
+    assert_eq!((r.checked, r.round_trips), (1500, 3));
+    assert_eq!(fake.batches.load(Ordering::SeqCst), 3);
+    assert_eq!(r.passed, vec!["n1499"], "replies line up with their nodes");
+}
+
+#[tokio::test]
 async fn probe_failures_are_evaluator_errors_not_verdicts() {
     let t = task(serde_json::json!([exists("a", "desktop", "/a", &[])]));
     let fake = Fake::default();
@@ -291,7 +386,7 @@ async fn agent_checks_read_the_log_without_round_trips() {
     log.events.push(crate::eval::AgentEvent::Action {
         env: "desktop".into(),
         action: pincer_shared::Action::TypeText {
-            text: "well hello there".into(),
+            text: "well Hello there".into(),
         },
     });
     let r = ev.step(1, &fake, &log).await.unwrap();
@@ -302,6 +397,47 @@ async fn agent_checks_read_the_log_without_round_trips() {
     let r = ev.step(2, &fake, &log).await.unwrap();
     assert_eq!(r.passed, vec!["answered"]);
     assert_eq!(fake.batches.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn cycles_are_listed_with_the_other_errors() {
+    let e = errors_of(serde_json::json!([
+        // A cycle through a checkpoint whose function is unknown...
+        {"id": "x", "env": "desktop", "check": "file_exist", "args": {"path": "/x"}, "after": ["y"]},
+        exists("y", "desktop", "/y", &["x"]),
+        // ...a second one through a bad role, and a node waiting for itself.
+        exists("p", "nowhere", "/p", &["q"]),
+        exists("q", "desktop", "/q", &["r"]),
+        exists("r", "desktop", "/r", &["p"]),
+        exists("self", "desktop", "/s", &["self"]),
+        exists("fine", "desktop", "/f", &["y"])
+    ]));
+    let text: Vec<String> = e.iter().map(ToString::to_string).collect();
+    assert!(
+        matches!(&e[0], GraphError::Build { node, .. } if node == "x"),
+        "{text:#?}"
+    );
+    assert!(
+        matches!(&e[1], GraphError::UnknownRole { node, .. } if node == "p"),
+        "{text:#?}"
+    );
+    let cycles: Vec<&Vec<String>> = e
+        .iter()
+        .filter_map(|e| match e {
+            GraphError::Cycle { nodes } => Some(nodes),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        cycles,
+        [
+            &vec!["p".to_owned(), "r".into(), "q".into(), "p".into()],
+            &vec!["self".to_owned(), "self".into()],
+            &vec!["x".to_owned(), "y".into(), "x".into()],
+        ],
+        "{text:#?}"
+    );
+    assert_eq!(e.len(), 5, "{text:#?}");
 }
 
 fn errors_of(nodes: serde_json::Value) -> Vec<GraphError> {
@@ -322,6 +458,18 @@ fn validation_rejects_bad_graphs_before_anything_runs() {
         vec![GraphError::Cycle {
             nodes: vec!["a".into(), "b".into(), "c".into(), "a".into()]
         }]
+    );
+
+    // In edge order (a before c before b), not sorted.
+    let e = errors_of(serde_json::json!([
+        exists("a", "desktop", "/a", &["b"]),
+        exists("b", "desktop", "/b", &["c"]),
+        exists("c", "desktop", "/c", &["a"])
+    ]));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(
+        e[0].to_string(),
+        "the checkpoints a -> c -> b -> a form a cycle"
     );
 
     let e = errors_of(
@@ -362,6 +510,18 @@ fn validation_rejects_bad_graphs_before_anything_runs() {
     let e =
         errors_of(serde_json::json!([{"id": "a", "check": "file_exists", "args": {"path": "/a"}}]));
     assert!(matches!(e[0], GraphError::MissingEnv { .. }), "{e:?}");
+
+    // The role typed_contains counts typing on must be one of the task's, even in `not`.
+    let e = errors_of(serde_json::json!([
+        {"id": "t", "check": "typed_contains", "args": {"text": "x", "env": "phone"}},
+        {"id": "n", "check": "not", "args": {"check": "typed_contains", "args": {"text": "x", "env": "desktop2"}}},
+        {"id": "ok", "check": "typed_contains", "args": {"text": "x", "env": "desktop"}}
+    ]));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(
+        e[0].to_string(),
+        "checkpoint 't': typed_contains names environment 'phone' in its `env` argument, but the task declares only desktop, desktop2"
+    );
 
     let e = errors_of(serde_json::json!([
         exists("a", "desktop", "/a", &[]),

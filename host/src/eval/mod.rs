@@ -6,6 +6,17 @@
 //! replies (and the agent's own log) that returns a [`Verdict`] with one line of feedback
 //! saying what was observed. Because probes are known up front, the graph evaluator can
 //! read every check that is due in one `Batch` round trip per environment.
+//!
+//! The evaluator also reads ahead: with the checks that are due it fetches the probes of
+//! their successors, so a cascade one level deep costs no extra round trip. Those
+//! successors are not ready yet and their predecessors usually keep failing, so such reads
+//! happen every step for nothing; only probes that are cheap and have no effects may be
+//! fetched that way ([`prefetchable`]): file metadata and contents, directory listings, the
+//! process table, windows, the clipboard and environment variables. A check that needs a
+//! command (`command_output_matches`, the content hash of `wallpaper_is`), a GSettings read
+//! (a program the guest spawns) or the UI tree (up to seconds of AT-SPI calls) is read only
+//! once its checkpoint is ready, at the cost of one more round trip when it becomes ready in
+//! a cascade.
 
 pub mod functions;
 pub mod graph;
@@ -14,6 +25,8 @@ pub mod selector;
 use pincer_shared::probe::{Probe, ProbeReply};
 use pincer_shared::{Action, WireError};
 use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// A probe's outcome as the batch returned it.
 pub type ProbeResult = Result<ProbeReply, WireError>;
@@ -150,36 +163,143 @@ pub trait Check: Send + Sync + std::fmt::Debug {
     fn judge(&self, replies: &[&ProbeResult], log: &AgentLog) -> Result<Verdict, EvalError>;
 }
 
+/// Whether a probe may be read before its checkpoint is ready (see the module doc): only
+/// cheap reads without effects. Every probe kind is listed, so a new one needs a decision.
+pub fn prefetchable(p: &Probe) -> bool {
+    match p {
+        Probe::Stat { .. }
+        | Probe::ReadFile { .. }
+        | Probe::ListDir { .. }
+        | Probe::Processes
+        | Probe::ActiveWindow
+        | Probe::Windows
+        | Probe::Clipboard
+        | Probe::EnvVar { .. } => true,
+        // Runs a program, which may do anything and may take until its timeout.
+        Probe::Command { .. } => false,
+        // Spawns `gsettings` on the guest.
+        Probe::Gsettings { .. } => false,
+        // An AT-SPI walk: from a fraction of a second to seconds.
+        Probe::UiTree(_) => false,
+    }
+}
+
+/// A probe as a hash key. `Probe` (a wire type) has no `Hash`; this hashes the fields that
+/// tell probes apart most often and leaves the rest to `Eq`.
+#[derive(Debug, PartialEq, Eq)]
+struct Key(Probe);
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        std::mem::discriminant(&self.0).hash(h);
+        match &self.0 {
+            Probe::Stat { path } | Probe::ReadFile { path, .. } | Probe::ListDir { path } => {
+                path.hash(h);
+            }
+            Probe::Command { argv, .. } => argv.hash(h),
+            Probe::EnvVar { name } => name.hash(h),
+            Probe::Gsettings { schema, key } => {
+                schema.hash(h);
+                key.hash(h);
+            }
+            Probe::Processes
+            | Probe::ActiveWindow
+            | Probe::Windows
+            | Probe::Clipboard
+            | Probe::UiTree(_) => {}
+        }
+    }
+}
+
+/// The multiply-rotate hash of rustc's `FxHasher`: several times faster than SipHash on
+/// short keys. Keys here are the evaluator's own (node indices, probes from task files), so
+/// SipHash's resistance to chosen collisions buys nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct FxHasher(u64);
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A `HashMap` with [`FxHasher`].
+pub(crate) type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// A `HashSet` with [`FxHasher`].
+pub(crate) type FxHashSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
+
 /// A plan of probes for one environment, with duplicates merged: two checks asking for
-/// the process list share one probe.
-#[derive(Debug, Default, Clone)]
+/// the process list share one probe. Adding a probe costs one hash lookup.
+#[derive(Debug, Default)]
 pub struct Plan {
-    probes: Vec<Probe>,
+    slots: FxHashMap<Key, usize>,
 }
 
 impl Plan {
-    /// Adds probes and returns the slot of each.
-    pub fn add(&mut self, probes: Vec<Probe>) -> Vec<usize> {
-        probes
-            .into_iter()
-            .map(|p| match self.probes.iter().position(|q| *q == p) {
-                Some(i) => i,
-                None => {
-                    self.probes.push(p);
-                    self.probes.len() - 1
-                }
-            })
-            .collect()
+    /// Adds probes and appends the slot of each to `slots`.
+    pub fn add(&mut self, probes: &[Probe], slots: &mut Vec<usize>) {
+        for p in probes {
+            let next = self.slots.len();
+            slots.push(*self.slots.entry(Key(p.clone())).or_insert(next));
+        }
     }
 
-    /// The merged probes, in slot order.
-    pub fn probes(&self) -> &[Probe] {
-        &self.probes
+    /// Number of distinct probes.
+    pub fn len(&self) -> usize {
+        self.slots.len()
     }
 
     /// Whether nothing was planned.
     pub fn is_empty(&self) -> bool {
-        self.probes.is_empty()
+        self.slots.is_empty()
+    }
+
+    /// The merged probes, in slot order.
+    pub fn into_probes(self) -> Vec<Probe> {
+        let mut out: Vec<Option<Probe>> = (0..self.slots.len()).map(|_| None).collect();
+        for (k, i) in self.slots {
+            out[i] = Some(k.0);
+        }
+        // Slots are 0..len, each given once, so nothing is dropped here.
+        out.into_iter().flatten().collect()
     }
 }
 
@@ -190,11 +310,56 @@ mod tests {
     #[test]
     fn plans_merge_duplicate_probes() {
         let mut plan = Plan::default();
-        let a = plan.add(vec![Probe::Processes, Probe::Stat { path: "/a".into() }]);
-        let b = plan.add(vec![Probe::Stat { path: "/a".into() }, Probe::Clipboard]);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        plan.add(
+            &[Probe::Processes, Probe::Stat { path: "/a".into() }],
+            &mut a,
+        );
+        plan.add(
+            &[
+                Probe::Stat { path: "/a".into() },
+                Probe::Clipboard,
+                Probe::ReadFile {
+                    path: "/a".into(),
+                    max_len: 1,
+                },
+                Probe::ReadFile {
+                    path: "/a".into(),
+                    max_len: 2,
+                },
+                Probe::Processes,
+            ],
+            &mut b,
+        );
         assert_eq!(a, vec![0, 1]);
-        assert_eq!(b, vec![1, 2]);
-        assert_eq!(plan.probes().len(), 3);
+        assert_eq!(b, vec![1, 2, 3, 4, 0]);
+        assert_eq!(plan.len(), 5);
+        let probes = plan.into_probes();
+        assert_eq!(probes[0], Probe::Processes);
+        assert_eq!(probes[1], Probe::Stat { path: "/a".into() });
+        assert_eq!(
+            probes[4],
+            Probe::ReadFile {
+                path: "/a".into(),
+                max_len: 2
+            }
+        );
+    }
+
+    #[test]
+    fn only_cheap_reads_without_effects_are_prefetchable() {
+        assert!(prefetchable(&Probe::Stat { path: "/a".into() }));
+        assert!(prefetchable(&Probe::Clipboard));
+        assert!(!prefetchable(&Probe::Command {
+            argv: vec!["true".into()],
+            timeout_ms: 1,
+            max_output: 1
+        }));
+        assert!(!prefetchable(&Probe::UiTree(Default::default())));
+        assert!(!prefetchable(&Probe::Gsettings {
+            schema: "a.b".into(),
+            key: "c".into()
+        }));
     }
 
     #[test]

@@ -98,7 +98,6 @@ pub(crate) fn by_class(run: &RunDir) -> Table {
             .filter(|o| !o.termination.is_infrastructure())
             .collect();
         let seeds: BTreeSet<u64> = scored.iter().map(|o| o.seed).collect();
-        let spent: u64 = of_class.iter().map(|o| o.tokens).sum();
         let spread = |mean: f64, sd: f64| match seeds.len() {
             0 => "—".to_owned(),
             1 => format!("{} (1 seed)", pct(mean)),
@@ -117,10 +116,11 @@ pub(crate) fn by_class(run: &RunDir) -> Table {
             text(score(pct(s.success_rate))),
             text(score(pct(s.completion))),
             text(score(format!("{:.4}", s.execution_efficiency))),
-            text(if spent == 0 || none {
-                "—".to_owned()
-            } else {
-                format!("{:.4}", s.cost_efficiency * 1000.0)
+            text(match s.cost_efficiency {
+                _ if none => "—".to_owned(),
+                // No scored run spent tokens (oracle, random, human agents).
+                None => "n/a".to_owned(),
+                Some(ce) => format!("{:.4}", ce * 1000.0),
             }),
             text(score(format!("{:.1}", s.steps))),
             text(score(duration_ms(s.wall_s * 1000.0))),
@@ -149,7 +149,8 @@ pub(crate) fn by_class(run: &RunDir) -> Table {
         note: Some(
             "Scored runs exclude infrastructure failures (environment, evaluator, broken setup, \
              aborted). SR: success rate. CR: mean completion ratio (passed / total checkpoints). \
-             EE: CR per action. CE: CR per 1,000 tokens. Spread over seeds: mean ± sample \
+             EE: CR per action. CE: CR per 1,000 tokens, over the runs that spent tokens (n/a: \
+             none did, as with the oracle, random and human agents). Spread over seeds: mean ± sample \
              standard deviation of the per-repeat rates."
                 .to_owned(),
         ),

@@ -131,15 +131,17 @@ impl Default for Limits {
     }
 }
 
-/// How a task spans environments, for aggregating results.
+/// How a task spans environments, for aggregating results. A task that needs no environment
+/// (it judges only the agent's answers and typing) counts as single-desktop: it runs on
+/// whatever environment set it is given, in practice one desktop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PlatformClass {
-    /// One Linux desktop.
+    /// One Linux desktop (or no environment at all).
     SingleDesktop,
     /// One Android device.
     Android,
-    /// Several environments.
+    /// Two or more environments.
     CrossEnvironment,
 }
 
@@ -158,7 +160,7 @@ impl Task {
     pub fn platform_class(&self) -> PlatformClass {
         match self.envs.values().collect::<Vec<_>>().as_slice() {
             [one] if one.platform == Platform::Android => PlatformClass::Android,
-            [_] => PlatformClass::SingleDesktop,
+            [] | [_] => PlatformClass::SingleDesktop,
             _ => PlatformClass::CrossEnvironment,
         }
     }
@@ -280,6 +282,13 @@ mod tests {
             },
         );
         assert_eq!(cross.platform_class(), PlatformClass::CrossEnvironment);
+        let mut phone = cross.clone();
+        phone.envs.remove("desktop");
+        assert_eq!(phone.platform_class(), PlatformClass::Android);
+        // Answer-only tasks need no environment; they are not cross-environment.
+        let mut none = t;
+        none.envs.clear();
+        assert_eq!(none.platform_class(), PlatformClass::SingleDesktop);
     }
 
     #[test]

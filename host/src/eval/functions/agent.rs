@@ -21,12 +21,12 @@ struct AnswerArgs {
 struct TypedArgs {
     /// Text the agent must have typed (within one typing action).
     text: String,
-    /// Only count typing on this environment role.
+    /// Only count typing on this environment role (one the task declares).
     #[serde(default)]
     env: Option<String>,
-    /// Compare respecting case (default: ignore case, as CRAB does).
+    /// Compare ignoring case (CRAB's templates ask for it: CRAB's check ignores case).
     #[serde(default)]
-    case_sensitive: bool,
+    ignore_case: bool,
 }
 
 fn norm(s: &str, fold: bool) -> String {
@@ -80,7 +80,7 @@ impl Check for Typed {
     }
 
     fn judge(&self, _: &[&ProbeResult], log: &AgentLog) -> Result<Verdict, EvalError> {
-        let fold = !self.a.case_sensitive;
+        let fold = self.a.ignore_case;
         let want = norm(&self.a.text, fold);
         let typed: Vec<&str> = log.typed(self.a.env.as_deref()).collect();
         Ok(match typed.iter().find(|t| norm(t, fold).contains(&want)) {
@@ -131,7 +131,7 @@ pub(super) fn register(lib: &mut Library) {
     );
     lib.add(
         "typed_contains",
-        "One of the agent's typing actions contains the text (case-insensitive unless asked).",
+        "One of the agent's typing actions contains the text (on one environment if `env` is given).",
         Reads::Agent,
         r#"{"text": "hello world"}"#,
         |a: TypedArgs, _| Ok(Typed { a }),

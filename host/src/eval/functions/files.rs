@@ -3,6 +3,7 @@
 use super::system::final_line;
 use super::{ANY, LINUX, Library, Reads, clip};
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
+use pincer_shared::WireError;
 use pincer_shared::limits::MAX_INLINE_FILE;
 use pincer_shared::probe::{FileContent, FileKind, Probe, ProbeReply};
 use schemars::JsonSchema;
@@ -15,26 +16,83 @@ struct PathArgs {
     path: String,
 }
 
-/// Existence of a path of a kind.
+/// Existence of a path of a kind, following a symbolic link. The guest's stat does not
+/// follow links, so a second probe reads through one: for a file, a zero-length read
+/// (which opens the link's target and reports its size); for a directory, a stat of
+/// `path/.` (which resolves to the target directory). Its reply is used only when the path
+/// is a link.
 #[derive(Debug)]
 struct Exists {
     path: String,
     kind: FileKind,
 }
 
-impl Check for Exists {
-    fn probes(&self) -> Vec<Probe> {
-        vec![Probe::Stat {
-            path: self.path.clone(),
-        }]
-    }
-
-    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
-        let what = if self.kind == FileKind::Dir {
+impl Exists {
+    fn what(&self) -> &'static str {
+        if self.kind == FileKind::Dir {
             "directory"
         } else {
             "file"
+        }
+    }
+
+    /// The verdict on a symbolic link, from the probe that read through it.
+    fn through_link(&self, r: &ProbeResult) -> Result<Verdict, EvalError> {
+        let (p, what) = (&self.path, self.what());
+        Ok(match (self.kind, r) {
+            (FileKind::Dir, Ok(ProbeReply::Stat(t))) if t.exists => Verdict::when(
+                t.kind == Some(FileKind::Dir),
+                format!("directory {p} exists (a symbolic link to a directory)"),
+                format!("{p} is a symbolic link to a {:?}, not a directory", t.kind),
+            ),
+            (FileKind::Dir, Ok(ProbeReply::Stat(_))) | (_, Ok(ProbeReply::File(None))) => {
+                Verdict::fail(format!("{p} is a dangling symbolic link"))
+            }
+            // `path/.` of a link to anything but a directory fails to resolve.
+            (FileKind::Dir, Err(e)) => Verdict::fail(format!(
+                "{p} is a symbolic link to something that is not a directory ({e})"
+            )),
+            (_, Ok(ProbeReply::File(Some(f)))) => Verdict::pass(format!(
+                "file {p} exists (a symbolic link to a file, {} bytes)",
+                f.total_size
+            )),
+            // The guest refuses to read a directory as a file.
+            (_, Err(WireError::InvalidArgument { .. })) => Verdict::fail(format!(
+                "{p} is a symbolic link to a directory, not a {what}"
+            )),
+            (_, Err(error)) => {
+                return Err(EvalError::Probe {
+                    probe: "read through link".into(),
+                    error: error.clone(),
+                });
+            }
+            (_, Ok(other)) => return Err(unexpected("read through link", other)),
+        })
+    }
+}
+
+impl Check for Exists {
+    fn probes(&self) -> Vec<Probe> {
+        let through = if self.kind == FileKind::Dir {
+            Probe::Stat {
+                path: format!("{}/.", self.path.trim_end_matches('/')),
+            }
+        } else {
+            Probe::ReadFile {
+                path: self.path.clone(),
+                max_len: 0,
+            }
         };
+        vec![
+            Probe::Stat {
+                path: self.path.clone(),
+            },
+            through,
+        ]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let what = self.what();
         let s = match reply(r[0], "stat")? {
             ProbeReply::Stat(s) => s,
             other => return Err(unexpected("stat", other)),
@@ -42,6 +100,7 @@ impl Check for Exists {
         let there = s.exists && s.kind == Some(self.kind);
         let seen = match (s.exists, s.kind) {
             (false, _) => format!("{} does not exist", self.path),
+            (true, Some(FileKind::Symlink)) => return self.through_link(r[1]),
             (true, Some(k)) if k == self.kind => {
                 format!("{what} {} exists ({} bytes)", self.path, s.size)
             }
@@ -86,6 +145,12 @@ fn read<'a>(
         }
         // A symlink is read through.
         Some(FileKind::File | FileKind::Symlink) => {}
+    }
+    if s.kind == Some(FileKind::Symlink) && matches!(r[1], Err(WireError::InvalidArgument { .. })) {
+        // The guest refuses to read a directory as a file.
+        return Ok(Err(format!(
+            "{path} is a symbolic link to a directory, not a {what}"
+        )));
     }
     match reply(r[1], "read file")? {
         ProbeReply::File(Some(f)) => Ok(Ok(f)),
@@ -158,6 +223,15 @@ impl Check for FileText {
             Ok(f) => f,
             Err(seen) => return Ok(Verdict::fail(seen)),
         };
+        // Judging the part that was read could pass a file whose text differs further on.
+        if f.total_size > f.bytes.len() as u64 {
+            return Ok(Verdict::fail(format!(
+                "file {} is {} bytes, more than the {} MiB pincer reads for a check: it was not judged",
+                self.path,
+                f.total_size,
+                MAX_INLINE_FILE / (1024 * 1024)
+            )));
+        }
         let text = String::from_utf8_lossy(&f.bytes);
         let p = &self.path;
         Ok(match &self.test {

@@ -206,6 +206,24 @@ impl Library {
         }
     }
 
+    /// Environment roles named by the arguments of an agent-log function (`env` of
+    /// `typed_contains`) or of any inner function of a combinator, with the function naming
+    /// each; validation checks them against the task's roles.
+    pub fn roles_in_args(&self, name: &str, args: &serde_json::Value) -> Vec<(String, String)> {
+        match self.defs.get(name).map(|d| d.reads) {
+            Some(Reads::Agent) => args
+                .get("env")
+                .and_then(serde_json::Value::as_str)
+                .map(|r| vec![(name.to_owned(), r.to_owned())])
+                .unwrap_or_default(),
+            Some(Reads::Inner) => logic::inner_specs(args)
+                .iter()
+                .flat_map(|(n, a)| self.roles_in_args(n, a))
+                .collect(),
+            Some(Reads::Env(_)) | None => Vec::new(),
+        }
+    }
+
     /// Platforms the function (and for combinators, every inner function) works on.
     pub fn platforms(&self, name: &str, args: &serde_json::Value) -> Option<Vec<Platform>> {
         match self.defs.get(name)?.reads {
@@ -295,6 +313,26 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{}: {e}", def.name));
             assert!(!def.summary.is_empty());
         }
+    }
+
+    #[test]
+    fn roles_named_in_arguments_are_found_inside_combinators() {
+        let lib = Library::standard();
+        let typed = serde_json::json!({"text": "x", "env": "phone"});
+        assert_eq!(
+            lib.roles_in_args("typed_contains", &typed),
+            [("typed_contains".to_owned(), "phone".to_owned())]
+        );
+        let nested = serde_json::json!({"check": "typed_contains", "args": typed});
+        assert_eq!(lib.roles_in_args("not", &nested).len(), 1);
+        assert!(
+            lib.roles_in_args("typed_contains", &serde_json::json!({"text": "x"}))
+                .is_empty()
+        );
+        assert!(
+            lib.roles_in_args("file_exists", &serde_json::json!({"path": "/env"}))
+                .is_empty()
+        );
     }
 
     #[test]

@@ -1,0 +1,354 @@
+//! `pincer task ...` end to end, through the real binary: listing, showing, validating,
+//! graphs, the function and schema catalogues, seeded composition, the CRAB import of the
+//! vendored Benchmark-v0 files, and `task check` against a real local desktop.
+
+use pincer_tests::Sandbox;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// The repository root (this crate is `tests/`).
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs `pincer ARGS`, insisting it fails; returns stdout and stderr together.
+fn pincer_err(sb: &Sandbox, args: &[&str]) -> String {
+    let out = sb.pincer(args);
+    assert!(
+        !out.status.success(),
+        "pincer {args:?} should fail:\n{}",
+        stdout(&out)
+    );
+    format!("{}{}", stdout(&out), stderr(&out))
+}
+
+/// A valid task on one desktop: setup writes a file; one checkpoint holds after setup, one
+/// (waiting for the first) does not, and an agent-log one never does before the agent acts.
+fn good_task(id: &str) -> Value {
+    json!({
+        "id": id,
+        "instruction": "Append a line to the notes.",
+        "envs": {"desktop": {"platform": "linux"}},
+        "setup": {"desktop": [
+            {"do": "write_file", "path": "~/cli/notes.txt", "content": "first line\n"}
+        ]},
+        "checkpoints": [
+            {"id": "present", "env": "desktop", "check": "file_exists",
+             "args": {"path": "~/cli/notes.txt"}},
+            {"id": "appended", "env": "desktop", "check": "file_contains",
+             "args": {"path": "~/cli/notes.txt", "text": "second line"}, "after": ["present"]},
+            {"id": "typed", "check": "typed_contains", "args": {"text": "second line"}}
+        ]
+    })
+}
+
+fn write_json(path: &Path, v: &Value) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, serde_json::to_string_pretty(v).unwrap()).unwrap();
+}
+
+#[test]
+fn list_and_show_the_bundled_tasks() {
+    let sb = Sandbox::new();
+    let list = sb.pincer_ok(&["task", "list", "--tasks", "demo"]);
+    let head = list.lines().next().unwrap();
+    assert!(
+        head.starts_with("id") && head.contains("class") && head.contains("instruction"),
+        "{list}"
+    );
+    assert!(
+        list.contains("cross-copy-access-code") && list.contains("cross-environment"),
+        "{list}"
+    );
+    let count: usize = list
+        .lines()
+        .last()
+        .and_then(|l| l.strip_suffix(" tasks"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count line:\n{list}"));
+    assert_eq!(count, list.lines().count() - 2, "{list}");
+
+    let shown = sb.pincer_ok(&["task", "show", "example-note-in-mousepad"]);
+    let task: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(task["id"], "example-note-in-mousepad");
+    assert_eq!(task["checkpoints"].as_array().unwrap().len(), 4);
+
+    let e = pincer_err(&sb, &["task", "show", "no-such-task"]);
+    assert!(
+        e.contains("no task 'no-such-task'") && e.contains("example-note-in-mousepad"),
+        "{e}"
+    );
+}
+
+#[test]
+fn validate_accepts_a_good_directory_and_names_what_is_wrong_in_a_bad_file() {
+    let sb = Sandbox::new();
+    let good = sb.path().join("good");
+    write_json(&good.join("a.json"), &good_task("cli-a"));
+    write_json(&good.join("more/b.json"), &good_task("cli-b"));
+    let out = sb.pincer_ok(&["task", "validate", "--tasks", good.to_str().unwrap()]);
+    assert!(out.contains("ok   cli-a (3 checkpoints)"), "{out}");
+    assert!(out.contains("all 2 tasks are valid"), "{out}");
+
+    // A type error: the file, the path inside it and what was expected.
+    let bad = sb.path().join("bad/steps.json");
+    let mut t = good_task("cli-bad");
+    t["limits"] = json!({"max_steps": "ten"});
+    write_json(&bad, &t);
+    let e = pincer_err(&sb, &["task", "validate", "--tasks", bad.to_str().unwrap()]);
+    assert!(e.contains("bad/steps.json"), "{e}");
+    assert!(e.contains("at `limits.max_steps`"), "{e}");
+    assert!(
+        e.contains("invalid type: string \"ten\", expected u32"),
+        "{e}"
+    );
+
+    // A graph error: the task loads, validation lists every problem.
+    let cyclic = sb.path().join("cyclic/c.json");
+    let mut t = good_task("cli-cycle");
+    t["checkpoints"][0]["after"] = json!(["appended"]);
+    t["checkpoints"][2]["args"]["env"] = json!("phone");
+    write_json(&cyclic, &t);
+    let e = pincer_err(
+        &sb,
+        &["task", "validate", "--tasks", cyclic.to_str().unwrap()],
+    );
+    assert!(e.contains("FAIL") && e.contains("cyclic/c.json"), "{e}");
+    assert!(
+        e.contains("the checkpoints appended -> present -> appended form a cycle"),
+        "{e}"
+    );
+    assert!(
+        e.contains("typed_contains names environment 'phone'"),
+        "{e}"
+    );
+    assert!(e.contains("1 of 1 tasks are invalid"), "{e}");
+}
+
+#[test]
+fn graphs_export_as_dot_and_mermaid() {
+    let sb = Sandbox::new();
+    let dot = sb.pincer_ok(&[
+        "task",
+        "graph",
+        "example-note-in-mousepad",
+        "--format",
+        "dot",
+    ]);
+    assert!(
+        dot.starts_with("digraph \"example-note-in-mousepad\" {"),
+        "{dot}"
+    );
+    assert!(dot.contains("\"typed\" -> \"saved\";"), "{dot}");
+    assert!(dot.contains("file_exists(desktop)"), "{dot}");
+    assert!(dot.trim_end().ends_with('}'), "{dot}");
+    let mermaid = sb.pincer_ok(&[
+        "task",
+        "graph",
+        "example-note-in-mousepad",
+        "--format",
+        "mermaid",
+    ]);
+    assert!(mermaid.starts_with("flowchart LR"), "{mermaid}");
+    assert!(
+        mermaid.contains("n0 --> n1") && mermaid.contains("n1 --> n3"),
+        "{mermaid}"
+    );
+    assert!(mermaid.contains("typed_contains(agent)"), "{mermaid}");
+}
+
+#[test]
+fn functions_and_the_schema_are_printed() {
+    let sb = Sandbox::new();
+    let f = sb.pincer_ok(&["task", "functions"]);
+    for name in [
+        "file_exists",
+        "typed_contains",
+        "command_output_matches",
+        "not",
+    ] {
+        assert!(
+            f.lines().any(|l| l.starts_with(name)),
+            "{name} missing:\n{f}"
+        );
+    }
+    assert!(f.contains("e.g. {\"path\": \"~/notes.txt\"}"), "{f}");
+    let with = sb.pincer_ok(&["task", "functions", "--schemas"]);
+    assert!(with.contains("\"ignore_case\""), "{with}");
+    let schema: Value = serde_json::from_str(&sb.pincer_ok(&["task", "schema"])).unwrap();
+    assert_eq!(schema["title"], "Task");
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for field in ["id", "instruction", "envs", "checkpoints"] {
+        assert!(required.contains(&field), "{required:?}");
+    }
+}
+
+#[test]
+fn compose_is_reproducible_by_seed() {
+    let sb = Sandbox::new();
+    let compose = |seed: &str| {
+        sb.pincer_ok(&[
+            "task",
+            "compose",
+            "--templates",
+            "read-file,write-text",
+            "--seed",
+            seed,
+        ])
+    };
+    let a = compose("7");
+    assert_eq!(a, compose("7"), "the same seed gives the same task");
+    let task: Value = serde_json::from_str(&a).unwrap();
+    assert_eq!(task["id"], "read-file+write-text-seed7");
+    let others: std::collections::BTreeSet<String> =
+        (1..6).map(|s| compose(&s.to_string())).collect();
+    assert!(
+        others.len() >= 4 && !others.contains(&a),
+        "different seeds give different tasks"
+    );
+
+    // A written instruction, and the task written to a file that validates.
+    let out = sb.path().join("composed.json");
+    let said = sb.pincer_ok(&[
+        "task",
+        "compose",
+        "--templates",
+        "make-file,remove-file",
+        "--seed",
+        "3",
+        "--instruction",
+        "Tidy up.",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(said.contains("written to"), "{said}");
+    let task: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(task["instruction"], "Tidy up.");
+    let v = sb.pincer_ok(&["task", "validate", "--tasks", out.to_str().unwrap()]);
+    assert!(v.contains("all 1 tasks are valid"), "{v}");
+
+    // A CRAB template by id prefix draws from the CRAB pools.
+    let crab = sb.pincer_ok(&["task", "compose", "--templates", "217ababc", "--seed", "2"]);
+    let task: Value = serde_json::from_str(&crab).unwrap();
+    assert!(
+        task["instruction"]
+            .as_str()
+            .unwrap()
+            .contains("copy all files"),
+        "{crab}"
+    );
+
+    // Refusals say why.
+    let e = pincer_err(
+        &sb,
+        &["task", "compose", "--templates", "remove-file,make-file"],
+    );
+    assert!(e.contains("cannot feed"), "{e}");
+    let e = pincer_err(&sb, &["task", "compose", "--templates", "a313ea4d"]);
+    assert!(
+        e.contains("could be any of") && e.contains("download-url"),
+        "{e}"
+    );
+    let e = pincer_err(
+        &sb,
+        &[
+            "task",
+            "compose",
+            "--templates",
+            "a313ea4d-e501-4971-b4fe-db2aad19eac1",
+        ],
+    );
+    assert!(
+        e.contains("marked unsupported") && e.contains("live web"),
+        "{e}"
+    );
+}
+
+#[test]
+fn import_crab_reports_and_writes_the_vendored_benchmark() {
+    let sb = Sandbox::new();
+    let dir = repo().join("fixtures/crab-benchmark-v0");
+    let out = sb.path().join("crab");
+    let report = sb.pincer_ok(&[
+        "task",
+        "import-crab",
+        dir.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let total: Vec<&str> = report
+        .lines()
+        .find(|l| l.starts_with("total"))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    assert_eq!(total, ["total", "123", "123", "39", "84", "0"], "{report}");
+    assert!(
+        report.contains("37 of the 123 converted files link a sub-task"),
+        "{report}"
+    );
+    assert!(
+        report.contains("123 converted tasks written to"),
+        "{report}"
+    );
+    let written: usize = ["android", "ubuntu", "cross"]
+        .iter()
+        .map(|g| std::fs::read_dir(out.join(g)).unwrap().count())
+        .sum();
+    assert_eq!(written, 123);
+    // The written tasks load and validate as a task directory.
+    let v = sb.pincer_ok(&["task", "validate", "--tasks", out.to_str().unwrap()]);
+    assert!(v.contains("all 123 tasks are valid"), "{v}");
+}
+
+#[test]
+fn check_prints_every_checkpoint_on_a_live_desktop() {
+    let sb = Sandbox::new();
+    let dir = sb.path().join("tasks");
+    write_json(&dir.join("cli-check.json"), &good_task("cli-check"));
+    let tasks = dir.to_str().unwrap();
+    let _desktop = sb.desktop("cli-check", "800x600", &["--no-wm"]);
+
+    // Setup writes the file: the first checkpoint holds, the others do not, and every
+    // checkpoint is read, ready or not.
+    let out = sb.pincer_ok(&["task", "check", "cli-check", "--tasks", tasks]);
+    assert!(out.contains("setup desktop:"), "{out}");
+    assert!(
+        out.contains("PASS present: file ~/cli/notes.txt exists (11 bytes)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("fail appended (after present): file ~/cli/notes.txt contains 'first line"),
+        "{out}"
+    );
+    assert!(
+        out.contains("fail typed: the agent has typed nothing"),
+        "{out}"
+    );
+    assert!(out.contains("3 checkpoints read in"), "{out}");
+
+    // Without setup, on a desktop where the file was removed, nothing holds.
+    sb.pincer_ok(&["exec", "--", "sh", "-c", "rm -r ~/cli"]);
+    let out = sb.pincer_ok(&["task", "check", "cli-check", "--tasks", tasks, "--no-setup"]);
+    assert!(!out.contains("setup desktop:"), "{out}");
+    assert!(
+        out.contains("fail present: ~/cli/notes.txt does not exist"),
+        "{out}"
+    );
+
+    let e = pincer_err(&sb, &["task", "check", "no-such", "--tasks", tasks]);
+    assert!(e.contains("no task 'no-such'"), "{e}");
+}
