@@ -132,6 +132,20 @@ fn validate_accepts_a_good_directory_and_names_what_is_wrong_in_a_bad_file() {
         "{e}"
     );
     assert!(e.contains("1 of 1 tasks are invalid"), "{e}");
+
+    // An oracle that uses a value before reading it.
+    let oracle = sb.path().join("oracle/o.json");
+    let mut t = good_task("cli-oracle");
+    t["oracle"] = json!([{"do": "type", "text": "echo {{code}}"}]);
+    write_json(&oracle, &t);
+    let e = pincer_err(
+        &sb,
+        &["task", "validate", "--tasks", oracle.to_str().unwrap()],
+    );
+    assert!(
+        e.contains("task 'cli-oracle': oracle step 1 uses {{code}} before a `read` step sets it"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -152,11 +152,18 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
             let set = t.load()?;
             let mut bad = 0;
             for (task, src) in &set.tasks {
-                match Graph::build(task, &lib) {
-                    Ok(g) => println!("ok   {} ({} checkpoints) {src}", task.id, g.len()),
-                    Err(e) => {
+                let oracle = task.oracle.as_deref().map_or(Ok(()), task::oracle::check);
+                match (Graph::build(task, &lib), oracle) {
+                    (Ok(g), Ok(())) => {
+                        println!("ok   {} ({} checkpoints) {src}", task.id, g.len());
+                    }
+                    (Err(e), _) => {
                         bad += 1;
                         println!("FAIL {src}: {e}");
+                    }
+                    (_, Err(e)) => {
+                        bad += 1;
+                        println!("FAIL {src}: task '{}': {e}", task.id);
                     }
                 }
             }

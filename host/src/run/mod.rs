@@ -188,6 +188,9 @@ pub fn prepare(tasks: &[Task], lib: &Library) -> anyhow::Result<Vec<Arc<Graph>>>
             Ok(g) => graphs.push(Arc::new(g)),
             Err(e) => errors.push(e.to_string()),
         }
+        if let Some(Err(e)) = t.oracle.as_deref().map(crate::task::oracle::check) {
+            errors.push(format!("task '{}': {e}", t.id));
+        }
     }
     if !errors.is_empty() {
         bail!("{} invalid tasks:\n{}", errors.len(), errors.join("\n"));
