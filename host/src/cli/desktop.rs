@@ -223,6 +223,8 @@ async fn vnc(name: &str, port: u16, view_only: bool) -> anyhow::Result<()> {
     if view_only {
         cmd.arg("-viewonly");
     }
+    // Listen for Ctrl-C before saying we are up, so that an early one stops x11vnc cleanly.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut child = cmd.spawn().map_err(missing)?;
     println!(
         "desktop '{name}' ({}) on VNC at 127.0.0.1:{port}, password {password}{}",
@@ -241,7 +243,7 @@ async fn vnc(name: &str, port: u16, view_only: bool) -> anyhow::Result<()> {
             let status = status?;
             bail!("x11vnc ended with {status}; see {}", dir.join("vnc.log").display())
         }
-        _ = tokio::signal::ctrl_c() => {
+        _ = interrupt.recv() => {
             let _ = child.kill().await;
             Ok(())
         }

@@ -185,6 +185,10 @@ pub struct NodeProgress {
     pub id: String,
     /// The step at which it passed (0: before the first action).
     pub passed_at: Option<u32>,
+    /// When it passed, in milliseconds since the evaluation began (for people working on
+    /// a task, whose progress is not counted in actions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed_ms: Option<u64>,
     /// How many times it was checked.
     pub checks: u32,
     /// The latest verdict's feedback.
@@ -572,6 +576,8 @@ fn find_cycles(ids: &[&str], preds: &[Vec<usize>]) -> Vec<Vec<String>> {
 pub struct Evaluator {
     graph: Arc<Graph>,
     passed_at: Vec<Option<u32>>,
+    passed_ms: Vec<Option<u64>>,
+    started: std::time::Instant,
     remaining: Vec<usize>,
     checks: Vec<u32>,
     feedback: Vec<Option<String>>,
@@ -587,6 +593,8 @@ impl Evaluator {
             .collect();
         Self {
             passed_at: vec![None; graph.nodes.len()],
+            passed_ms: vec![None; graph.nodes.len()],
+            started: std::time::Instant::now(),
             checks: vec![0; graph.nodes.len()],
             feedback: vec![None; graph.nodes.len()],
             remaining,
@@ -664,6 +672,7 @@ impl Evaluator {
                 self.feedback[i] = Some(v.feedback);
                 if v.passed {
                     self.passed_at[i] = Some(step);
+                    self.passed_ms[i] = Some(self.started.elapsed().as_millis() as u64);
                     self.ready.remove(&i);
                     report.passed.push(n.id.clone());
                     newly.push(i);
@@ -741,6 +750,7 @@ impl Evaluator {
             .map(|(i, n)| NodeProgress {
                 id: n.id.clone(),
                 passed_at: self.passed_at[i],
+                passed_ms: self.passed_ms[i],
                 checks: self.checks[i],
                 feedback: self.feedback[i].clone(),
             })

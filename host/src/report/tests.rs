@@ -63,6 +63,7 @@ fn node(id: &str, passed_at: Option<u32>) -> NodeProgress {
     NodeProgress {
         id: id.into(),
         passed_at,
+        passed_ms: passed_at.map(|s| u64::from(s) * 1000),
         checks: 2,
         feedback: Some(format!("feedback of {id}")),
     }
