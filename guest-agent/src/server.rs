@@ -8,7 +8,7 @@ use crate::probe;
 use pincer_shared::codec::{self, Frame};
 use pincer_shared::handshake::{self, ClientHello, ServerHello};
 use pincer_shared::identity::Identity;
-use pincer_shared::limits::{MAX_HELLO, MAX_REQUEST_HEADER, MAX_RESPONSE_HEADER};
+use pincer_shared::limits::{MAX_HELLO, MAX_INLINE_FILE, MAX_REQUEST_HEADER, MAX_RESPONSE_HEADER};
 use pincer_shared::probe::FileStat;
 use pincer_shared::setup::Setup;
 use pincer_shared::transport::stream::{finish, read_header, write_body, write_header};
@@ -16,6 +16,7 @@ use pincer_shared::transport::{Link, RecvHalf, SendHalf, TransportError, close_c
 use pincer_shared::{ProtocolVersion, Request, Response, WireError};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
@@ -234,7 +235,62 @@ async fn reply(
 /// Bytes read from disk per chunk of a streamed file.
 const FILE_CHUNK: usize = 1024 * 1024;
 
-/// Streams (part of) a file as the reply body without holding it in memory: a blocking
+/// Most bytes read from a file that reports no size (`/proc`, `/sys`): such files are
+/// read to their end before the reply, whose header must give the length.
+const MAX_UNSIZED_READ: u64 = MAX_INLINE_FILE;
+
+/// What a file read sends after its header.
+enum FileBody {
+    /// `len` bytes streamed from the open file.
+    Stream(std::fs::File, u64),
+    /// Bytes already read (files that report no size).
+    Read(Vec<u8>),
+}
+
+/// Opens (part of) a regular file for a bulk read. Files whose size is known are streamed;
+/// files that report size 0 (`/proc`, `/sys`) are read to their end, up to
+/// [`MAX_UNSIZED_READ`].
+fn open_for_read(
+    path: &str,
+    offset: u64,
+    max_len: Option<u64>,
+) -> Result<(FileStat, FileBody), WireError> {
+    use std::io::{Read, Seek};
+    let (mut f, meta) =
+        probe::open_regular(path)?.ok_or_else(|| WireError::NotFound { path: path.into() })?;
+    let stat = probe::file_stat(path, &meta);
+    if offset > 0 {
+        f.seek(std::io::SeekFrom::Start(offset))
+            .map_err(|e| WireError::from_io(path, &e))?;
+    }
+    let want = max_len.unwrap_or(u64::MAX);
+    if meta.len() > 0 {
+        return Ok((
+            stat,
+            FileBody::Stream(f, meta.len().saturating_sub(offset).min(want)),
+        ));
+    }
+    let cap = want.min(MAX_UNSIZED_READ);
+    let mut bytes = Vec::new();
+    f.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| WireError::from_io(path, &e))?;
+    if bytes.len() as u64 > cap {
+        if cap < want {
+            return Err(WireError::TooLarge {
+                what: format!(
+                    "{path} (it reports no size, so it is read whole before sending; read it in parts with an offset and a length)"
+                ),
+                limit: cap,
+                got: bytes.len() as u64,
+            });
+        }
+        bytes.truncate(cap as usize);
+    }
+    Ok((stat, FileBody::Read(bytes)))
+}
+
+/// Sends (part of) a file as the reply body without holding it in memory: a blocking
 /// thread reads 1 MiB chunks (a few chunks ahead) while this task sends them.
 async fn send_file(
     send: &mut SendHalf,
@@ -243,42 +299,30 @@ async fn send_file(
     max_len: Option<u64>,
 ) -> Result<(), TransportError> {
     let owned = path.to_owned();
-    let opened = tokio::task::spawn_blocking(move || -> Result<_, WireError> {
-        use std::io::Seek;
-        let path = owned.as_str();
-        let stat: FileStat = probe::stat(path)?;
-        if !stat.exists {
-            return Err(WireError::NotFound { path: path.into() });
+    let opened = tokio::task::spawn_blocking(move || open_for_read(&owned, offset, max_len))
+        .await
+        .unwrap_or_else(|e| {
+            Err(WireError::Internal {
+                message: format!("file reader failed: {e}"),
+            })
+        });
+    let (mut file, len) = match opened {
+        Ok((stat, FileBody::Read(bytes))) => {
+            let len = bytes.len() as u64;
+            return reply(send, Response::File { stat, len }, Some(&bytes)).await;
         }
-        let mut f =
-            std::fs::File::open(probe::resolve(path)).map_err(|e| WireError::from_io(path, &e))?;
-        if offset > 0 {
-            f.seek(std::io::SeekFrom::Start(offset))
-                .map_err(|e| WireError::from_io(path, &e))?;
+        Ok((stat, FileBody::Stream(file, len))) => {
+            write_header(
+                send,
+                &Response::File { stat, len },
+                len,
+                MAX_RESPONSE_HEADER,
+            )
+            .await?;
+            (file, len)
         }
-        let len = stat
-            .size
-            .saturating_sub(offset)
-            .min(max_len.unwrap_or(u64::MAX));
-        Ok((f, stat, len))
-    })
-    .await
-    .unwrap_or_else(|e| {
-        Err(WireError::Internal {
-            message: format!("file reader failed: {e}"),
-        })
-    });
-    let (mut file, stat, len) = match opened {
-        Ok(v) => v,
         Err(e) => return reply(send, Response::Error(e), None).await,
     };
-    write_header(
-        send,
-        &Response::File { stat, len },
-        len,
-        MAX_RESPONSE_HEADER,
-    )
-    .await?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
     let reader = tokio::task::spawn_blocking(move || {
         use std::io::Read;
@@ -288,8 +332,12 @@ async fn send_file(
             let mut filled = 0;
             while filled < chunk.len() {
                 match file.read(&mut chunk[filled..]) {
-                    Ok(0) | Err(_) => break,
+                    Ok(0) => break,
                     Ok(n) => filled += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    // The header is out: stop short, and the host sees a truncated body
+                    // rather than made-up bytes.
+                    Err(_) => return,
                 }
             }
             // A file that shrank meanwhile is padded with zeros so the frame stays
@@ -329,17 +377,21 @@ async fn receive_file(
     let target = if append {
         dest.clone()
     } else {
+        // One temporary file per upload: two uploads to the same path at once must not
+        // write into each other's file.
+        static UPLOADS: AtomicU64 = AtomicU64::new(0);
         let name = dest
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        dest.with_file_name(format!(".{name}.pincer-{}", std::process::id()))
+        let n = UPLOADS.fetch_add(1, Ordering::Relaxed);
+        dest.with_file_name(format!(".{name}.pincer-{}-{n}", std::process::id()))
     };
     let mut f = tokio::fs::OpenOptions::new()
         .write(true)
-        .create(true)
+        .create(append)
+        .create_new(!append)
         .append(append)
-        .truncate(!append)
         .mode(mode & 0o7777)
         .open(&target)
         .await
@@ -364,5 +416,154 @@ async fn receive_file(
             let _ = tokio::fs::remove_file(&target).await;
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pincer_shared::limits::MAX_DOWNLOAD;
+    use pincer_shared::transport::stream::read_body;
+
+    /// A bulk read as the host sees it: the reply and its body.
+    async fn read(path: &str, offset: u64, max_len: Option<u64>) -> (Response, Vec<u8>) {
+        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+        let path = path.to_owned();
+        let sender = tokio::spawn(async move {
+            let mut send: SendHalf = Box::new(ours);
+            send_file(&mut send, &path, offset, max_len).await
+        });
+        let header = tokio::time::timeout(
+            Duration::from_secs(5),
+            read_header(&mut theirs, MAX_RESPONSE_HEADER),
+        )
+        .await
+        .expect("the guest answers at once")
+        .unwrap()
+        .unwrap();
+        let frame: Frame<Response> = codec::decode(&header, MAX_DOWNLOAD).unwrap();
+        let body = read_body(&mut theirs, frame.body_len).await.unwrap();
+        sender.await.unwrap().unwrap();
+        (frame.msg, body)
+    }
+
+    fn refused(reply: &Response, what: &str) {
+        match reply {
+            Response::Error(WireError::InvalidArgument { message }) => {
+                assert!(message.contains(what), "{message}");
+            }
+            other => panic!("expected a refusal naming {what}, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn bulk_reads_refuse_what_is_not_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        refused(
+            &read(dir.path().to_str().unwrap(), 0, None).await.0,
+            "directory",
+        );
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a plain syscall with a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        refused(&read(fifo.to_str().unwrap(), 0, None).await.0, "FIFO");
+        refused(&read("/dev/zero", 0, None).await.0, "device");
+        // The inline probe refuses the same, without blocking on the FIFO either.
+        assert!(matches!(
+            probe::read_file(fifo.to_str().unwrap(), 10),
+            Err(WireError::InvalidArgument { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn files_without_a_size_are_read_to_their_end() {
+        let (reply, body) = read("/proc/self/status", 0, None).await;
+        let Response::File { stat, len } = reply else {
+            panic!("{reply:?}");
+        };
+        assert_eq!(stat.size, 0, "procfs reports no size");
+        assert_eq!(len, body.len() as u64);
+        let text = String::from_utf8(body).unwrap();
+        assert!(
+            text.starts_with("Name:") && text.contains("VmRSS"),
+            "{text}"
+        );
+        let (_, part) = read("/proc/self/status", 2, Some(3)).await;
+        assert_eq!(part, b"me:");
+    }
+
+    #[tokio::test]
+    async fn bulk_reads_follow_symlinks_and_honour_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("data.txt");
+        std::fs::write(&file, "0123456789").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let (reply, body) = read(link.to_str().unwrap(), 0, None).await;
+        assert_eq!(body, b"0123456789");
+        assert!(matches!(reply, Response::File { stat, len: 10 } if stat.size == 10));
+        assert_eq!(read(link.to_str().unwrap(), 3, Some(4)).await.1, b"3456");
+        let missing = dir.path().join("missing");
+        assert!(matches!(
+            read(missing.to_str().unwrap(), 0, None).await.0,
+            Response::Error(WireError::NotFound { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn concurrent_uploads_to_one_path_do_not_mix() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("target.bin");
+        let bodies = [vec![b'a'; 200_000], vec![b'b'; 200_000]];
+        let mut writers = Vec::new();
+        let mut uploads = Vec::new();
+        for body in &bodies {
+            let (w, r) = tokio::io::duplex(8 * 1024);
+            writers.push(w);
+            let dest = dest.to_str().unwrap().to_owned();
+            let len = body.len() as u64;
+            uploads.push(tokio::spawn(async move {
+                let mut recv: RecvHalf = Box::new(r);
+                receive_file(&mut recv, len, &dest, 0o644, false, false).await
+            }));
+        }
+        // Both uploads are under way before either ends.
+        let half = bodies[0].len() / 2;
+        for (w, body) in writers.iter_mut().zip(&bodies) {
+            w.write_all(&body[..half]).await.unwrap();
+        }
+        for (w, body) in writers.iter_mut().zip(&bodies) {
+            w.write_all(&body[half..]).await.unwrap();
+        }
+        for upload in uploads {
+            upload.await.unwrap().expect("each upload succeeds");
+        }
+        let got = std::fs::read(&dest).unwrap();
+        assert!(
+            got == bodies[0] || got == bodies[1],
+            "the file mixes both uploads"
+        );
+        let mut names = Vec::new();
+        let mut rd = tokio::fs::read_dir(dir.path()).await.unwrap();
+        while let Some(e) = rd.next_entry().await.unwrap() {
+            names.push(e.file_name().to_string_lossy().into_owned());
+        }
+        assert_eq!(names, ["target.bin"], "temporary files left behind");
+        // A short upload fails and leaves nothing behind.
+        let (mut w, r) = tokio::io::duplex(1024);
+        w.write_all(b"abc").await.unwrap();
+        drop(w);
+        let mut recv: RecvHalf = Box::new(r);
+        let short = receive_file(&mut recv, 10, dest.to_str().unwrap(), 0o644, false, false).await;
+        assert!(
+            matches!(short, Err(WireError::Malformed { .. })),
+            "{short:?}"
+        );
+        assert_eq!(
+            std::fs::read(&dest).unwrap(),
+            got,
+            "a failed upload replaced the file"
+        );
     }
 }
