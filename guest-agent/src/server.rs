@@ -11,6 +11,7 @@ use pincer_shared::identity::Identity;
 use pincer_shared::limits::{MAX_HELLO, MAX_INLINE_FILE, MAX_REQUEST_HEADER, MAX_RESPONSE_HEADER};
 use pincer_shared::probe::FileStat;
 use pincer_shared::setup::Setup;
+use pincer_shared::transport::admission::{Admission, Limits};
 use pincer_shared::transport::stream::{finish, read_header, write_body, write_header};
 use pincer_shared::transport::{Link, RecvHalf, SendHalf, TransportError, close_code, quic};
 use pincer_shared::{ProtocolVersion, Request, Response, WireError};
@@ -21,30 +22,56 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
-/// Most connections served at once; more are refused at the QUIC level.
-const MAX_CONNECTIONS: usize = 64;
+/// How many connections are served: authenticated ones, and ones still in TLS or their
+/// hello. Peers that never authenticate only ever hold the small pending budget, for at
+/// most [`PREAUTH_TIMEOUT`], never an authenticated host's place.
+const ADMISSION: Limits = Limits {
+    pending: 16,
+    pending_per_peer: 4,
+    live: 64,
+};
 /// Most requests in flight on one connection.
 const MAX_IN_FLIGHT: usize = 256;
-/// How long a new connection may take to send its hello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new connection may take for its TLS handshake and its hello. Hosts give
+/// themselves 3 s for each.
+const PREAUTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Accepts connections on `endpoint` until it is closed.
 pub(crate) async fn listen(guest: Arc<Guest>, endpoint: quinn::Endpoint) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let admission = Admission::new(ADMISSION);
     while let Some(incoming) = endpoint.accept().await {
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(peer = %incoming.remote_address(), "refusing connection: {MAX_CONNECTIONS} already open");
-            incoming.refuse();
-            continue;
+        let peer = incoming.remote_address();
+        let pending = match admission.begin(peer.ip()) {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::warn!(%peer, "refusing connection: {why}");
+                incoming.refuse();
+                continue;
+            }
         };
         let guest = guest.clone();
         tokio::spawn(async move {
-            let peer = incoming.remote_address();
-            match incoming.await {
-                Ok(conn) => serve(guest, Link::Quic(conn)).await,
-                Err(e) => tracing::info!(%peer, "connection failed during TLS: {e}"),
-            }
-            drop(permit);
+            let started = tokio::time::Instant::now();
+            let conn = match tokio::time::timeout(PREAUTH_TIMEOUT, incoming).await {
+                Ok(Ok(conn)) => conn,
+                Ok(Err(e)) => return tracing::info!(%peer, "connection failed during TLS: {e}"),
+                Err(_) => {
+                    return tracing::info!(%peer, "no TLS handshake within {PREAUTH_TIMEOUT:?}");
+                }
+            };
+            let link = Link::Quic(conn);
+            let left = PREAUTH_TIMEOUT.saturating_sub(started.elapsed());
+            let Some(version) = authenticate_within(&guest, &link, left).await else {
+                return;
+            };
+            let _live = match pending.authenticated() {
+                Ok(live) => live,
+                Err(why) => {
+                    tracing::warn!(%peer, "closing authenticated connection: {why}");
+                    return link.close(close_code::BUSY, &why.to_string());
+                }
+            };
+            serve(guest, link, version).await;
         });
     }
 }
@@ -68,7 +95,10 @@ pub(crate) async fn dial(
             Ok(conn) => {
                 tracing::info!(host = %addr, "connected to host");
                 backoff = Duration::from_millis(250);
-                serve(guest.clone(), Link::Quic(conn)).await;
+                let link = Link::Quic(conn);
+                if let Some(version) = authenticate_within(&guest, &link, PREAUTH_TIMEOUT).await {
+                    serve(guest.clone(), link, version).await;
+                }
                 tracing::info!(host = %addr, "connection to host ended; redialling");
             }
             Err(e) => {
@@ -80,24 +110,34 @@ pub(crate) async fn dial(
     }
 }
 
-/// Authenticates a connection, then serves its streams until it closes.
-async fn serve(guest: Arc<Guest>, link: Link) {
+/// Runs the handshake on a new connection within `limit`; on failure, says why in the log
+/// and closes the connection.
+async fn authenticate_within(
+    guest: &Guest,
+    link: &Link,
+    limit: Duration,
+) -> Option<ProtocolVersion> {
     let peer = link.remote_addr();
-    let version = match tokio::time::timeout(HELLO_TIMEOUT, authenticate(&guest, &link)).await {
-        Ok(Ok(v)) => v,
+    match tokio::time::timeout(limit, authenticate(guest, link)).await {
+        Ok(Ok(v)) => Some(v),
         Ok(Err(e)) => {
             tracing::warn!(%peer, "handshake failed: {e}");
             // Let the rejection reach the peer before closing.
             tokio::time::sleep(Duration::from_millis(50)).await;
             link.close(close_code::HANDSHAKE, "handshake failed");
-            return;
+            None
         }
         Err(_) => {
-            tracing::warn!(%peer, "no hello within {HELLO_TIMEOUT:?}; closing");
+            tracing::warn!(%peer, "no hello within {limit:?}; closing");
             link.close(close_code::HANDSHAKE, "no hello");
-            return;
+            None
         }
-    };
+    }
+}
+
+/// Serves an authenticated connection's streams until it closes.
+async fn serve(guest: Arc<Guest>, link: Link, version: ProtocolVersion) {
+    let peer = link.remote_addr();
     tracing::info!(%peer, %version, "host authenticated");
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     loop {
@@ -422,6 +462,8 @@ async fn receive_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guest::Config;
+    use pincer_shared::identity::Token;
     use pincer_shared::limits::MAX_DOWNLOAD;
     use pincer_shared::transport::stream::read_body;
 
@@ -565,5 +607,82 @@ mod tests {
             got,
             "a failed upload replaced the file"
         );
+    }
+
+    /// A client endpoint dialling from `ip`, and a connection from it to `guest_addr`.
+    async fn dial_from(
+        ip: [u8; 4],
+        guest_addr: SocketAddr,
+        id: &Identity,
+    ) -> (quinn::Endpoint, Result<Link, TransportError>) {
+        let ep = quinn::Endpoint::client((ip, 0).into()).unwrap();
+        let pin = quic::ServerPin::Pinned(id.fingerprint());
+        let (cfg, seen) = quic::client_config(pin, None).unwrap();
+        let conn = quic::connect(&ep, guest_addr, cfg, &seen, pin).await;
+        (ep, conn.map(Link::Quic))
+    }
+
+    /// The host's side of the handshake, then a ping.
+    async fn hello_and_ping(link: &Link, token: &Token) -> Response {
+        let hello = handshake::client_hello(token, "test-host", &link.exporter().unwrap());
+        let (mut s, mut r) = link.open().await.unwrap();
+        write_header(&mut s, &hello, 0, MAX_HELLO).await.unwrap();
+        finish(&mut s).await.unwrap();
+        let h = read_header(&mut r, MAX_HELLO).await.unwrap().unwrap();
+        let answer: ServerHello = codec::decode(&h, 0).unwrap().msg;
+        assert!(matches!(answer, ServerHello::Accepted(_)), "{answer:?}");
+        let (mut s, mut r) = link.open().await.unwrap();
+        write_header(&mut s, &Request::Ping, 0, MAX_REQUEST_HEADER)
+            .await
+            .unwrap();
+        finish(&mut s).await.unwrap();
+        let h = read_header(&mut r, MAX_RESPONSE_HEADER)
+            .await
+            .unwrap()
+            .unwrap();
+        codec::decode_response(&h).unwrap().msg
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn silent_peers_cannot_crowd_out_hosts() {
+        let id = Identity::generate("guest").unwrap();
+        let token = Token::generate();
+        let guest = Arc::new(Guest::new(Config {
+            name: "admission".into(),
+            token: token.clone(),
+            read_only: true,
+            display: Some(":65000".into()),
+            process_session: None,
+        }));
+        let cfg = quic::server_config(&id, false).unwrap();
+        let endpoint = quic::server_endpoint("127.0.0.1:0".parse().unwrap(), cfg, &id).unwrap();
+        let addr = endpoint.local_addr().unwrap();
+        tokio::spawn(listen(guest, endpoint.clone()));
+
+        // One address opens connections and never says hello: it gets a few places only.
+        let mut silent = Vec::new();
+        for _ in 0..ADMISSION.pending_per_peer {
+            let (ep, link) = dial_from([127, 0, 0, 1], addr, &id).await;
+            silent.push((ep, link.expect("TLS completes")));
+        }
+        let (_ep, refused) = dial_from([127, 0, 0, 1], addr, &id).await;
+        assert!(refused.is_err(), "a fifth silent connection was accepted");
+
+        // Meanwhile a host from elsewhere connects and is served at once.
+        let (_host_ep, host) = dial_from([127, 0, 0, 2], addr, &id).await;
+        let pong = hello_and_ping(&host.unwrap(), &token).await;
+        assert!(matches!(pong, Response::Pong { .. }), "{pong:?}");
+
+        // The silent ones are shed after the pre-authentication timeout, freeing places.
+        for (_, link) in &silent {
+            let why = tokio::time::timeout(PREAUTH_TIMEOUT + Duration::from_secs(2), link.closed())
+                .await
+                .expect("a silent connection is closed");
+            assert!(why.contains("no hello"), "{why}");
+        }
+        let (_ep, again) = dial_from([127, 0, 0, 1], addr, &id).await;
+        let pong = hello_and_ping(&again.unwrap(), &token).await;
+        assert!(matches!(pong, Response::Pong { .. }), "{pong:?}");
+        endpoint.close(0u32.into(), b"done");
     }
 }
