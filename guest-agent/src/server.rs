@@ -76,6 +76,14 @@ pub(crate) async fn listen(guest: Arc<Guest>, endpoint: quinn::Endpoint) {
     }
 }
 
+/// Longest a single dial attempt waits for the host's answer. QUIC retransmits the first
+/// packet with doubling gaps and gives up only at the idle timeout (20 s), so a long
+/// attempt would sleep through a host that starts listening meanwhile.
+const DIAL_ATTEMPT: Duration = Duration::from_secs(2);
+/// Longest pause between dial attempts. Host commands wait a few seconds for a guest that
+/// dials in, so the guest must try about once a second while nobody listens.
+const MAX_REDIAL_PAUSE: Duration = Duration::from_secs(1);
+
 /// Dials the host at `addr` and serves it; redials with backoff whenever the connection
 /// drops, until the process is stopped.
 pub(crate) async fn dial(
@@ -86,27 +94,41 @@ pub(crate) async fn dial(
     pin: quic::ServerPin,
 ) {
     let mut backoff = Duration::from_millis(250);
+    let mut failures = 0u32;
     loop {
         let attempt = async {
-            let (cfg, seen) = quic::client_config(pin, Some(&identity))?;
-            quic::connect(&endpoint, addr, cfg, &seen, pin).await
+            let (cfg, seen) =
+                quic::client_config(pin, Some(&identity)).map_err(|e| e.to_string())?;
+            quic::connect(&endpoint, addr, cfg, &seen, pin)
+                .await
+                .map_err(|e| e.to_string())
         };
-        match attempt.await {
+        let attempt = tokio::time::timeout(DIAL_ATTEMPT, attempt)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {DIAL_ATTEMPT:?}")));
+        match attempt {
             Ok(conn) => {
                 tracing::info!(host = %addr, "connected to host");
                 backoff = Duration::from_millis(250);
+                failures = 0;
                 let link = Link::Quic(conn);
                 if let Some(version) = authenticate_within(&guest, &link, PREAUTH_TIMEOUT).await {
                     serve(guest.clone(), link, version).await;
                 }
                 tracing::info!(host = %addr, "connection to host ended; redialling");
             }
+            // Said once per outage: a guest may wait for its host for days.
+            Err(e) if failures == 0 => {
+                failures += 1;
+                tracing::warn!(host = %addr, "cannot reach host: {e}; retrying about every second until it listens");
+            }
             Err(e) => {
-                tracing::warn!(host = %addr, "cannot reach host: {e}; retrying in {backoff:?}");
+                failures += 1;
+                tracing::debug!(host = %addr, failures, "cannot reach host: {e}");
             }
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(10));
+        backoff = (backoff * 2).min(MAX_REDIAL_PAUSE);
     }
 }
 
