@@ -443,6 +443,60 @@ async fn dial_in_guests_are_reached_by_name_from_every_command() {
     );
 }
 
+/// What identifies a desktop's processes, from its state file.
+struct DesktopTraits {
+    marker: String,
+    display: String,
+    bus: String,
+    dir: String,
+}
+
+/// Every live process of the machine that belongs to the desktop by a reading of /proc
+/// that does not share `desktop down`'s rule (session or marker): the marker, the display
+/// or the bus in its environment, or the desktop's directory (Xvfb's auth file, the D-Bus
+/// sockets, the AT-SPI bus) in its command line. Each as (pid, comm, command line).
+fn belonging_to(d: &DesktopTraits) -> Vec<(u32, String, String)> {
+    let wanted_env = [
+        format!("PINCER_DESKTOP_ID={}", d.marker),
+        format!("DISPLAY={}", d.display),
+        format!("DBUS_SESSION_BUS_ADDRESS={}", d.bus),
+    ];
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let dead = stat
+            .rfind(')')
+            .and_then(|i| stat.get(i + 2..i + 3))
+            .is_none_or(|state| state == "Z" || state == "X");
+        if pid == me || dead {
+            continue;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let by_env = environ
+            .split(|b| *b == 0)
+            .any(|kv| wanted_env.iter().any(|w| kv == w.as_bytes()));
+        if by_env || cmdline.contains(&d.dir) {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            found.push((pid, comm.trim().to_owned(), cmdline));
+        }
+    }
+    found
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn desktop_down_stops_every_process_including_activated_helpers() {
     let sb = Sandbox::new();
@@ -461,16 +515,37 @@ async fn desktop_down_stops_every_process_including_activated_helpers() {
     .unwrap();
     // A tree walk makes D-Bus activate the AT-SPI registry daemon.
     let _ = pincer_tests::wait_for_node(&env, "zenity", |n| n.role == "push button").await;
-    let sid = d.state()["supervisor_pid"].as_u64().unwrap() as u32;
-    let members = || pincer::desktop::desktop_processes(sid, &format!("teardown-{sid}"));
-    let names: Vec<String> = members()
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
-        .map(|s| s.trim().to_owned())
-        .collect();
-    for want in [
-        "Xvfb",
-        "dbus-daemon",
+    let state = d.state();
+    let var = |k: &str| state["env"][k].as_str().unwrap().to_owned();
+    let traits = DesktopTraits {
+        marker: var("PINCER_DESKTOP_ID"),
+        display: var("DISPLAY"),
+        bus: var("DBUS_SESSION_BUS_ADDRESS"),
+        dir: sb
+            .path()
+            .join("state/desktops/teardown")
+            .display()
+            .to_string(),
+    };
+    let before = belonging_to(&traits);
+    let named = |comm: &str, with: &str| {
+        before
+            .iter()
+            .any(|(_, c, cmd)| c == comm && cmd.contains(with))
+    };
+    // The scan sees each part by name, with what makes it this desktop's.
+    let auth = format!("{}/runtime/Xauthority", traits.dir);
+    let bus_path = traits.bus.trim_start_matches("unix:path=");
+    let bus_path = bus_path.split(',').next().unwrap();
+    assert!(
+        named("Xvfb", &auth),
+        "Xvfb with this desktop's auth: {before:?}"
+    );
+    assert!(
+        named("dbus-daemon", bus_path),
+        "the session bus at {bus_path}: {before:?}"
+    );
+    for helper in [
         "openbox",
         "pincer-agent",
         "zenity",
@@ -478,14 +553,23 @@ async fn desktop_down_stops_every_process_including_activated_helpers() {
         "at-spi2-registr",
     ] {
         assert!(
-            names.iter().any(|n| n == want),
-            "{want} not running before down: {names:?}"
+            named(helper, ""),
+            "{helper} not found before down: {before:?}"
         );
     }
+    // The AT-SPI bus's own dbus-daemon, started by the launcher, not by the supervisor.
+    let buses = before.iter().filter(|(_, c, _)| c == "dbus-daemon").count();
+    assert!(buses >= 2, "the accessibility bus is missing: {before:?}");
+
     let out = sb.pincer_ok(&["desktop", "down", "teardown"]);
     assert!(out.contains("stopped"), "{out}");
-    let left = members();
+    let left = belonging_to(&traits);
     assert!(left.is_empty(), "processes left after down: {left:?}");
+    let socket = format!("/tmp/.X11-unix/X{}", traits.display.trim_start_matches(':'));
+    assert!(
+        !std::path::Path::new(&socket).exists(),
+        "{socket} is still there"
+    );
     assert!(sb.registry().load().unwrap().envs.is_empty());
     std::mem::forget(d);
 }
