@@ -6,6 +6,7 @@ use pincer_shared::WireError;
 use pincer_shared::limits::{MAX_EXEC_OUTPUT, MAX_EXEC_TIMEOUT_MS};
 use pincer_shared::setup::{ExecOutput, ExecRequest, ExitStatus};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
@@ -69,10 +70,13 @@ pub(crate) async fn run(req: &ExecRequest) -> Result<ExecOutput, WireError> {
         });
     }
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    let mut reader =
-        tokio::spawn(
-            async move { tokio::join!(read_capped(stdout, cap), read_capped(stderr, cap)) },
-        );
+    let mut reader = tokio::spawn(async move {
+        let both = Budget(AtomicU64::new(MAX_EXEC_OUTPUT));
+        tokio::join!(
+            read_capped(stdout, cap, &both),
+            read_capped(stderr, cap, &both)
+        )
+    });
 
     let status =
         match tokio::time::timeout(Duration::from_millis(req.timeout_ms), child.wait()).await {
@@ -178,9 +182,33 @@ fn exit_status(st: std::process::ExitStatus) -> ExitStatus {
     }
 }
 
-/// Reads a stream to its end, keeping the first `cap` bytes; the rest is drained so the
-/// child never blocks on a full pipe.
-async fn read_capped<R: AsyncRead + Unpin>(r: Option<R>, cap: u64) -> (Vec<u8>, bool) {
+/// Bytes stdout and stderr may still keep together, so that one exec's reply always fits
+/// in a response header (each stream alone may keep up to the request's `max_output`).
+#[derive(Debug)]
+struct Budget(AtomicU64);
+
+impl Budget {
+    /// Takes up to `want` bytes from the budget; returns how many it got.
+    fn take(&self, want: u64) -> u64 {
+        let mut got = 0;
+        // The closure never returns None, so the update cannot fail.
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                got = want.min(left);
+                Some(left - got)
+            });
+        got
+    }
+}
+
+/// Reads a stream to its end, keeping the first `cap` bytes as long as the shared budget
+/// lasts; the rest is drained so the child never blocks on a full pipe.
+async fn read_capped<R: AsyncRead + Unpin>(
+    r: Option<R>,
+    cap: u64,
+    budget: &Budget,
+) -> (Vec<u8>, bool) {
     let mut kept = Vec::new();
     let Some(mut r) = r else {
         return (kept, false);
@@ -191,11 +219,12 @@ async fn read_capped<R: AsyncRead + Unpin>(r: Option<R>, cap: u64) -> (Vec<u8>, 
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                let room = (cap as usize).saturating_sub(kept.len());
-                if n > room {
+                let room = cap.saturating_sub(kept.len() as u64).min(n as u64);
+                let keep = budget.take(room) as usize;
+                if keep < n {
                     cut = true;
                 }
-                kept.extend_from_slice(&buf[..n.min(room)]);
+                kept.extend_from_slice(&buf[..keep]);
             }
         }
     }
@@ -253,6 +282,30 @@ mod tests {
         assert_eq!(out.stdout.len(), 1000);
         assert!(out.truncated);
         assert!(out.status.success());
+    }
+
+    #[tokio::test]
+    async fn stdout_and_stderr_together_fit_in_one_reply() {
+        let mb = 1024 * 1024;
+        let script = format!(
+            "head -c {} /dev/zero; head -c {} /dev/zero >&2",
+            40 * mb,
+            40 * mb
+        );
+        let mut r = req(&["sh", "-c", &script]);
+        r.max_output = MAX_EXEC_OUTPUT;
+        let out = run(&r).await.unwrap();
+        assert!(out.truncated);
+        assert_eq!(
+            (out.stdout.len() + out.stderr.len()) as u64,
+            MAX_EXEC_OUTPUT,
+            "stdout {} + stderr {}",
+            out.stdout.len(),
+            out.stderr.len()
+        );
+        let reply = pincer_shared::Response::Exec(out);
+        pincer_shared::codec::encode(&reply, 0, pincer_shared::limits::MAX_RESPONSE_HEADER)
+            .expect("the reply fits in a response header");
     }
 
     #[tokio::test]

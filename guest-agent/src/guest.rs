@@ -12,7 +12,7 @@ use pincer_shared::handshake::GuestInfo;
 use pincer_shared::identity::Token;
 use pincer_shared::limits::MAX_BATCH;
 use pincer_shared::message::capability;
-use pincer_shared::observe::{TreeRequest, TreeScope};
+use pincer_shared::observe::{ScreenInfo, TreeRequest, TreeScope};
 use pincer_shared::probe::{Probe, ProbeReply};
 use pincer_shared::setup::{ExecRequest, Setup};
 use pincer_shared::tree::UiTree;
@@ -62,6 +62,8 @@ pub(crate) struct Guest {
     window_ops: Sub<Windows>,
     clipboard: Sub<Clipboard>,
     a11y: tokio::sync::Mutex<A11y>,
+    /// The screen geometry last read, for handshakes that cannot wait for the display.
+    last_screen: Arc<Mutex<Option<ScreenInfo>>>,
     started: Instant,
     os: String,
 }
@@ -71,12 +73,20 @@ pub(crate) struct Guest {
 /// thread per request.
 const SUBSYSTEM_WAIT: Duration = Duration::from_secs(30);
 
+/// How long a handshake waits for fresh screen geometry before it sends the last known one.
+/// Hosts give the whole handshake 3 s, and a long capture or a hung X server must not lock
+/// out a host that only wants to ping.
+const HANDSHAKE_SCREEN_WAIT: Duration = Duration::from_millis(250);
+
 /// A blocking subsystem (an X11 client): used by one request at a time, on a blocking
 /// thread.
 #[derive(Debug)]
 struct Sub<S> {
     state: Arc<Mutex<S>>,
-    gate: tokio::sync::Mutex<()>,
+    /// Whose turn it is. The blocking work holds the turn until it returns, so a caller that
+    /// stops waiting neither lets a second thread block behind a hung call nor loses the
+    /// work.
+    gate: Arc<tokio::sync::Mutex<()>>,
     name: &'static str,
 }
 
@@ -84,19 +94,19 @@ impl<S: Send + 'static> Sub<S> {
     fn new(name: &'static str, state: S) -> Self {
         Self {
             state: Arc::new(Mutex::new(state)),
-            gate: tokio::sync::Mutex::new(()),
+            gate: Arc::new(tokio::sync::Mutex::new(())),
             name,
         }
     }
 
     /// Runs `f` on a blocking thread with the subsystem to itself. A panic in a subsystem
     /// becomes an `Internal` error for this request; the lock is recovered so later
-    /// requests work.
+    /// requests work. Dropping the returned future does not stop `f` once it started.
     async fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut S) -> Result<T, WireError> + Send + 'static,
     ) -> Result<T, WireError> {
-        let _turn = tokio::time::timeout(SUBSYSTEM_WAIT, self.gate.lock())
+        let turn = tokio::time::timeout(SUBSYSTEM_WAIT, self.gate.clone().lock_owned())
             .await
             .map_err(|_| WireError::Busy {
                 message: format!(
@@ -107,6 +117,7 @@ impl<S: Send + 'static> Sub<S> {
             })?;
         let state = self.state.clone();
         tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             f(&mut state.lock().unwrap_or_else(PoisonError::into_inner))
         })
         .await
@@ -126,15 +137,38 @@ impl Guest {
             window_ops: Sub::new("window controller", Windows::new(d.clone())),
             clipboard: Sub::new("clipboard", Clipboard::new(d)),
             a11y: tokio::sync::Mutex::new(A11y::new()),
+            last_screen: Arc::default(),
             started: Instant::now(),
             os: os_name(),
             config,
         }
     }
 
-    /// The description sent in the handshake.
+    /// Screen geometry now; remembered for handshakes.
+    async fn screen_info(&self) -> Result<ScreenInfo, WireError> {
+        let last = self.last_screen.clone();
+        self.screen
+            .run(move |s| {
+                let info = s.info()?;
+                *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(info.clone());
+                Ok(info)
+            })
+            .await
+    }
+
+    /// The description sent in the handshake. Answers within [`HANDSHAKE_SCREEN_WAIT`]
+    /// whatever the display does: with the last known geometry (or none) if the screen is
+    /// busy or hung; a read that was started goes on and refreshes it for the next host.
     pub(crate) async fn info(&self) -> GuestInfo {
-        let screen = self.screen.run(|s| s.info()).await.unwrap_or_default();
+        let screen = match tokio::time::timeout(HANDSHAKE_SCREEN_WAIT, self.screen_info()).await {
+            Ok(Ok(info)) => info,
+            _ => self
+                .last_screen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+                .unwrap_or_default(),
+        };
         let mut capabilities: Vec<String> = [
             capability::INPUT,
             capability::SCREENSHOT,
@@ -189,12 +223,7 @@ impl Guest {
                 Ok((meta, bytes)) => Reply::Body(Response::Screenshot(meta), bytes),
                 Err(e) => Reply::Msg(Response::Error(e)),
             },
-            Request::ScreenInfo => self
-                .screen
-                .run(|s| s.info())
-                .await
-                .map(Response::ScreenInfo)
-                .into(),
+            Request::ScreenInfo => self.screen_info().await.map(Response::ScreenInfo).into(),
             Request::Cursor => self
                 .input
                 .run(|i| i.cursor())
@@ -411,7 +440,7 @@ fn os_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::Xvfb;
+    use crate::testutil::{Xvfb, wait_for};
     use pincer_shared::setup::WindowOp;
     use x11rb::connection::Connection as _;
     use x11rb::protocol::xproto::{ConnectionExt as _, CreateWindowAux, WindowClass};
@@ -446,6 +475,55 @@ mod tests {
             guest.check_class(&Request::Batch(vec![Probe::Windows])),
             Ok(())
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn handshakes_answer_at_once_while_the_display_hangs() {
+        let x = Xvfb::start(320, 240);
+        let seen = Arc::new(guest(false, &x.display));
+        let size = |i: &GuestInfo| (i.screen.width, i.screen.height);
+        assert_eq!(size(&seen.info().await), (320, 240));
+
+        // From here on every X call blocks, and a capture holds the screen subsystem.
+        x.signal(libc::SIGSTOP);
+        let capture = {
+            let g = seen.clone();
+            tokio::spawn(async move { g.handle(Request::Screenshot(Default::default())).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = Instant::now();
+        let info = seen.info().await;
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(size(&info), (320, 240), "the last known geometry");
+        // A guest that never saw the display answers too, with no geometry.
+        let fresh = guest(false, &x.display);
+        let started = Instant::now();
+        assert_eq!(size(&fresh.info().await), (0, 0));
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+
+        x.signal(libc::SIGCONT);
+        let shot = tokio::time::timeout(Duration::from_secs(10), capture)
+            .await
+            .expect("the capture finishes once the display is back")
+            .unwrap();
+        assert!(
+            matches!(shot, Reply::Body(Response::Screenshot(_), _)),
+            "{shot:?}"
+        );
+        // The read the fresh guest's handshake started landed for the next host.
+        let later = wait_for(Duration::from_secs(10), || {
+            let cached = fresh.last_screen.lock().unwrap().clone()?;
+            Some((cached.width, cached.height))
+        });
+        assert_eq!(later, Some((320, 240)));
     }
 
     #[tokio::test]

@@ -88,6 +88,15 @@ fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("'{addr}' resolves to no address"))
 }
 
+/// What works without an X display, for the warning at start.
+fn no_display_warning() -> &'static str {
+    if cfg!(feature = "xcap") {
+        "no DISPLAY and no --display: input, window and clipboard requests will fail until one is given; screenshots will try xcap (Wayland); UI trees need only the D-Bus session"
+    } else {
+        "no DISPLAY and no --display: input, screenshots, window and clipboard requests will fail until one is given (this build has no xcap fallback); UI trees need only the D-Bus session"
+    }
+}
+
 fn write_ready(path: &Path, addr: SocketAddr, fp: Fingerprint) -> anyhow::Result<()> {
     let json = format!(
         "{{\"addr\":\"{addr}\",\"fingerprint\":\"{fp}\",\"pid\":{}}}\n",
@@ -133,9 +142,7 @@ async fn main() -> anyhow::Result<()> {
         .clone()
         .or_else(|| std::env::var("DISPLAY").ok());
     if display.is_none() {
-        eprintln!(
-            "pincer-agent: warning: no DISPLAY; input, screenshots and windows will fail until one is given"
-        );
+        eprintln!("pincer-agent: warning: {}", no_display_warning());
     }
     let guest = Arc::new(Guest::new(Config {
         name: name.clone(),

@@ -5,8 +5,9 @@
 use pincer_shared::WireError;
 use pincer_shared::limits::{MAX_DIR_ENTRIES, MAX_INLINE_FILE};
 use pincer_shared::probe::{DirEntry, FileContent, FileKind, FileStat, ProcessInfo};
+use std::fs::{File, Metadata};
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 
 /// A path as the host wrote it: `~` and relative paths are taken from the agent user's home,
@@ -50,18 +51,23 @@ fn kind_of(ft: std::fs::FileType) -> FileKind {
     }
 }
 
+/// `path`'s metadata as the protocol carries it.
+pub(crate) fn file_stat(path: &str, m: &Metadata) -> FileStat {
+    FileStat {
+        path: path.to_owned(),
+        exists: true,
+        kind: Some(kind_of(m.file_type())),
+        size: m.len(),
+        mode: m.permissions().mode() & 0o7777,
+        modified_ms: m.mtime() * 1000 + m.mtime_nsec() / 1_000_000,
+    }
+}
+
 /// Metadata of a path without following a final symlink; a missing path is `exists: false`.
 pub(crate) fn stat(path: &str) -> Result<FileStat, WireError> {
     let p = check_path(path)?;
     match std::fs::symlink_metadata(&p) {
-        Ok(m) => Ok(FileStat {
-            path: path.to_owned(),
-            exists: true,
-            kind: Some(kind_of(m.file_type())),
-            size: m.len(),
-            mode: m.permissions().mode() & 0o7777,
-            modified_ms: m.mtime() * 1000 + m.mtime_nsec() / 1_000_000,
-        }),
+        Ok(m) => Ok(file_stat(path, &m)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(FileStat {
             path: path.to_owned(),
             exists: false,
@@ -74,20 +80,57 @@ pub(crate) fn stat(path: &str) -> Result<FileStat, WireError> {
     }
 }
 
-/// Up to `max_len` bytes of a file (capped at the inline limit); `None` if it does not exist.
-pub(crate) fn read_file(path: &str, max_len: u64) -> Result<Option<FileContent>, WireError> {
+/// Opens a regular file (following symlinks) for reading, with its metadata; `None` if
+/// nothing is there. Directories, FIFOs, sockets and devices are refused before they are
+/// opened: opening a FIFO blocks until a writer comes, and a device may never end.
+pub(crate) fn open_regular(path: &str) -> Result<Option<(File, Metadata)>, WireError> {
     let p = check_path(path)?;
-    let f = match std::fs::File::open(&p) {
+    match std::fs::metadata(&p) {
+        Ok(m) => refuse_non_regular(path, &m)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(WireError::from_io(path, &e)),
+    }
+    // Non-blocking, in case the path became a FIFO since the check; it changes nothing for
+    // regular files.
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&p)
+    {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(WireError::from_io(path, &e)),
     };
     let meta = f.metadata().map_err(|e| WireError::from_io(path, &e))?;
-    if meta.is_dir() {
-        return Err(WireError::InvalidArgument {
-            message: format!("{path} is a directory; use a directory listing"),
-        });
-    }
+    refuse_non_regular(path, &meta)?;
+    Ok(Some((f, meta)))
+}
+
+fn refuse_non_regular(path: &str, m: &Metadata) -> Result<(), WireError> {
+    let ft = m.file_type();
+    let what = if ft.is_file() {
+        return Ok(());
+    } else if ft.is_dir() {
+        "a directory (list it with a directory probe)"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Err(WireError::InvalidArgument {
+        message: format!("{path} is {what}: only regular files can be read"),
+    })
+}
+
+/// Up to `max_len` bytes of a file (capped at the inline limit); `None` if it does not exist.
+pub(crate) fn read_file(path: &str, max_len: u64) -> Result<Option<FileContent>, WireError> {
+    let Some((f, meta)) = open_regular(path)? else {
+        return Ok(None);
+    };
     let cap = max_len.min(MAX_INLINE_FILE);
     let mut bytes = Vec::with_capacity(meta.len().min(cap) as usize);
     f.take(cap)

@@ -8,45 +8,81 @@ use crate::probe;
 use pincer_shared::codec::{self, Frame};
 use pincer_shared::handshake::{self, ClientHello, ServerHello};
 use pincer_shared::identity::Identity;
-use pincer_shared::limits::{MAX_HELLO, MAX_REQUEST_HEADER, MAX_RESPONSE_HEADER};
+use pincer_shared::limits::{MAX_HELLO, MAX_INLINE_FILE, MAX_REQUEST_HEADER, MAX_RESPONSE_HEADER};
 use pincer_shared::probe::FileStat;
 use pincer_shared::setup::Setup;
+use pincer_shared::transport::admission::{Admission, Limits};
 use pincer_shared::transport::stream::{finish, read_header, write_body, write_header};
 use pincer_shared::transport::{Link, RecvHalf, SendHalf, TransportError, close_code, quic};
 use pincer_shared::{ProtocolVersion, Request, Response, WireError};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
-/// Most connections served at once; more are refused at the QUIC level.
-const MAX_CONNECTIONS: usize = 64;
+/// How many connections are served: authenticated ones, and ones still in TLS or their
+/// hello. Peers that never authenticate only ever hold the small pending budget, for at
+/// most [`PREAUTH_TIMEOUT`], never an authenticated host's place.
+const ADMISSION: Limits = Limits {
+    pending: 16,
+    pending_per_peer: 4,
+    live: 64,
+};
 /// Most requests in flight on one connection.
 const MAX_IN_FLIGHT: usize = 256;
-/// How long a new connection may take to send its hello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new connection may take for its TLS handshake and its hello. Hosts give
+/// themselves 3 s for each.
+const PREAUTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Accepts connections on `endpoint` until it is closed.
 pub(crate) async fn listen(guest: Arc<Guest>, endpoint: quinn::Endpoint) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let admission = Admission::new(ADMISSION);
     while let Some(incoming) = endpoint.accept().await {
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(peer = %incoming.remote_address(), "refusing connection: {MAX_CONNECTIONS} already open");
-            incoming.refuse();
-            continue;
+        let peer = incoming.remote_address();
+        let pending = match admission.begin(peer.ip()) {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::warn!(%peer, "refusing connection: {why}");
+                incoming.refuse();
+                continue;
+            }
         };
         let guest = guest.clone();
         tokio::spawn(async move {
-            let peer = incoming.remote_address();
-            match incoming.await {
-                Ok(conn) => serve(guest, Link::Quic(conn)).await,
-                Err(e) => tracing::info!(%peer, "connection failed during TLS: {e}"),
-            }
-            drop(permit);
+            let started = tokio::time::Instant::now();
+            let conn = match tokio::time::timeout(PREAUTH_TIMEOUT, incoming).await {
+                Ok(Ok(conn)) => conn,
+                Ok(Err(e)) => return tracing::info!(%peer, "connection failed during TLS: {e}"),
+                Err(_) => {
+                    return tracing::info!(%peer, "no TLS handshake within {PREAUTH_TIMEOUT:?}");
+                }
+            };
+            let link = Link::Quic(conn);
+            let left = PREAUTH_TIMEOUT.saturating_sub(started.elapsed());
+            let Some(version) = authenticate_within(&guest, &link, left).await else {
+                return;
+            };
+            let _live = match pending.authenticated() {
+                Ok(live) => live,
+                Err(why) => {
+                    tracing::warn!(%peer, "closing authenticated connection: {why}");
+                    return link.close(close_code::BUSY, &why.to_string());
+                }
+            };
+            serve(guest, link, version).await;
         });
     }
 }
+
+/// Longest a single dial attempt waits for the host's answer. QUIC retransmits the first
+/// packet with doubling gaps and gives up only at the idle timeout (20 s), so a long
+/// attempt would sleep through a host that starts listening meanwhile.
+const DIAL_ATTEMPT: Duration = Duration::from_secs(2);
+/// Longest pause between dial attempts. Host commands wait a few seconds for a guest that
+/// dials in, so the guest must try about once a second while nobody listens.
+const MAX_REDIAL_PAUSE: Duration = Duration::from_secs(1);
 
 /// Dials the host at `addr` and serves it; redials with backoff whenever the connection
 /// drops, until the process is stopped.
@@ -58,45 +94,72 @@ pub(crate) async fn dial(
     pin: quic::ServerPin,
 ) {
     let mut backoff = Duration::from_millis(250);
+    let mut failures = 0u32;
     loop {
         let attempt = async {
-            let (cfg, seen) = quic::client_config(pin, Some(&identity))?;
-            quic::connect(&endpoint, addr, cfg, &seen, pin).await
+            let (cfg, seen) =
+                quic::client_config(pin, Some(&identity)).map_err(|e| e.to_string())?;
+            quic::connect(&endpoint, addr, cfg, &seen, pin)
+                .await
+                .map_err(|e| e.to_string())
         };
-        match attempt.await {
+        let attempt = tokio::time::timeout(DIAL_ATTEMPT, attempt)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {DIAL_ATTEMPT:?}")));
+        match attempt {
             Ok(conn) => {
                 tracing::info!(host = %addr, "connected to host");
                 backoff = Duration::from_millis(250);
-                serve(guest.clone(), Link::Quic(conn)).await;
+                failures = 0;
+                let link = Link::Quic(conn);
+                if let Some(version) = authenticate_within(&guest, &link, PREAUTH_TIMEOUT).await {
+                    serve(guest.clone(), link, version).await;
+                }
                 tracing::info!(host = %addr, "connection to host ended; redialling");
             }
+            // Said once per outage: a guest may wait for its host for days.
+            Err(e) if failures == 0 => {
+                failures += 1;
+                tracing::warn!(host = %addr, "cannot reach host: {e}; retrying about every second until it listens");
+            }
             Err(e) => {
-                tracing::warn!(host = %addr, "cannot reach host: {e}; retrying in {backoff:?}");
+                failures += 1;
+                tracing::debug!(host = %addr, failures, "cannot reach host: {e}");
             }
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(10));
+        backoff = (backoff * 2).min(MAX_REDIAL_PAUSE);
     }
 }
 
-/// Authenticates a connection, then serves its streams until it closes.
-async fn serve(guest: Arc<Guest>, link: Link) {
+/// Runs the handshake on a new connection within `limit`; on failure, says why in the log
+/// and closes the connection.
+async fn authenticate_within(
+    guest: &Guest,
+    link: &Link,
+    limit: Duration,
+) -> Option<ProtocolVersion> {
     let peer = link.remote_addr();
-    let version = match tokio::time::timeout(HELLO_TIMEOUT, authenticate(&guest, &link)).await {
-        Ok(Ok(v)) => v,
+    match tokio::time::timeout(limit, authenticate(guest, link)).await {
+        Ok(Ok(v)) => Some(v),
         Ok(Err(e)) => {
             tracing::warn!(%peer, "handshake failed: {e}");
             // Let the rejection reach the peer before closing.
             tokio::time::sleep(Duration::from_millis(50)).await;
             link.close(close_code::HANDSHAKE, "handshake failed");
-            return;
+            None
         }
         Err(_) => {
-            tracing::warn!(%peer, "no hello within {HELLO_TIMEOUT:?}; closing");
+            tracing::warn!(%peer, "no hello within {limit:?}; closing");
             link.close(close_code::HANDSHAKE, "no hello");
-            return;
+            None
         }
-    };
+    }
+}
+
+/// Serves an authenticated connection's streams until it closes.
+async fn serve(guest: Arc<Guest>, link: Link, version: ProtocolVersion) {
+    let peer = link.remote_addr();
     tracing::info!(%peer, %version, "host authenticated");
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     loop {
@@ -234,7 +297,62 @@ async fn reply(
 /// Bytes read from disk per chunk of a streamed file.
 const FILE_CHUNK: usize = 1024 * 1024;
 
-/// Streams (part of) a file as the reply body without holding it in memory: a blocking
+/// Most bytes read from a file that reports no size (`/proc`, `/sys`): such files are
+/// read to their end before the reply, whose header must give the length.
+const MAX_UNSIZED_READ: u64 = MAX_INLINE_FILE;
+
+/// What a file read sends after its header.
+enum FileBody {
+    /// `len` bytes streamed from the open file.
+    Stream(std::fs::File, u64),
+    /// Bytes already read (files that report no size).
+    Read(Vec<u8>),
+}
+
+/// Opens (part of) a regular file for a bulk read. Files whose size is known are streamed;
+/// files that report size 0 (`/proc`, `/sys`) are read to their end, up to
+/// [`MAX_UNSIZED_READ`].
+fn open_for_read(
+    path: &str,
+    offset: u64,
+    max_len: Option<u64>,
+) -> Result<(FileStat, FileBody), WireError> {
+    use std::io::{Read, Seek};
+    let (mut f, meta) =
+        probe::open_regular(path)?.ok_or_else(|| WireError::NotFound { path: path.into() })?;
+    let stat = probe::file_stat(path, &meta);
+    if offset > 0 {
+        f.seek(std::io::SeekFrom::Start(offset))
+            .map_err(|e| WireError::from_io(path, &e))?;
+    }
+    let want = max_len.unwrap_or(u64::MAX);
+    if meta.len() > 0 {
+        return Ok((
+            stat,
+            FileBody::Stream(f, meta.len().saturating_sub(offset).min(want)),
+        ));
+    }
+    let cap = want.min(MAX_UNSIZED_READ);
+    let mut bytes = Vec::new();
+    f.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| WireError::from_io(path, &e))?;
+    if bytes.len() as u64 > cap {
+        if cap < want {
+            return Err(WireError::TooLarge {
+                what: format!(
+                    "{path} (it reports no size, so it is read whole before sending; read it in parts with an offset and a length)"
+                ),
+                limit: cap,
+                got: bytes.len() as u64,
+            });
+        }
+        bytes.truncate(cap as usize);
+    }
+    Ok((stat, FileBody::Read(bytes)))
+}
+
+/// Sends (part of) a file as the reply body without holding it in memory: a blocking
 /// thread reads 1 MiB chunks (a few chunks ahead) while this task sends them.
 async fn send_file(
     send: &mut SendHalf,
@@ -243,42 +361,30 @@ async fn send_file(
     max_len: Option<u64>,
 ) -> Result<(), TransportError> {
     let owned = path.to_owned();
-    let opened = tokio::task::spawn_blocking(move || -> Result<_, WireError> {
-        use std::io::Seek;
-        let path = owned.as_str();
-        let stat: FileStat = probe::stat(path)?;
-        if !stat.exists {
-            return Err(WireError::NotFound { path: path.into() });
+    let opened = tokio::task::spawn_blocking(move || open_for_read(&owned, offset, max_len))
+        .await
+        .unwrap_or_else(|e| {
+            Err(WireError::Internal {
+                message: format!("file reader failed: {e}"),
+            })
+        });
+    let (mut file, len) = match opened {
+        Ok((stat, FileBody::Read(bytes))) => {
+            let len = bytes.len() as u64;
+            return reply(send, Response::File { stat, len }, Some(&bytes)).await;
         }
-        let mut f =
-            std::fs::File::open(probe::resolve(path)).map_err(|e| WireError::from_io(path, &e))?;
-        if offset > 0 {
-            f.seek(std::io::SeekFrom::Start(offset))
-                .map_err(|e| WireError::from_io(path, &e))?;
+        Ok((stat, FileBody::Stream(file, len))) => {
+            write_header(
+                send,
+                &Response::File { stat, len },
+                len,
+                MAX_RESPONSE_HEADER,
+            )
+            .await?;
+            (file, len)
         }
-        let len = stat
-            .size
-            .saturating_sub(offset)
-            .min(max_len.unwrap_or(u64::MAX));
-        Ok((f, stat, len))
-    })
-    .await
-    .unwrap_or_else(|e| {
-        Err(WireError::Internal {
-            message: format!("file reader failed: {e}"),
-        })
-    });
-    let (mut file, stat, len) = match opened {
-        Ok(v) => v,
         Err(e) => return reply(send, Response::Error(e), None).await,
     };
-    write_header(
-        send,
-        &Response::File { stat, len },
-        len,
-        MAX_RESPONSE_HEADER,
-    )
-    .await?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
     let reader = tokio::task::spawn_blocking(move || {
         use std::io::Read;
@@ -288,8 +394,12 @@ async fn send_file(
             let mut filled = 0;
             while filled < chunk.len() {
                 match file.read(&mut chunk[filled..]) {
-                    Ok(0) | Err(_) => break,
+                    Ok(0) => break,
                     Ok(n) => filled += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    // The header is out: stop short, and the host sees a truncated body
+                    // rather than made-up bytes.
+                    Err(_) => return,
                 }
             }
             // A file that shrank meanwhile is padded with zeros so the frame stays
@@ -329,17 +439,21 @@ async fn receive_file(
     let target = if append {
         dest.clone()
     } else {
+        // One temporary file per upload: two uploads to the same path at once must not
+        // write into each other's file.
+        static UPLOADS: AtomicU64 = AtomicU64::new(0);
         let name = dest
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        dest.with_file_name(format!(".{name}.pincer-{}", std::process::id()))
+        let n = UPLOADS.fetch_add(1, Ordering::Relaxed);
+        dest.with_file_name(format!(".{name}.pincer-{}-{n}", std::process::id()))
     };
     let mut f = tokio::fs::OpenOptions::new()
         .write(true)
-        .create(true)
+        .create(append)
+        .create_new(!append)
         .append(append)
-        .truncate(!append)
         .mode(mode & 0o7777)
         .open(&target)
         .await
@@ -364,5 +478,233 @@ async fn receive_file(
             let _ = tokio::fs::remove_file(&target).await;
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guest::Config;
+    use pincer_shared::identity::Token;
+    use pincer_shared::limits::MAX_DOWNLOAD;
+    use pincer_shared::transport::stream::read_body;
+
+    /// A bulk read as the host sees it: the reply and its body.
+    async fn read(path: &str, offset: u64, max_len: Option<u64>) -> (Response, Vec<u8>) {
+        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+        let path = path.to_owned();
+        let sender = tokio::spawn(async move {
+            let mut send: SendHalf = Box::new(ours);
+            send_file(&mut send, &path, offset, max_len).await
+        });
+        let header = tokio::time::timeout(
+            Duration::from_secs(5),
+            read_header(&mut theirs, MAX_RESPONSE_HEADER),
+        )
+        .await
+        .expect("the guest answers at once")
+        .unwrap()
+        .unwrap();
+        let frame: Frame<Response> = codec::decode(&header, MAX_DOWNLOAD).unwrap();
+        let body = read_body(&mut theirs, frame.body_len).await.unwrap();
+        sender.await.unwrap().unwrap();
+        (frame.msg, body)
+    }
+
+    fn refused(reply: &Response, what: &str) {
+        match reply {
+            Response::Error(WireError::InvalidArgument { message }) => {
+                assert!(message.contains(what), "{message}");
+            }
+            other => panic!("expected a refusal naming {what}, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn bulk_reads_refuse_what_is_not_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        refused(
+            &read(dir.path().to_str().unwrap(), 0, None).await.0,
+            "directory",
+        );
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a plain syscall with a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        refused(&read(fifo.to_str().unwrap(), 0, None).await.0, "FIFO");
+        refused(&read("/dev/zero", 0, None).await.0, "device");
+        // The inline probe refuses the same, without blocking on the FIFO either.
+        assert!(matches!(
+            probe::read_file(fifo.to_str().unwrap(), 10),
+            Err(WireError::InvalidArgument { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn files_without_a_size_are_read_to_their_end() {
+        let (reply, body) = read("/proc/self/status", 0, None).await;
+        let Response::File { stat, len } = reply else {
+            panic!("{reply:?}");
+        };
+        assert_eq!(stat.size, 0, "procfs reports no size");
+        assert_eq!(len, body.len() as u64);
+        let text = String::from_utf8(body).unwrap();
+        assert!(
+            text.starts_with("Name:") && text.contains("VmRSS"),
+            "{text}"
+        );
+        let (_, part) = read("/proc/self/status", 2, Some(3)).await;
+        assert_eq!(part, b"me:");
+    }
+
+    #[tokio::test]
+    async fn bulk_reads_follow_symlinks_and_honour_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("data.txt");
+        std::fs::write(&file, "0123456789").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let (reply, body) = read(link.to_str().unwrap(), 0, None).await;
+        assert_eq!(body, b"0123456789");
+        assert!(matches!(reply, Response::File { stat, len: 10 } if stat.size == 10));
+        assert_eq!(read(link.to_str().unwrap(), 3, Some(4)).await.1, b"3456");
+        let missing = dir.path().join("missing");
+        assert!(matches!(
+            read(missing.to_str().unwrap(), 0, None).await.0,
+            Response::Error(WireError::NotFound { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn concurrent_uploads_to_one_path_do_not_mix() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("target.bin");
+        let bodies = [vec![b'a'; 200_000], vec![b'b'; 200_000]];
+        let mut writers = Vec::new();
+        let mut uploads = Vec::new();
+        for body in &bodies {
+            let (w, r) = tokio::io::duplex(8 * 1024);
+            writers.push(w);
+            let dest = dest.to_str().unwrap().to_owned();
+            let len = body.len() as u64;
+            uploads.push(tokio::spawn(async move {
+                let mut recv: RecvHalf = Box::new(r);
+                receive_file(&mut recv, len, &dest, 0o644, false, false).await
+            }));
+        }
+        // Both uploads are under way before either ends.
+        let half = bodies[0].len() / 2;
+        for (w, body) in writers.iter_mut().zip(&bodies) {
+            w.write_all(&body[..half]).await.unwrap();
+        }
+        for (w, body) in writers.iter_mut().zip(&bodies) {
+            w.write_all(&body[half..]).await.unwrap();
+        }
+        for upload in uploads {
+            upload.await.unwrap().expect("each upload succeeds");
+        }
+        let got = std::fs::read(&dest).unwrap();
+        assert!(
+            got == bodies[0] || got == bodies[1],
+            "the file mixes both uploads"
+        );
+        let mut names = Vec::new();
+        let mut rd = tokio::fs::read_dir(dir.path()).await.unwrap();
+        while let Some(e) = rd.next_entry().await.unwrap() {
+            names.push(e.file_name().to_string_lossy().into_owned());
+        }
+        assert_eq!(names, ["target.bin"], "temporary files left behind");
+        // A short upload fails and leaves nothing behind.
+        let (mut w, r) = tokio::io::duplex(1024);
+        w.write_all(b"abc").await.unwrap();
+        drop(w);
+        let mut recv: RecvHalf = Box::new(r);
+        let short = receive_file(&mut recv, 10, dest.to_str().unwrap(), 0o644, false, false).await;
+        assert!(
+            matches!(short, Err(WireError::Malformed { .. })),
+            "{short:?}"
+        );
+        assert_eq!(
+            std::fs::read(&dest).unwrap(),
+            got,
+            "a failed upload replaced the file"
+        );
+    }
+
+    /// A client endpoint dialling from `ip`, and a connection from it to `guest_addr`.
+    async fn dial_from(
+        ip: [u8; 4],
+        guest_addr: SocketAddr,
+        id: &Identity,
+    ) -> (quinn::Endpoint, Result<Link, TransportError>) {
+        let ep = quinn::Endpoint::client((ip, 0).into()).unwrap();
+        let pin = quic::ServerPin::Pinned(id.fingerprint());
+        let (cfg, seen) = quic::client_config(pin, None).unwrap();
+        let conn = quic::connect(&ep, guest_addr, cfg, &seen, pin).await;
+        (ep, conn.map(Link::Quic))
+    }
+
+    /// The host's side of the handshake, then a ping.
+    async fn hello_and_ping(link: &Link, token: &Token) -> Response {
+        let hello = handshake::client_hello(token, "test-host", &link.exporter().unwrap());
+        let (mut s, mut r) = link.open().await.unwrap();
+        write_header(&mut s, &hello, 0, MAX_HELLO).await.unwrap();
+        finish(&mut s).await.unwrap();
+        let h = read_header(&mut r, MAX_HELLO).await.unwrap().unwrap();
+        let answer: ServerHello = codec::decode(&h, 0).unwrap().msg;
+        assert!(matches!(answer, ServerHello::Accepted(_)), "{answer:?}");
+        let (mut s, mut r) = link.open().await.unwrap();
+        write_header(&mut s, &Request::Ping, 0, MAX_REQUEST_HEADER)
+            .await
+            .unwrap();
+        finish(&mut s).await.unwrap();
+        let h = read_header(&mut r, MAX_RESPONSE_HEADER)
+            .await
+            .unwrap()
+            .unwrap();
+        codec::decode_response(&h).unwrap().msg
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn silent_peers_cannot_crowd_out_hosts() {
+        let id = Identity::generate("guest").unwrap();
+        let token = Token::generate();
+        let guest = Arc::new(Guest::new(Config {
+            name: "admission".into(),
+            token: token.clone(),
+            read_only: true,
+            display: Some(":65000".into()),
+            process_session: None,
+        }));
+        let cfg = quic::server_config(&id, false).unwrap();
+        let endpoint = quic::server_endpoint("127.0.0.1:0".parse().unwrap(), cfg, &id).unwrap();
+        let addr = endpoint.local_addr().unwrap();
+        tokio::spawn(listen(guest, endpoint.clone()));
+
+        // One address opens connections and never says hello: it gets a few places only.
+        let mut silent = Vec::new();
+        for _ in 0..ADMISSION.pending_per_peer {
+            let (ep, link) = dial_from([127, 0, 0, 1], addr, &id).await;
+            silent.push((ep, link.expect("TLS completes")));
+        }
+        let (_ep, refused) = dial_from([127, 0, 0, 1], addr, &id).await;
+        assert!(refused.is_err(), "a fifth silent connection was accepted");
+
+        // Meanwhile a host from elsewhere connects and is served at once.
+        let (_host_ep, host) = dial_from([127, 0, 0, 2], addr, &id).await;
+        let pong = hello_and_ping(&host.unwrap(), &token).await;
+        assert!(matches!(pong, Response::Pong { .. }), "{pong:?}");
+
+        // The silent ones are shed after the pre-authentication timeout, freeing places.
+        for (_, link) in &silent {
+            let why = tokio::time::timeout(PREAUTH_TIMEOUT + Duration::from_secs(2), link.closed())
+                .await
+                .expect("a silent connection is closed");
+            assert!(why.contains("no hello"), "{why}");
+        }
+        let (_ep, again) = dial_from([127, 0, 0, 1], addr, &id).await;
+        let pong = hello_and_ping(&again.unwrap(), &token).await;
+        assert!(matches!(pong, Response::Pong { .. }), "{pong:?}");
+        endpoint.close(0u32.into(), b"done");
     }
 }

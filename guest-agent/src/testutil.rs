@@ -61,6 +61,14 @@ impl Xvfb {
         assert!(display.len() > 1, "Xvfb did not report a display");
         Self { display, child }
     }
+
+    /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) the server: a hung X server, on demand.
+    pub(crate) fn signal(&self, signal: i32) {
+        // SAFETY: a plain syscall on our own child.
+        unsafe {
+            libc::kill(self.child.id() as i32, signal);
+        }
+    }
 }
 
 impl Drop for Xvfb {

@@ -215,7 +215,8 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> anyhow::Result<Desktop
         f.envs.insert(
             opts.name.clone(),
             EnvEntry {
-                addr: state.agent_addr.clone(),
+                addr: Some(state.agent_addr.clone()),
+                listen: None,
                 fingerprint: Some(state.fingerprint.clone()),
                 token_file: state.token_file.clone(),
                 platform: "linux".into(),

@@ -1,9 +1,14 @@
 //! The frame codec, without I/O. A frame is a little-endian `u32` header length, the header
 //! (postcard: the bulk-body length as a varint, then the message), then the bulk body as raw
 //! bytes. Every length is checked against a limit before anything is allocated.
+//!
+//! A message from a newer peer (an enum variant this build does not know, at any depth) is
+//! told apart from garbage (see [`variants`]), so guests can answer it `Unsupported`.
+
+mod variants;
 
 use crate::limits;
-use crate::message::{REQUEST_KINDS, Request, Response, WireError};
+use crate::message::{Request, Response, WireError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -33,14 +38,16 @@ pub enum CodecError {
         /// The length announced.
         got: u64,
     },
-    /// The message kind is newer than this build.
+    /// The message holds a kind (an enum variant, at any depth) newer than this build.
     #[error(
-        "unknown request kind {kind} (this guest knows {known}); is the host newer than the guest?"
+        "unknown {kind} kind {index} (this build knows {known}): the peer speaks a newer protocol; upgrade the older side"
     )]
     UnknownKind {
+        /// Which enum: "Request", "Probe", "Action", "Setup", ...
+        kind: &'static str,
         /// The variant index received.
-        kind: u32,
-        /// How many kinds this build knows.
+        index: u32,
+        /// How many variants this build knows.
         known: u32,
     },
     /// The bytes are not a valid message.
@@ -105,19 +112,12 @@ pub fn decode<T: DeserializeOwned>(header: &[u8], body_limit: u64) -> Result<Fra
     Ok(Frame { msg, body_len })
 }
 
-/// Decodes a request header. An unknown request kind is reported as such, so the guest can
-/// answer `Unsupported` rather than `Malformed`; a body is only accepted on requests that
-/// carry one.
+/// Decodes a request header. An unknown kind anywhere in the request (the request itself, a
+/// probe in a batch, an action, a setup step) is reported as such, so the guest can answer
+/// `Unsupported` rather than `Malformed`; a body is only accepted on requests that carry
+/// one.
 pub fn decode_request(header: &[u8]) -> Result<Frame<Request>, CodecError> {
     let (body_len, rest) = take_body_len(header, limits::MAX_UPLOAD)?;
-    let (kind, _) = postcard::take_from_bytes::<u32>(rest)
-        .map_err(|e| CodecError::Malformed(format!("request kind: {e}")))?;
-    if kind >= REQUEST_KINDS {
-        return Err(CodecError::UnknownKind {
-            kind,
-            known: REQUEST_KINDS,
-        });
-    }
     let msg: Request = take_all(rest)?;
     if body_len > 0 && !msg.has_body() {
         return Err(CodecError::Malformed(format!(
@@ -147,8 +147,18 @@ fn take_body_len(header: &[u8], limit: u64) -> Result<(u64, &[u8]), CodecError> 
 }
 
 fn take_all<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
-    let (msg, rest) =
-        postcard::take_from_bytes::<T>(bytes).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    let mut de = postcard::Deserializer::from_bytes(bytes);
+    let msg = variants::deserialize::<T, _>(&mut de).map_err(|(e, unknown)| match unknown {
+        Some(u) => CodecError::UnknownKind {
+            kind: u.kind,
+            index: u.index,
+            known: u.known,
+        },
+        None => CodecError::Malformed(e.to_string()),
+    })?;
+    let rest = de
+        .finalize()
+        .map_err(|e| CodecError::Malformed(e.to_string()))?;
     if !rest.is_empty() {
         return Err(CodecError::Malformed(format!(
             "{} trailing bytes after the message",
@@ -163,9 +173,9 @@ mod tests {
     use super::*;
     use crate::action::{Action, Gesture, MouseButton, Point, SystemKey};
     use crate::key::{Key, NamedKey};
-    use crate::observe::{ImageFormat, Rect, ScreenshotRequest, TreeRequest};
+    use crate::observe::{ImageFormat, Rect, ScreenshotRequest, TreeRequest, TreeScope};
     use crate::probe::Probe;
-    use crate::setup::{ExecRequest, Setup};
+    use crate::setup::{ExecRequest, Setup, WindowOp};
     use proptest::prelude::*;
 
     fn roundtrip(req: Request, body: u64) {
@@ -224,29 +234,128 @@ mod tests {
         );
     }
 
+    /// The header of `req` with the encoding of `part` (which must end it) replaced by
+    /// `with`: how a newer peer's request or a corrupted one looks.
+    fn patched(req: &Request, part: &(impl Serialize + std::fmt::Debug), with: &[u8]) -> Vec<u8> {
+        let bytes = encode(req, 0, limits::MAX_REQUEST_HEADER).unwrap()[PREFIX_LEN..].to_vec();
+        let tail = postcard::to_stdvec(part).unwrap();
+        assert!(bytes.ends_with(&tail), "{part:?} does not end the request");
+        let mut out = bytes[..bytes.len() - tail.len()].to_vec();
+        out.extend_from_slice(with);
+        out
+    }
+
+    /// The kind and index of the unknown variant that stops decoding `header`.
+    fn unknown(header: &[u8]) -> (&'static str, u32) {
+        match decode_request(header) {
+            Err(CodecError::UnknownKind { kind, index, known }) => {
+                assert!(index >= known, "{kind} {index} is known ({known})");
+                (kind, index)
+            }
+            other => panic!("expected an unknown kind, got {other:?}"),
+        }
+    }
+
     #[test]
-    fn unknown_kind_is_reported_as_unknown() {
-        // body length 0, then variant index 200.
-        let header = [0u8, 200, 1];
-        let err = decode_request(&header).unwrap_err();
-        assert!(
-            matches!(err, CodecError::UnknownKind { kind: 200, .. }),
-            "{err:?}"
+    fn unknown_kinds_are_reported_at_any_depth() {
+        // The request itself: body length 0, then variant index 200.
+        assert_eq!(unknown(&[0, 200, 1]), ("Request", 200));
+
+        // A newer probe inside a batch, after a known one; 300 takes two varint bytes.
+        let clip = Probe::Clipboard;
+        let batch = Request::Batch(vec![Probe::Processes, clip.clone()]);
+        assert_eq!(
+            unknown(&patched(&batch, &clip, &[0xac, 0x02])),
+            ("Probe", 300)
         );
+
+        // A newer action, a newer gesture inside a known action, a newer setup step and a
+        // newer window operation, each with a payload the guest cannot read.
+        let action = Action::SystemKey(SystemKey::Back);
+        let req = Request::Action(action.clone());
+        assert_eq!(
+            unknown(&patched(&req, &action, &[40, 7, 7])),
+            ("Action", 40)
+        );
+        let tap = Gesture::Tap {
+            at: Point::new(1, 2),
+        };
+        let req = Request::Action(Action::Touch(tap));
+        assert_eq!(unknown(&patched(&req, &tap, &[9])), ("Gesture", 9));
+        let step = Setup::MakeDir { path: "/x".into() };
+        let req = Request::Setup(step.clone());
+        assert_eq!(
+            unknown(&patched(&req, &step, &[77, 1, b'x'])),
+            ("Setup", 77)
+        );
+        let op = WindowOp::Close;
+        let req = Request::Setup(Setup::Window { id: 5, op });
+        assert_eq!(unknown(&patched(&req, &op, &[50])), ("WindowOp", 50));
+
+        // What the guest answers names the kind and says what to do.
+        let err = decode_request(&patched(&batch, &clip, &[60])).unwrap_err();
+        match WireError::from(err) {
+            WireError::Unsupported { what } => {
+                assert!(
+                    what.contains("Probe kind 60") && what.contains("upgrade"),
+                    "{what}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn garbage_is_malformed_not_unknown() {
+        let malformed = |header: &[u8]| {
+            let got = decode_request(header);
+            assert!(matches!(got, Err(CodecError::Malformed(_))), "{got:?}");
+        };
+        // A variant index that is no valid varint at all.
+        malformed(&[0, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+        // A batch announcing more probes than follow.
+        let batch = Request::Batch(vec![Probe::Processes]);
+        let mut bytes =
+            encode(&batch, 0, limits::MAX_REQUEST_HEADER).unwrap()[PREFIX_LEN..].to_vec();
+        bytes.truncate(bytes.len() - 1);
+        malformed(&bytes);
+        // A bool that is neither 0 nor 1, after a known step.
+        let req = Request::Setup(Setup::Remove {
+            path: "/x".into(),
+            recursive: true,
+        });
+        malformed(&patched(&req, &true, &[7]));
+        // A path that is not UTF-8.
+        let req = Request::Probe(Probe::Stat { path: "ab".into() });
+        malformed(&patched(&req, &"ab", &[2, 0xff, 0xfe]));
+        // An option tag that is neither None nor Some.
+        let region: Option<Rect> = None;
+        let max_size: Option<(u32, u32)> = None;
+        let req = Request::Screenshot(ScreenshotRequest {
+            format: ImageFormat::Png,
+            region,
+            max_size,
+        });
+        malformed(&patched(&req, &(region, max_size), &[0, 5]));
         assert!(matches!(
-            WireError::from(err),
-            WireError::Unsupported { .. }
+            WireError::from(CodecError::Malformed("x".into())),
+            WireError::Malformed { .. }
         ));
     }
 
     #[test]
-    fn every_known_kind_decodes() {
-        // The highest known index must decode as something other than "unknown kind",
-        // which guards REQUEST_KINDS against drift when a variant is added.
-        let last = Request::Setup(Setup::MakeDir { path: "/x".into() });
-        let bytes = encode(&last, 0, limits::MAX_REQUEST_HEADER).unwrap();
-        assert_eq!(bytes[5] as u32, REQUEST_KINDS - 1);
-        assert!(decode_request(&bytes[4..]).is_ok());
+    fn unknown_kinds_in_responses_are_reported_too() {
+        // A newer guest's reply kind: the host can say so instead of "malformed".
+        let mut header = postcard::to_stdvec(&0u64).unwrap();
+        header.extend_from_slice(&[90, 1, 2]);
+        assert!(matches!(
+            decode_response(&header),
+            Err(CodecError::UnknownKind {
+                kind: "Response",
+                index: 90,
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -307,18 +416,215 @@ mod tests {
         (any::<i32>(), any::<i32>()).prop_map(|(x, y)| Point::new(x, y))
     }
 
+    fn arb_rect() -> impl Strategy<Value = Rect> {
+        (any::<i32>(), any::<i32>(), any::<u32>(), any::<u32>())
+            .prop_map(|(x, y, w, h)| Rect::new(x, y, w, h))
+    }
+
+    fn arb_button() -> impl Strategy<Value = MouseButton> {
+        prop::sample::select(vec![
+            MouseButton::Left,
+            MouseButton::Middle,
+            MouseButton::Right,
+        ])
+    }
+
+    fn arb_key() -> impl Strategy<Value = Key> {
+        prop_oneof![
+            any::<char>().prop_map(Key::Char),
+            any::<u8>().prop_map(|n| Key::Named(NamedKey::F(n))),
+            prop::sample::select(vec![
+                NamedKey::Shift,
+                NamedKey::Control,
+                NamedKey::Return,
+                NamedKey::ScrollLock,
+            ])
+            .prop_map(Key::Named),
+        ]
+    }
+
+    fn arb_gesture() -> impl Strategy<Value = Gesture> {
+        prop_oneof![
+            arb_point().prop_map(|at| Gesture::Tap { at }),
+            (arb_point(), any::<u32>())
+                .prop_map(|(at, duration_ms)| Gesture::LongPress { at, duration_ms }),
+            (arb_point(), arb_point(), any::<u32>()).prop_map(|(from, to, duration_ms)| {
+                Gesture::Swipe {
+                    from,
+                    to,
+                    duration_ms,
+                }
+            }),
+            (arb_point(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(c, s, e, d)| {
+                Gesture::Pinch {
+                    center: c,
+                    start_distance: s,
+                    end_distance: e,
+                    duration_ms: d,
+                }
+            }),
+        ]
+    }
+
+    fn arb_action() -> impl Strategy<Value = Action> {
+        prop_oneof![
+            arb_point().prop_map(|to| Action::MouseMove { to }),
+            (proptest::option::of(arb_point()), arb_button(), any::<u8>())
+                .prop_map(|(at, button, count)| Action::Click { at, button, count }),
+            arb_button().prop_map(|button| Action::MouseDown { button }),
+            arb_button().prop_map(|button| Action::MouseUp { button }),
+            (arb_point(), arb_point(), arb_button(), any::<u32>()).prop_map(
+                |(from, to, button, duration_ms)| Action::Drag {
+                    from,
+                    to,
+                    button,
+                    duration_ms
+                }
+            ),
+            (
+                proptest::option::of(arb_point()),
+                any::<i32>(),
+                any::<i32>()
+            )
+                .prop_map(|(at, dx, dy)| Action::Scroll { at, dx, dy }),
+            arb_key().prop_map(|key| Action::KeyPress { key }),
+            arb_key().prop_map(|key| Action::KeyDown { key }),
+            arb_key().prop_map(|key| Action::KeyUp { key }),
+            proptest::collection::vec(arb_key(), 0..6).prop_map(|keys| Action::Hotkey { keys }),
+            ".*".prop_map(|text| Action::TypeText { text }),
+            arb_gesture().prop_map(Action::Touch),
+            prop::sample::select(vec![SystemKey::Home, SystemKey::Back, SystemKey::Search])
+                .prop_map(Action::SystemKey),
+        ]
+    }
+
+    fn arb_screenshot() -> impl Strategy<Value = ScreenshotRequest> {
+        let format = prop_oneof![
+            Just(ImageFormat::Png),
+            any::<u8>().prop_map(|quality| ImageFormat::Jpeg { quality }),
+            proptest::option::of(any::<i8>()).prop_map(|zstd| ImageFormat::Raw { zstd }),
+        ];
+        (
+            format,
+            proptest::option::of(arb_rect()),
+            proptest::option::of((any::<u32>(), any::<u32>())),
+        )
+            .prop_map(|(format, region, max_size)| ScreenshotRequest {
+                format,
+                region,
+                max_size,
+            })
+    }
+
+    fn arb_tree() -> impl Strategy<Value = TreeRequest> {
+        let scope = prop_oneof![
+            Just(TreeScope::Desktop),
+            Just(TreeScope::ActiveApp),
+            ".*".prop_map(TreeScope::App),
+        ];
+        (
+            scope,
+            any::<bool>(),
+            any::<bool>(),
+            proptest::option::of(any::<u32>()),
+            proptest::option::of(any::<u32>()),
+        )
+            .prop_map(
+                |(scope, showing_only, visible_only, max_depth, max_nodes)| TreeRequest {
+                    scope,
+                    showing_only,
+                    visible_only,
+                    max_depth,
+                    max_nodes,
+                },
+            )
+    }
+
+    fn arb_probe() -> impl Strategy<Value = Probe> {
+        prop_oneof![
+            ".*".prop_map(|path| Probe::Stat { path }),
+            (".*", any::<u64>()).prop_map(|(path, max_len)| Probe::ReadFile { path, max_len }),
+            ".*".prop_map(|path| Probe::ListDir { path }),
+            Just(Probe::Processes),
+            Just(Probe::ActiveWindow),
+            Just(Probe::Windows),
+            Just(Probe::Clipboard),
+            (
+                proptest::collection::vec(".*", 0..4),
+                any::<u64>(),
+                any::<u64>()
+            )
+                .prop_map(|(argv, timeout_ms, max_output)| Probe::Command {
+                    argv,
+                    timeout_ms,
+                    max_output
+                }),
+            ".*".prop_map(|name| Probe::EnvVar { name }),
+            arb_tree().prop_map(Probe::UiTree),
+            (".*", ".*").prop_map(|(schema, key)| Probe::Gsettings { schema, key }),
+        ]
+    }
+
+    fn arb_setup() -> impl Strategy<Value = Setup> {
+        let env = proptest::collection::vec((".*", ".*"), 0..3);
+        let op = prop_oneof![
+            Just(WindowOp::Activate),
+            Just(WindowOp::Maximize),
+            Just(WindowOp::Restore),
+            Just(WindowOp::Minimize),
+            Just(WindowOp::Close),
+            arb_rect().prop_map(WindowOp::Geometry),
+        ];
+        prop_oneof![
+            (".*", any::<u32>(), any::<bool>(), any::<bool>()).prop_map(
+                |(path, mode, create_dirs, append)| Setup::WriteFile {
+                    path,
+                    mode,
+                    create_dirs,
+                    append
+                }
+            ),
+            (".*", any::<bool>()).prop_map(|(path, recursive)| Setup::Remove { path, recursive }),
+            ".*".prop_map(|path| Setup::MakeDir { path }),
+            (
+                proptest::collection::vec(".*", 0..4),
+                proptest::option::of(".*"),
+                env.clone(),
+                proptest::collection::vec(any::<u8>(), 0..64),
+                any::<u64>(),
+                any::<u64>(),
+            )
+                .prop_map(|(argv, cwd, env, stdin, timeout_ms, max_output)| {
+                    Setup::Exec(ExecRequest {
+                        argv,
+                        cwd,
+                        env,
+                        stdin,
+                        timeout_ms,
+                        max_output,
+                    })
+                }),
+            (
+                proptest::collection::vec(".*", 0..4),
+                proptest::option::of(".*"),
+                env
+            )
+                .prop_map(|(argv, cwd, env)| Setup::Launch { argv, cwd, env }),
+            ".*".prop_map(|text| Setup::SetClipboard { text }),
+            (any::<u64>(), op).prop_map(|(id, op)| Setup::Window { id, op }),
+        ]
+    }
+
     fn arb_request() -> impl Strategy<Value = Request> {
         prop_oneof![
             Just(Request::Ping),
-            (proptest::option::of(arb_point()), 1u8..=3).prop_map(|(at, count)| {
-                Request::Action(Action::Click {
-                    at,
-                    button: MouseButton::Right,
-                    count,
-                })
-            }),
-            ".*".prop_map(|text| Request::Action(Action::TypeText { text })),
-            ".*".prop_map(|path| Request::Probe(Probe::Stat { path })),
+            arb_action().prop_map(Request::Action),
+            arb_screenshot().prop_map(Request::Screenshot),
+            arb_tree().prop_map(Request::UiTree),
+            Just(Request::ScreenInfo),
+            Just(Request::Cursor),
+            arb_probe().prop_map(Request::Probe),
+            proptest::collection::vec(arb_probe(), 0..8).prop_map(Request::Batch),
             (".*", any::<u64>(), proptest::option::of(any::<u64>())).prop_map(
                 |(path, offset, max_len)| Request::ReadFile {
                     path,
@@ -326,8 +632,7 @@ mod tests {
                     max_len
                 }
             ),
-            proptest::collection::vec(".*".prop_map(|p| Probe::ListDir { path: p }), 0..8)
-                .prop_map(Request::Batch),
+            arb_setup().prop_map(Request::Setup),
         ]
     }
 

@@ -35,7 +35,8 @@ pub struct GuestInfo {
     pub os: String,
     /// The guest agent's own version.
     pub agent_version: String,
-    /// Screen geometry at connect time.
+    /// Screen geometry at connect time; the last geometry the guest read if its display was
+    /// too busy to answer at once (all zeros if it never could).
     pub screen: ScreenInfo,
     /// Capabilities (see [`capability`](crate::message::capability)).
     pub capabilities: Vec<String>,

@@ -71,10 +71,6 @@ pub enum Request {
     Setup(Setup),
 }
 
-/// Number of [`Request`] variants this build knows; a higher variant index is a request
-/// from a newer peer and gets [`WireError::Unsupported`].
-pub const REQUEST_KINDS: u32 = 10;
-
 impl Request {
     /// The privilege class the request needs.
     pub fn class(&self) -> RequestClass {

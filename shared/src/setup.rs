@@ -85,7 +85,8 @@ pub struct ExecRequest {
     pub stdin: Vec<u8>,
     /// Kill the process group after this long.
     pub timeout_ms: u64,
-    /// Keep at most this many bytes of stdout and of stderr each.
+    /// Keep at most this many bytes of stdout and of stderr each, and at most
+    /// [`MAX_EXEC_OUTPUT`](crate::limits::MAX_EXEC_OUTPUT) of both together.
     pub max_output: u64,
 }
 

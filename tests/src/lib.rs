@@ -60,14 +60,18 @@ impl Sandbox {
         Registry::at(self.path().join("envs.toml"))
     }
 
+    /// `pincer ARGS` set up to run in this sandbox, for tests that start it themselves.
+    pub fn pincer_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin("pincer"));
+        cmd.args(args)
+            .env("PINCER_STATE_DIR", self.path().join("state"))
+            .env("PINCER_ENVS", self.path().join("envs.toml"));
+        cmd
+    }
+
     /// Runs `pincer ARGS` in this sandbox.
     pub fn pincer(&self, args: &[&str]) -> Output {
-        Command::new(bin("pincer"))
-            .args(args)
-            .env("PINCER_STATE_DIR", self.path().join("state"))
-            .env("PINCER_ENVS", self.path().join("envs.toml"))
-            .output()
-            .expect("run pincer")
+        self.pincer_command(args).output().expect("run pincer")
     }
 
     /// Runs `pincer ARGS` and returns stdout, failing the test with stderr on error.

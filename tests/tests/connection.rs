@@ -283,6 +283,220 @@ async fn guests_can_dial_in_and_come_back() {
     let _ = agent.wait();
 }
 
+/// A `pincer-agent` child process, killed on drop.
+struct Agent(std::process::Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A UDP port on loopback that was free a moment ago.
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dial_in_guests_are_reached_by_name_from_every_command() {
+    let sb = Sandbox::new();
+    // The desktop lends the guest its X display.
+    let d = sb.desktop("dx", "640x480", &["--no-wm"]);
+    let state = d.state();
+    let session: Vec<(String, String)> = ["DISPLAY", "XAUTHORITY", "PINCER_DESKTOP_ID"]
+        .iter()
+        .map(|k| {
+            (
+                (*k).to_owned(),
+                state["env"][k].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let listen_addr = format!("127.0.0.1:{}", free_udp_port());
+
+    // `env listen --accept-new` pins the first guest and writes it to the envs file.
+    let mut listen = sb
+        .pincer_command(&[
+            "env",
+            "listen",
+            &listen_addr,
+            "--accept-new",
+            "--count",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(listen.stdout.take().unwrap());
+    let mut banner = String::new();
+    for _ in 0..2 {
+        std::io::BufRead::read_line(&mut out, &mut banner).unwrap();
+    }
+    // "  pincer-agent --connect HOST:PORT --token-file FILE --host-fingerprint FP"
+    let words: Vec<&str> = banner.split_whitespace().collect();
+    let after = |flag: &str| words[words.iter().position(|w| *w == flag).unwrap() + 1];
+    let (token_file, host_fp) = (after("--token-file"), after("--host-fingerprint"));
+    let agent = |name: &str, state_dir: &std::path::Path| {
+        Agent(
+            Command::new(bin("pincer-agent"))
+                .args(["--connect", &listen_addr, "--name", name])
+                .args(["--token-file", token_file, "--host-fingerprint", host_fp])
+                .arg("--state-dir")
+                .arg(state_dir)
+                .envs(session.iter().cloned())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let dialer_dir = sb.path().join("dialer-agent");
+    let dialer = agent("dialer", &dialer_dir);
+    let listened = eventually(Duration::from_secs(20), || {
+        let exited = listen.try_wait().unwrap();
+        async move { exited }
+    })
+    .await
+    .expect("env listen registers the guest and exits");
+    let mut printed = String::new();
+    std::io::Read::read_to_string(&mut out, &mut printed).unwrap();
+    assert!(listened.success(), "{printed}");
+    assert!(
+        printed.contains("guest 'dialer' registered") && printed.contains("newly trusted"),
+        "{printed}"
+    );
+    let fp = Command::new(bin("pincer-agent"))
+        .args(["--print-fingerprint", "--name", "dialer", "--state-dir"])
+        .arg(&dialer_dir)
+        .output()
+        .unwrap();
+    let fp = String::from_utf8(fp.stdout).unwrap().trim().to_owned();
+    let entry = sb.registry().load().unwrap().envs["dialer"].clone();
+    assert_eq!(entry.listen.as_deref(), Some(listen_addr.as_str()));
+    assert_eq!(entry.addr, None);
+    assert_eq!(entry.fingerprint.as_deref(), Some(fp.as_str()));
+
+    // Every command now reaches the guest by name, each with its own listener, promptly.
+    let timed = |args: &[&str]| {
+        let started = std::time::Instant::now();
+        let out = sb.pincer_ok(args);
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "pincer {args:?} took {took:?}"
+        );
+        out
+    };
+    let pong = timed(&["env", "ping", "--env", "dialer", "-c", "2"]);
+    assert_eq!(pong.matches("pong from 'dialer'").count(), 2, "{pong}");
+    let shot = sb.path().join("dialer.png");
+    let said = timed(&[
+        "screenshot",
+        "--env",
+        "dialer",
+        "-o",
+        shot.to_str().unwrap(),
+    ]);
+    assert!(said.contains("640x480"), "{said}");
+    assert_eq!(&std::fs::read(&shot).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+    let info: serde_json::Value =
+        serde_json::from_str(&timed(&["env", "info", "--env", "dialer", "--json"])).unwrap();
+    assert_eq!(info["name"], "dialer");
+    assert_eq!(info["screen"]["width"], 640);
+    let list = timed(&["env", "list"]);
+    let line = list.lines().find(|l| l.starts_with("dialer")).unwrap_or("");
+    assert!(line.contains("dial-in") && line.contains("up ("), "{list}");
+
+    // An impostor under the pinned name and a stranger are both refused, and the command
+    // says how to start the real guest.
+    drop(dialer);
+    let _impostor = agent("dialer", &sb.path().join("impostor-agent"));
+    let _stranger = agent("stranger", &sb.path().join("stranger-agent"));
+    let refused = sb.pincer(&["env", "ping", "--env", "dialer"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(
+        err.contains("certificate fingerprint mismatch")
+            && err.contains("refusing guest with unpinned certificate"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("no guest 'dialer' dialled in to {listen_addr}"))
+            && err.contains(&format!(
+                "pincer-agent --connect THIS_HOST:{}",
+                &listen_addr[10..]
+            )),
+        "{err}"
+    );
+    let entry = sb.registry().load().unwrap().envs["dialer"].clone();
+    assert_eq!(
+        entry.fingerprint.as_deref(),
+        Some(fp.as_str()),
+        "the pin changed"
+    );
+}
+
+/// What identifies a desktop's processes, from its state file.
+struct DesktopTraits {
+    marker: String,
+    display: String,
+    bus: String,
+    dir: String,
+}
+
+/// Every live process of the machine that belongs to the desktop by a reading of /proc
+/// that does not share `desktop down`'s rule (session or marker): the marker, the display
+/// or the bus in its environment, or the desktop's directory (Xvfb's auth file, the D-Bus
+/// sockets, the AT-SPI bus) in its command line. Each as (pid, comm, command line).
+fn belonging_to(d: &DesktopTraits) -> Vec<(u32, String, String)> {
+    let wanted_env = [
+        format!("PINCER_DESKTOP_ID={}", d.marker),
+        format!("DISPLAY={}", d.display),
+        format!("DBUS_SESSION_BUS_ADDRESS={}", d.bus),
+    ];
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let dead = stat
+            .rfind(')')
+            .and_then(|i| stat.get(i + 2..i + 3))
+            .is_none_or(|state| state == "Z" || state == "X");
+        if pid == me || dead {
+            continue;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let by_env = environ
+            .split(|b| *b == 0)
+            .any(|kv| wanted_env.iter().any(|w| kv == w.as_bytes()));
+        if by_env || cmdline.contains(&d.dir) {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            found.push((pid, comm.trim().to_owned(), cmdline));
+        }
+    }
+    found
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn desktop_down_stops_every_process_including_activated_helpers() {
     let sb = Sandbox::new();
@@ -301,16 +515,37 @@ async fn desktop_down_stops_every_process_including_activated_helpers() {
     .unwrap();
     // A tree walk makes D-Bus activate the AT-SPI registry daemon.
     let _ = pincer_tests::wait_for_node(&env, "zenity", |n| n.role == "push button").await;
-    let sid = d.state()["supervisor_pid"].as_u64().unwrap() as u32;
-    let members = || pincer::desktop::desktop_processes(sid, &format!("teardown-{sid}"));
-    let names: Vec<String> = members()
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
-        .map(|s| s.trim().to_owned())
-        .collect();
-    for want in [
-        "Xvfb",
-        "dbus-daemon",
+    let state = d.state();
+    let var = |k: &str| state["env"][k].as_str().unwrap().to_owned();
+    let traits = DesktopTraits {
+        marker: var("PINCER_DESKTOP_ID"),
+        display: var("DISPLAY"),
+        bus: var("DBUS_SESSION_BUS_ADDRESS"),
+        dir: sb
+            .path()
+            .join("state/desktops/teardown")
+            .display()
+            .to_string(),
+    };
+    let before = belonging_to(&traits);
+    let named = |comm: &str, with: &str| {
+        before
+            .iter()
+            .any(|(_, c, cmd)| c == comm && cmd.contains(with))
+    };
+    // The scan sees each part by name, with what makes it this desktop's.
+    let auth = format!("{}/runtime/Xauthority", traits.dir);
+    let bus_path = traits.bus.trim_start_matches("unix:path=");
+    let bus_path = bus_path.split(',').next().unwrap();
+    assert!(
+        named("Xvfb", &auth),
+        "Xvfb with this desktop's auth: {before:?}"
+    );
+    assert!(
+        named("dbus-daemon", bus_path),
+        "the session bus at {bus_path}: {before:?}"
+    );
+    for helper in [
         "openbox",
         "pincer-agent",
         "zenity",
@@ -318,14 +553,23 @@ async fn desktop_down_stops_every_process_including_activated_helpers() {
         "at-spi2-registr",
     ] {
         assert!(
-            names.iter().any(|n| n == want),
-            "{want} not running before down: {names:?}"
+            named(helper, ""),
+            "{helper} not found before down: {before:?}"
         );
     }
+    // The AT-SPI bus's own dbus-daemon, started by the launcher, not by the supervisor.
+    let buses = before.iter().filter(|(_, c, _)| c == "dbus-daemon").count();
+    assert!(buses >= 2, "the accessibility bus is missing: {before:?}");
+
     let out = sb.pincer_ok(&["desktop", "down", "teardown"]);
     assert!(out.contains("stopped"), "{out}");
-    let left = members();
+    let left = belonging_to(&traits);
     assert!(left.is_empty(), "processes left after down: {left:?}");
+    let socket = format!("/tmp/.X11-unix/X{}", traits.display.trim_start_matches(':'));
+    assert!(
+        !std::path::Path::new(&socket).exists(),
+        "{socket} is still there"
+    );
     assert!(sb.registry().load().unwrap().envs.is_empty());
     std::mem::forget(d);
 }

@@ -395,6 +395,224 @@ async fn the_cli_commands_work_against_a_desktop() {
     assert!(list.contains("cli") && list.contains("up ("), "{list}");
 }
 
+/// The value of the only slider in zenity's tree, once `ok` accepts it.
+async fn slider_value(env: &pincer::env::Environment, ok: impl Fn(f64) -> bool) -> Option<f64> {
+    eventually(Duration::from_secs(10), || async {
+        let t = wait_for_node(env, "zenity", |n| n.role == "slider").await?;
+        let v = t.root.find(|n| n.role == "slider")?.value?;
+        ok(v).then_some(v)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_actions_probes_and_captures_have_their_effects() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("clifx", "800x600", &[]);
+    let env = d.connect().await;
+
+    let pongs = sb.pincer_ok(&["env", "ping", "-c", "3"]);
+    assert_eq!(pongs.matches("pong from 'clifx'").count(), 3, "{pongs}");
+    let info: serde_json::Value =
+        serde_json::from_str(&sb.pincer_ok(&["env", "info", "--json"])).unwrap();
+    assert_eq!(info["name"], "clifx");
+    assert_eq!(
+        (
+            info["screen"]["width"].as_u64(),
+            info["screen"]["height"].as_u64()
+        ),
+        (Some(800), Some(600))
+    );
+    assert_eq!(info["read_only"], false);
+    let text = sb.pincer_ok(&["env", "info"]);
+    assert!(text.contains("800x600 via x11-shm"), "{text}");
+
+    // Raw and JPEG screenshots show the root window's colour.
+    sb.pincer_ok(&["exec", "--", "xsetroot", "-solid", "#3a6ea5"]);
+    let raw = sb.path().join("shot.raw");
+    let said = sb.pincer_ok(&["screenshot", "--format", "raw", "-o", raw.to_str().unwrap()]);
+    assert!(said.contains("800x600") && said.contains("Bgrx8"), "{said}");
+    let px = std::fs::read(&raw).unwrap();
+    assert_eq!(px.len(), 800 * 600 * 4);
+    let i = (5 * 800 + 5) * 4;
+    assert_eq!(&px[i..i + 3], &[0xa5, 0x6e, 0x3a], "BGRX pixel (5, 5)");
+    let jpg = sb.path().join("shot.jpg");
+    sb.pincer_ok(&[
+        "screenshot",
+        "--format",
+        "jpeg",
+        "-o",
+        jpg.to_str().unwrap(),
+    ]);
+    let id = std::process::Command::new("identify")
+        .args([
+            "-format",
+            "%w %h %[fx:int(255*p{5,5}.r)] %[fx:int(255*p{5,5}.g)] %[fx:int(255*p{5,5}.b)]",
+        ])
+        .arg(&jpg)
+        .output()
+        .expect("ImageMagick's identify is installed");
+    let id = String::from_utf8_lossy(&id.stdout).into_owned();
+    let v: Vec<i32> = id.split_whitespace().map(|w| w.parse().unwrap()).collect();
+    assert_eq!(&v[..2], &[800, 600], "{id}");
+    for (got, want) in v[2..].iter().zip([0x3a, 0x6e, 0xa5]) {
+        assert!((got - want).abs() <= 4, "JPEG pixel {id} is not #3a6ea5");
+    }
+
+    // Typed text lands in an entry; select-all and copy put it on the clipboard.
+    sb.pincer_ok(&[
+        "launch",
+        "--",
+        "zenity",
+        "--entry",
+        "--title",
+        "cli entry",
+        "--text",
+        "Name?",
+    ]);
+    let is_entry = |n: &pincer_shared::tree::UiNode| n.role == "text" && n.has_state("editable");
+    let tree = wait_for_node(&env, "zenity", is_entry)
+        .await
+        .expect("zenity's entry appears");
+    let at = tree.root.find(is_entry).unwrap().bounds.unwrap().center();
+    sb.pincer_ok(&["act", "click", &at.x.to_string(), &at.y.to_string()]);
+    let typed = "pincer typed 42 é";
+    sb.pincer_ok(&["act", "type", typed]);
+    let shown = eventually(Duration::from_secs(10), || async {
+        let t = wait_for_node(&env, "zenity", is_entry).await?;
+        (t.root.find(is_entry)?.text.as_deref() == Some(typed)).then_some(())
+    })
+    .await;
+    assert!(
+        shown.is_some(),
+        "the typed text never showed up in the entry"
+    );
+    sb.pincer_ok(&["act", "key", "ctrl+a"]);
+    sb.pincer_ok(&["act", "key", "ctrl+c"]);
+    let copied = eventually(Duration::from_secs(10), || async {
+        (sb.pincer_ok(&["probe", "clipboard"]) == format!("{typed}\n")).then_some(())
+    })
+    .await;
+    assert!(
+        copied.is_some(),
+        "the copied text never reached the clipboard probe"
+    );
+    let ps = sb.pincer_ok(&["probe", "processes"]);
+    let zenity = ps
+        .lines()
+        .find(|l| l.contains(" zenity "))
+        .unwrap_or_else(|| panic!("{ps}"));
+    assert!(zenity.contains("--entry"), "{zenity}");
+
+    // A drag moves a slider's knob to where it ends; the wheel steps it down and up. (The
+    // entry stays open: a window made right after another client's closed one can get the
+    // same X id, which openbox then mistakes for the old window.)
+    sb.pincer_ok(&[
+        "launch",
+        "--",
+        "zenity",
+        "--scale",
+        "--title",
+        "cli scale",
+        "--value",
+        "50",
+    ]);
+    let start = slider_value(&env, |v| v == 50.0)
+        .await
+        .expect("the slider shows 50");
+    // The slider's bounds are final once the window manager manages the dialog (it is
+    // listed) and the slider lies inside it, the same in two readings in a row.
+    let last = std::cell::Cell::new(None);
+    let b = eventually(Duration::from_secs(10), || async {
+        let listed = windows(&env).await?;
+        let w = listed.iter().find(|w| w.title == "cli scale")?.bounds?;
+        let tree = wait_for_node(&env, "zenity", |n| n.role == "slider").await?;
+        let b = tree.root.find(|n| n.role == "slider")?.bounds?;
+        let settled = last.replace(Some(b)) == Some(b);
+        (settled && w.intersect(&b) == Some(b)).then_some(b)
+    })
+    .await
+    .expect("the slider settles inside the managed scale dialog");
+    let y = b.center().y.to_string();
+    let x_at = |quarters: i32| (b.x + quarters * b.width as i32 / 4).to_string();
+    let (mid, left, right) = (x_at(2), x_at(1), x_at(3));
+    sb.pincer_ok(&["act", "drag", &mid, &y, &left, &y]);
+    let low = slider_value(&env, |v| v < 40.0)
+        .await
+        .unwrap_or_else(|| panic!("the knob does not follow a drag left in {b:?}"));
+    sb.pincer_ok(&["act", "drag", &left, &y, &right, &y]);
+    let high = slider_value(&env, |v| v > 60.0)
+        .await
+        .unwrap_or_else(|| panic!("the knob does not follow a drag right in {b:?}"));
+    let at = format!("{mid},{y}");
+    sb.pincer_ok(&["act", "scroll", "0", "3", "--at", &at]);
+    let down = slider_value(&env, |v| v < high)
+        .await
+        .expect("scrolling down lowers the value");
+    sb.pincer_ok(&["act", "scroll", "0", "-2", "--at", &at]);
+    let up = slider_value(&env, |v| v > down)
+        .await
+        .expect("scrolling up raises the value");
+    assert!(
+        start > low && high > low && up < high,
+        "{start} {low} {high} {down} {up}"
+    );
+}
+
+/// Open file descriptors and resident memory (KiB) of a process.
+fn footprint(pid: u32) -> (usize, u64) {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the agent runs")
+        .count();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status");
+    (fds, rss)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_screenshots_leave_the_agent_as_it_was() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("soak", "1024x768", &["--no-wm"]);
+    let env = d.connect().await;
+    let pid = env.info().unwrap().pid;
+    let raw = ScreenshotRequest {
+        format: ImageFormat::Raw { zstd: Some(1) },
+        ..Default::default()
+    };
+    let shoot = |n: usize| {
+        let env = &env;
+        async move {
+            for _ in 0..n {
+                let shot = env.screenshot(raw).await.unwrap();
+                assert_eq!((shot.meta.width, shot.meta.height), (1024, 768));
+            }
+        }
+    };
+    // Warm-up: buffers, the SHM segment, allocator arenas and blocking threads settle.
+    shoot(200).await;
+    let (fds0, rss0) = footprint(pid);
+    let mut samples = vec![(fds0, rss0)];
+    for _ in 0..4 {
+        shoot(250).await;
+        samples.push(footprint(pid));
+    }
+    let (fds, rss) = *samples.last().unwrap();
+    // OSWorld's server leaked an X connection per screenshot and died after 248.
+    assert!(
+        fds <= fds0 + 2,
+        "file descriptors grew: {samples:?} (count, RSS KiB)"
+    );
+    assert!(
+        rss <= rss0 + 8 * 1024,
+        "memory grew by more than 8 MiB: {samples:?}"
+    );
+    assert_eq!(env.info().unwrap().pid, pid, "the agent restarted");
+}
+
 /// The guest's top-level windows, bottom to top.
 async fn windows(env: &pincer::env::Environment) -> Option<Vec<WindowInfo>> {
     match env.probe(Probe::Windows).await.ok()? {

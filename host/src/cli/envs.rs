@@ -3,10 +3,10 @@
 use super::EnvArg;
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use pincer::env::listener::{Listener, TrustPolicy};
-use pincer::env::registry::{EnvEntry, Registry, resolve};
+use pincer::env::listener::{self, Listener, TrustPolicy};
+use pincer::env::registry::{EnvEntry, Reach, Registry, resolve};
 use pincer::env::{Deadlines, EnvSpec, Environment};
-use pincer_shared::identity::{Fingerprint, Identity, Token};
+use pincer_shared::identity::{Fingerprint, Token};
 use std::path::PathBuf;
 
 #[derive(Debug, Subcommand)]
@@ -54,7 +54,8 @@ pub(crate) enum EnvCmd {
         name: String,
     },
     /// Listen for guests that dial in (`pincer-agent --connect HOST:PORT`), print them as
-    /// they register and ping them.
+    /// they register and ping them. With --accept-new, guests trusted on first use are
+    /// written to the envs file, and every command reaches them by name afterwards.
     Listen {
         /// Address to listen on.
         #[arg(default_value = "0.0.0.0:7100")]
@@ -175,7 +176,8 @@ pub(crate) async fn run(cmd: EnvCmd, reg: &Registry) -> anyhow::Result<()> {
                 f.envs.insert(
                     name.clone(),
                     EnvEntry {
-                        addr,
+                        addr: Some(addr),
+                        listen: None,
                         fingerprint: Some(fp.to_string()),
                         token_file: std::path::absolute(&token_file).unwrap_or(token_file),
                         platform,
@@ -217,19 +219,20 @@ async fn list(reg: &Registry) -> anyhow::Result<()> {
         "name", "address", "platform", "kind"
     );
     let checks = file.envs.iter().map(|(name, e)| async move {
-        let status = match reg.spec_of(name, e) {
+        let status = match reg.reach_of(name, e) {
             Err(err) => format!("bad entry: {err}"),
-            Ok(spec) => {
+            Ok(_) => {
                 let d = Deadlines {
                     connect: std::time::Duration::from_secs(1),
+                    dial_in: std::time::Duration::from_secs(2),
                     ..Default::default()
                 };
-                match Environment::connect(spec, d).await {
+                match reg.connect(Some(name), d).await {
                     Ok(env) => match env.ping().await {
                         Ok(rtt) => format!("up ({:.2} ms)", rtt.as_secs_f64() * 1000.0),
                         Err(err) => format!("down: {err}"),
                     },
-                    Err(err) => format!("down: {err}"),
+                    Err(err) => format!("down: {err:#}"),
                 }
             }
         };
@@ -241,15 +244,15 @@ async fn list(reg: &Registry) -> anyhow::Result<()> {
         } else {
             ""
         };
-        let kind = if e.desktop.is_some() {
-            "desktop"
-        } else {
-            "remote"
+        let kind = match (&e.desktop, reg.reach_of(name, e)) {
+            (Some(_), _) => "desktop",
+            (None, Ok(Reach::DialIn(_))) => "dial-in",
+            (None, _) => "remote",
         };
         println!(
             "{:<12} {:<22} {:<8} {:<8} {status}",
             format!("{name}{default}"),
-            e.addr,
+            e.address(),
             e.platform,
             kind
         );
@@ -265,10 +268,10 @@ async fn listen(
     count: Option<usize>,
 ) -> anyhow::Result<()> {
     let sock = resolve(addr).map_err(anyhow::Error::msg)?;
-    let state = pincer::paths::state_dir().join("host");
-    let (identity, _) = Identity::load_or_create(&state, "pincer-host")?;
-    let token_file = token_file.unwrap_or_else(|| state.join("token"));
+    let identity = listener::host_identity()?;
+    let token_file = token_file.unwrap_or_else(listener::default_token_file);
     let token = Token::load_or_create(&token_file)?;
+    let token_file = std::path::absolute(&token_file).unwrap_or(token_file);
     let mut policy = TrustPolicy {
         accept_new,
         ..Default::default()
@@ -305,6 +308,41 @@ async fn listen(
             },
             rtt.as_secs_f64() * 1000.0
         );
+        if arrival.newly_trusted {
+            let entry = EnvEntry {
+                addr: None,
+                listen: Some(addr.to_owned()),
+                fingerprint: Some(arrival.fingerprint.to_string()),
+                token_file: token_file.clone(),
+                platform: info.platform.clone(),
+                desktop: None,
+            };
+            let recorded = reg.update(|f| match f.envs.get_mut(&info.name) {
+                None => {
+                    f.envs.insert(info.name.clone(), entry);
+                    true
+                }
+                // A dial-in entry written by hand without its fingerprint: pin it now.
+                Some(e) if e.listen.is_some() && e.fingerprint.is_none() => {
+                    e.fingerprint = entry.fingerprint;
+                    true
+                }
+                Some(_) => false,
+            })?;
+            if recorded {
+                println!(
+                    "  pinned in {}: every command reaches it with --env {}",
+                    reg.path().display(),
+                    info.name
+                );
+            } else {
+                println!(
+                    "  not written to {}: it already has another entry named '{}'",
+                    reg.path().display(),
+                    info.name
+                );
+            }
+        }
         seen += 1;
         if count.is_some_and(|c| seen >= c) {
             break;

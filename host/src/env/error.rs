@@ -5,6 +5,7 @@ use pincer_shared::WireError;
 use pincer_shared::handshake::HandshakeError;
 use pincer_shared::identity::Fingerprint;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Why a call on an environment failed.
@@ -19,6 +20,37 @@ pub enum ClientError {
         /// Address dialled.
         addr: SocketAddr,
         /// What the transport said.
+        reason: String,
+    },
+    /// A guest that dials in did not arrive in time.
+    #[error(
+        "no guest '{env}' dialled in to {listen} within {waited:?}: start it with `pincer-agent --connect THIS_HOST:{port} --name {env} --token-file {token} --host-fingerprint {host_fingerprint}` (with a copy of {token}), or check that it runs and reaches this machine over UDP",
+        port = .listen.port(),
+        token = .token_file.display()
+    )]
+    NotDialledIn {
+        /// Environment name.
+        env: String,
+        /// Where this host listened.
+        listen: SocketAddr,
+        /// How long it waited.
+        waited: Duration,
+        /// The token file the guest needs a copy of.
+        token_file: PathBuf,
+        /// The certificate this host presents, for the guest to pin (boxed: it would make
+        /// every `ClientError` larger).
+        host_fingerprint: Box<Fingerprint>,
+    },
+    /// This host could not listen for a guest that dials in.
+    #[error(
+        "env '{env}': cannot listen on {addr} for its guest to dial in ({reason}); is `pincer env listen` or another pincer command already listening there? Stop it, or give the guest another port"
+    )]
+    Listen {
+        /// Environment name.
+        env: String,
+        /// The address.
+        addr: SocketAddr,
+        /// What failed.
         reason: String,
     },
     /// The guest presented another certificate than the pinned one.
@@ -106,6 +138,8 @@ impl ClientError {
         matches!(
             self,
             Self::Unreachable { .. }
+                | Self::NotDialledIn { .. }
+                | Self::Listen { .. }
                 | Self::ConnectionLost { .. }
                 | Self::Timeout { .. }
                 | Self::Handshake { .. }

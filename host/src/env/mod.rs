@@ -46,6 +46,10 @@ pub struct Deadlines {
     /// How long a call keeps trying to reconnect to a guest that went away (an agent
     /// restart takes well under a second; a guest gone for longer fails the call).
     pub reconnect: Duration,
+    /// How long connecting waits for a guest that dials in (`listen` entries). A waiting
+    /// guest redials every second or so; one whose last host vanished without closing
+    /// notices at its next keep-alive, within 4 s.
+    pub dial_in: Duration,
 }
 
 impl Default for Deadlines {
@@ -58,6 +62,7 @@ impl Default for Deadlines {
             transfer: Duration::from_secs(300),
             exec_margin: Duration::from_secs(10),
             reconnect: Duration::from_secs(5),
+            dial_in: Duration::from_secs(6),
         }
     }
 }
@@ -75,6 +80,21 @@ pub struct EnvSpec {
     pub token: Token,
 }
 
+/// How to reach a guest that dials in to this host (`pincer-agent --connect`).
+#[derive(Debug, Clone)]
+pub struct DialInSpec {
+    /// Name the guest reports.
+    pub name: String,
+    /// Where this host listens for it.
+    pub listen: SocketAddr,
+    /// Its pinned certificate.
+    pub fingerprint: Fingerprint,
+    /// The token the guest expects.
+    pub token: Token,
+    /// Where that token is kept, for messages that tell how to start the guest.
+    pub token_file: std::path::PathBuf,
+}
+
 /// A live, authenticated connection.
 #[derive(Debug)]
 struct Session {
@@ -89,8 +109,14 @@ enum Source {
     /// Dial the guest again, from this endpoint (one UDP socket per environment, owned by
     /// the runtime that made it).
     Dial(EnvSpec, quinn::Endpoint),
-    /// Wait for the guest to dial our listener again.
-    DialIn(tokio::sync::watch::Receiver<Option<Arc<Session>>>),
+    /// Wait for the guest to dial our listener again. Environments made by
+    /// [`listener::connect`] keep their (shared) listener open.
+    DialIn {
+        /// The guest's current session, replaced whenever it dials in again.
+        sessions: tokio::sync::watch::Receiver<Option<Arc<Session>>>,
+        /// Keeps the listener open while the environment lives.
+        _listener: Option<Arc<listener::Listener>>,
+    },
 }
 
 /// One guest: a desktop, VM or phone.
@@ -307,8 +333,8 @@ impl Environment {
                 Source::Dial(spec, endpoint) => dial(spec, endpoint, &self.deadlines)
                     .await
                     .map(|(s, _)| Arc::new(s)),
-                Source::DialIn(rx) => {
-                    let mut rx = rx.clone();
+                Source::DialIn { sessions, .. } => {
+                    let mut rx = sessions.clone();
                     let wait = rx.wait_for(|s| s.as_ref().is_some_and(|s| !s.link.is_closed()));
                     match tokio::time::timeout_at(until.into(), wait).await {
                         Ok(Ok(s)) => Ok(s.clone().expect("checked by wait_for")),

@@ -1,8 +1,12 @@
-//! The envs file: named environments and how to reach them (TOML). `pincer desktop up` and
-//! `pincer env add` write it; every other command reads it. Writes are read-modify-write
-//! under an exclusive lock so concurrent `desktop up`s do not lose each other's entries.
+//! The envs file: named environments and how to reach them (TOML). `pincer desktop up`,
+//! `pincer env add` and `pincer env listen --accept-new` write it; every other command reads
+//! it. Writes are read-modify-write under an exclusive lock so concurrent `desktop up`s do
+//! not lose each other's entries.
+//!
+//! An entry either dials its guest (`addr`, for `pincer-agent --listen`) or listens for it
+//! to dial in (`listen`, for `pincer-agent --connect`); both kinds work with every command.
 
-use super::{Deadlines, EnvSpec, Environment};
+use super::{Deadlines, DialInSpec, EnvSpec, Environment, listener};
 use pincer_shared::identity::{Fingerprint, Token};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -25,8 +29,13 @@ pub struct EnvsFile {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnvEntry {
-    /// `HOST:PORT` of its agent.
-    pub addr: String,
+    /// `HOST:PORT` of its agent, for a guest that listens (`pincer-agent --listen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
+    /// `ADDR:PORT` this host listens on, for a guest that dials in (`pincer-agent
+    /// --connect`); instead of `addr`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
     /// Pinned certificate fingerprint (`sha256:...`).
     pub fingerprint: Option<String>,
     /// File holding the token the agent expects.
@@ -41,6 +50,26 @@ pub struct EnvEntry {
 
 fn linux() -> String {
     "linux".into()
+}
+
+impl EnvEntry {
+    /// Where the guest is, for people: its address, or `listen ADDR` for one that dials in.
+    pub fn address(&self) -> String {
+        match (&self.addr, &self.listen) {
+            (Some(addr), _) => addr.clone(),
+            (None, Some(listen)) => format!("listen {listen}"),
+            (None, None) => "-".into(),
+        }
+    }
+}
+
+/// How to reach an environment.
+#[derive(Debug, Clone)]
+pub enum Reach {
+    /// Dial its agent.
+    Dial(EnvSpec),
+    /// Listen for its agent to dial in.
+    DialIn(DialInSpec),
 }
 
 /// A local desktop's processes and files.
@@ -221,36 +250,83 @@ impl Registry {
         self.spec_of(&name, &e)
     }
 
-    /// How to connect to an entry.
+    /// How to dial an entry's guest; an error for guests that dial in.
     pub fn spec_of(&self, name: &str, e: &EnvEntry) -> Result<EnvSpec, RegistryError> {
+        match self.reach_of(name, e)? {
+            Reach::Dial(spec) => Ok(spec),
+            Reach::DialIn(spec) => Err(RegistryError::BadEntry {
+                name: name.to_owned(),
+                path: self.path.clone(),
+                message: format!(
+                    "its guest dials in (listen = \"{}\"); there is no address to dial",
+                    spec.listen
+                ),
+            }),
+        }
+    }
+
+    /// How to reach an entry's guest.
+    pub fn reach_of(&self, name: &str, e: &EnvEntry) -> Result<Reach, RegistryError> {
         let bad = |message: String| RegistryError::BadEntry {
             name: name.to_owned(),
             path: self.path.clone(),
             message,
         };
-        let addr = resolve(&e.addr).map_err(bad)?;
-        let fingerprint = e
-            .fingerprint
-            .as_deref()
-            .map(str::parse::<Fingerprint>)
-            .transpose()
-            .map_err(|err| bad(err.to_string()))?;
-        let token = Token::load(&e.token_file).map_err(|err| bad(format!("token: {err}")))?;
-        Ok(EnvSpec {
-            name: name.to_owned(),
-            addr,
-            fingerprint,
-            token,
-        })
+        // Checked in this order so the first problem of an entry is the one reported.
+        let fingerprint = || {
+            e.fingerprint
+                .as_deref()
+                .map(str::parse::<Fingerprint>)
+                .transpose()
+                .map_err(|err| bad(err.to_string()))
+        };
+        let token = || Token::load(&e.token_file).map_err(|err| bad(format!("token: {err}")));
+        match (&e.addr, &e.listen) {
+            (Some(addr), None) => Ok(Reach::Dial(EnvSpec {
+                name: name.to_owned(),
+                addr: resolve(addr).map_err(bad)?,
+                fingerprint: fingerprint()?,
+                token: token()?,
+            })),
+            (None, Some(listen)) => {
+                let listen = resolve(listen).map_err(bad)?;
+                let fingerprint = fingerprint()?.ok_or_else(|| {
+                    bad(format!(
+                        "a guest that dials in needs its pinned fingerprint: run `pincer env listen {listen} --accept-new` once while it dials in, or set fingerprint to what `pincer-agent --print-fingerprint` prints on the guest"
+                    ))
+                })?;
+                Ok(Reach::DialIn(DialInSpec {
+                    name: name.to_owned(),
+                    listen,
+                    fingerprint,
+                    token: token()?,
+                    token_file: e.token_file.clone(),
+                }))
+            }
+            (Some(_), Some(_)) => Err(bad(
+                "has both addr and listen: keep addr for a guest that listens (`pincer-agent --listen`), listen for one that dials in (`pincer-agent --connect`)".into(),
+            )),
+            (None, None) => Err(bad(
+                "has neither addr (a guest that listens) nor listen (a guest that dials in)"
+                    .into(),
+            )),
+        }
     }
 
-    /// Connects to `name` (or the default).
+    /// Connects to `name` (or the default): dials its guest, or listens for it to dial in.
     pub async fn connect(
         &self,
         name: Option<&str>,
         deadlines: Deadlines,
     ) -> anyhow::Result<Environment> {
-        let spec = self.spec(name)?;
+        let (name, entry) = self.entry(name)?;
+        let spec = match self.reach_of(&name, &entry)? {
+            Reach::Dial(spec) => spec,
+            Reach::DialIn(spec) => {
+                let neighbours = self.dialling(spec.listen, &name)?;
+                return Ok(listener::connect(&spec, neighbours, deadlines).await?);
+            }
+        };
         if spec.fingerprint.is_none() {
             anyhow::bail!(
                 "environment '{}' has no pinned fingerprint in {}: run `pincer env add {} {} --token-file ... --trust` once to pin it",
@@ -261,6 +337,26 @@ impl Registry {
             );
         }
         Ok(Environment::connect(spec, deadlines).await?)
+    }
+
+    /// The other guests pinned to dial in at `listen`, by name.
+    fn dialling(
+        &self,
+        listen: SocketAddr,
+        except: &str,
+    ) -> Result<Vec<(String, Fingerprint)>, RegistryError> {
+        Ok(self
+            .load()?
+            .envs
+            .iter()
+            .filter(|(name, _)| name.as_str() != except)
+            .filter_map(|(name, e)| match self.reach_of(name, e) {
+                Ok(Reach::DialIn(spec)) if spec.listen == listen => {
+                    Some((name.clone(), spec.fingerprint))
+                }
+                _ => None,
+            })
+            .collect())
     }
 }
 
@@ -278,7 +374,8 @@ mod tests {
 
     fn entry(addr: &str, token_file: &Path) -> EnvEntry {
         EnvEntry {
-            addr: addr.into(),
+            addr: Some(addr.into()),
+            listen: None,
             fingerprint: Some(Fingerprint::of(b"x").to_string()),
             token_file: token_file.into(),
             platform: "linux".into(),
@@ -337,5 +434,48 @@ mod tests {
             err.contains("environment 'a'") && err.contains("HOST:PORT"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn entries_either_dial_or_listen() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        Token::load_or_create(&token).unwrap();
+        let path = dir.path().join("envs.toml");
+        let fp = Fingerprint::of(b"guest");
+        std::fs::write(
+            &path,
+            format!(
+                "[envs.vm]\nlisten = \"127.0.0.1:7100\"\nfingerprint = \"{fp}\"\ntoken_file = {token:?}\n\n\
+                 [envs.both]\naddr = \"127.0.0.1:7000\"\nlisten = \"127.0.0.1:7100\"\ntoken_file = {token:?}\n\n\
+                 [envs.neither]\ntoken_file = {token:?}\n\n\
+                 [envs.unpinned]\nlisten = \"127.0.0.1:7100\"\ntoken_file = {token:?}\n"
+            ),
+        )
+        .unwrap();
+        let reg = Registry::at(&path);
+        let file = reg.load().unwrap();
+        match reg.reach_of("vm", &file.envs["vm"]).unwrap() {
+            Reach::DialIn(spec) => {
+                assert_eq!(spec.listen, "127.0.0.1:7100".parse().unwrap());
+                assert_eq!(spec.fingerprint, fp);
+                assert_eq!(spec.token_file, token);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(file.envs["vm"].address(), "listen 127.0.0.1:7100");
+        let err = reg.spec(Some("vm")).unwrap_err().to_string();
+        assert!(err.contains("dials in"), "{err}");
+        for (name, says) in [
+            ("both", "both addr and listen"),
+            ("neither", "neither addr"),
+            ("unpinned", "pincer env listen 127.0.0.1:7100 --accept-new"),
+        ] {
+            let err = reg
+                .reach_of(name, &file.envs[name])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(says), "{name}: {err}");
+        }
     }
 }

@@ -5,6 +5,7 @@
 //! `adb reverse`): a second variant carrying the same frames over a stream multiplexer on
 //! one TLS connection. Everything above `Link` speaks only frames on bidirectional streams.
 
+pub mod admission;
 pub mod quic;
 pub mod stream;
 
@@ -154,4 +155,6 @@ pub mod close_code {
     pub const SHUTDOWN: u32 = 3;
     /// Another connection for the same guest name replaced this one.
     pub const REPLACED: u32 = 4;
+    /// The accepting side is at its connection limit.
+    pub const BUSY: u32 = 5;
 }
