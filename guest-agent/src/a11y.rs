@@ -455,6 +455,28 @@ impl Core {
     }
 }
 
+/// What the walk knows of a node before reading it.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// An application's root.
+    App,
+    /// Any other node.
+    Node,
+    /// An on-screen cell of a huge grid.
+    Cell(CellHint),
+}
+
+/// What a huge grid's cells share, read once for all of them, and where a cell is.
+#[derive(Debug, Clone, Copy)]
+struct CellHint {
+    /// The interfaces of the grid's first cell.
+    ifaces: Ifaces,
+    /// The role of the grid's first cell.
+    role: Option<u32>,
+    /// The cell's box, from its row's and column's extents.
+    bounds: Option<Rect>,
+}
+
 /// What the live walk reads of a node in its second round.
 #[derive(Debug)]
 struct About {
@@ -1053,7 +1075,7 @@ impl Walk {
             }
         }
         let mut node = self
-            .visit(&app, root, depth, true, true)
+            .visit(&app, root, depth, Kind::App, true)
             .await
             .unwrap_or_else(|| UiNode {
                 role: role_name(ROLE_APPLICATION),
@@ -1105,7 +1127,7 @@ impl Walk {
         app: &Arc<App>,
         obj: Obj,
         depth: u32,
-        is_app: bool,
+        kind: Kind,
         reserved: bool,
     ) -> BoxFuture<'static, Option<UiNode>> {
         let (walk, app) = (self.clone(), app.clone());
@@ -1114,7 +1136,7 @@ impl Walk {
                 walk: &walk,
                 held: reserved,
             };
-            walk.visit_node(&app, obj, depth, is_app, &mut slot).await
+            walk.visit_node(&app, obj, depth, kind, &mut slot).await
         }
         .boxed()
     }
@@ -1124,18 +1146,29 @@ impl Walk {
         app: &Arc<App>,
         obj: Obj,
         depth: u32,
-        is_app: bool,
+        kind: Kind,
         slot: &mut Slot<'_>,
     ) -> Option<UiNode> {
         if Instant::now() >= self.deadline {
             self.truncate();
             return None;
         }
+        let is_app = matches!(kind, Kind::App);
         let cached = app.cached(&obj).cloned();
         let live = cached.is_none();
-        let mut core = match cached {
-            Some(core) => core,
-            None => {
+        let mut core = match (cached, kind) {
+            (Some(core), _) => core,
+            (None, Kind::Cell(hint)) => Core {
+                states: state_bits(
+                    &self
+                        .on::<Vec<u32>, _>(app, &obj, ACCESSIBLE, "GetState", &())
+                        .await
+                        .ok()?,
+                ),
+                ifaces: hint.ifaces,
+                ..Default::default()
+            },
+            (None, _) => {
                 let (states, ifaces) = futures::join!(
                     self.on::<Vec<u32>, _>(app, &obj, ACCESSIBLE, "GetState", &()),
                     self.on::<Vec<String>, _>(app, &obj, ACCESSIBLE, "GetInterfaces", &()),
@@ -1147,12 +1180,20 @@ impl Walk {
                 }
             }
         };
+        let hint = match kind {
+            Kind::Cell(hint) => Some(hint),
+            Kind::App | Kind::Node => None,
+        };
+        let cell = hint.is_some();
         if self.drops(&core, is_app) {
             return None;
         }
-        let mut extents = None;
+        let mut extents = hint.and_then(|h| h.bounds).map(Some);
         if let Some(screen) = self.visible.filter(|_| !is_app && core.ifaces.component) {
-            let rect = self.extents(app, &obj).await;
+            let rect = match extents {
+                Some(rect) => rect,
+                None => self.extents(app, &obj).await,
+            };
             // A showing node without usable bounds is kept (GTK's current notebook page
             // reports bogus extents, yet its children are on screen); one that is not
             // showing is hidden.
@@ -1173,7 +1214,7 @@ impl Walk {
         let (about, rect, attributes, actions, text, value, toolkit) = futures::join!(
             async {
                 if live {
-                    self.live_core(app, &obj).await
+                    self.live_core(app, &obj, hint.and_then(|h| h.role)).await
                 } else {
                     None
                 }
@@ -1201,7 +1242,10 @@ impl Walk {
             },
             async {
                 if ifaces.text {
-                    self.text(app, &obj, core.has(STATE_MULTI_LINE)).await
+                    // A cell's text is bounded by its application: no need to ask its
+                    // length first, whatever its multi-line state says.
+                    self.text(app, &obj, core.has(STATE_MULTI_LINE) && !cell)
+                        .await
                 } else {
                     None
                 }
@@ -1246,7 +1290,7 @@ impl Walk {
             attributes.insert(NOTE_ATTR.into(), note);
         }
         let mut visits = Vec::with_capacity(kids.len());
-        for kid in kids {
+        for (kid, kid_kind) in kids {
             // A cached child's states are known: filtered out, it costs no slot and no call;
             // kept, it takes its slot now, so that a spent budget cuts the last children. A
             // live child takes one once its states show that it stays.
@@ -1260,7 +1304,7 @@ impl Walk {
                 }
                 None => false,
             };
-            visits.push(self.visit(app, kid, depth + 1, false, reserved));
+            visits.push(self.visit(app, kid, depth + 1, kid_kind, reserved));
         }
         let children = join_all(visits).await;
         slot.keep();
@@ -1285,9 +1329,18 @@ impl Walk {
 
     /// Role, name, description, child count and attributes, read live: the `Accessible`
     /// properties come in one `GetAll`.
-    async fn live_core(&self, app: &App, obj: &Obj) -> Option<About> {
+    /// The role is not asked for when it is known (`role`).
+    async fn live_core(&self, app: &App, obj: &Obj, role: Option<u32>) -> Option<About> {
         let (role, props) = futures::join!(
-            self.on::<u32, _>(app, obj, ACCESSIBLE, "GetRole", &()),
+            async {
+                match role {
+                    Some(role) => Ok(role),
+                    None => {
+                        self.on::<u32, _>(app, obj, ACCESSIBLE, "GetRole", &())
+                            .await
+                    }
+                }
+            },
             self.on::<HashMap<String, OwnedValue>, _>(
                 app,
                 obj,
@@ -1377,7 +1430,8 @@ impl Walk {
         Some(cap_chars(text, MAX_TEXT_CHARS))
     }
 
-    /// The children to visit, and a note when they are not all of them.
+    /// The children to visit, with what is known of them, and a note when they are not all
+    /// of them.
     async fn children(
         &self,
         app: &App,
@@ -1385,7 +1439,7 @@ impl Walk {
         core: &Core,
         rect: Option<Rect>,
         depth: u32,
-    ) -> (Vec<Obj>, Option<String>) {
+    ) -> (Vec<(Obj, Kind)>, Option<String>) {
         let mut count = core.child_count;
         if depth >= self.max_depth {
             if count.unwrap_or(1) > 0 {
@@ -1405,7 +1459,10 @@ impl Walk {
             }
         }
         if let Some(children) = &core.children {
-            return (children.clone(), None);
+            return (
+                children.iter().map(|c| (c.clone(), Kind::Node)).collect(),
+                None,
+            );
         }
         if count == Some(0) {
             return (Vec::new(), None);
@@ -1415,7 +1472,11 @@ impl Walk {
             .await
             .unwrap_or_default();
         (
-            children.into_iter().filter_map(Obj::from_wire).collect(),
+            children
+                .into_iter()
+                .filter_map(Obj::from_wire)
+                .map(|c| (c, Kind::Node))
+                .collect(),
             None,
         )
     }
@@ -1429,7 +1490,7 @@ impl Walk {
         core: &Core,
         rect: Option<Rect>,
         count: i32,
-    ) -> (Vec<Obj>, Option<String>) {
+    ) -> (Vec<(Obj, Kind)>, Option<String>) {
         let unlisted = || {
             self.truncate();
             (
@@ -1481,21 +1542,77 @@ impl Walk {
             positions.truncate(room);
             self.truncate();
         }
-        let cells = join_all(
+        let cells: Vec<Option<Obj>> = join_all(
             positions
                 .iter()
                 .map(|pos| self.on::<WireRef, _>(app, table, TABLE, "GetAccessibleAt", pos)),
         )
-        .await;
-        let cells: Vec<Obj> = cells
-            .into_iter()
-            .filter_map(|cell| cell.ok().and_then(Obj::from_wire))
-            .collect();
+        .await
+        .into_iter()
+        .map(|cell| cell.ok().and_then(Obj::from_wire))
+        .collect();
+        let found = cells.iter().flatten().count();
         let note = format!(
-            "only the {} cells on screen (rows {row0}-{row1}, columns {col0}-{col1}) of {count}",
-            cells.len()
+            "only the {found} cells on screen (rows {row0}-{row1}, columns {col0}-{col1}) of {count}"
         );
-        (cells, Some(note))
+        let Some(first) = cells.iter().flatten().next() else {
+            return (Vec::new(), Some(note));
+        };
+        // The cells of one grid are objects of one class: the first one's interfaces and
+        // role stand for all (a cell lacking one of those interfaces just leaves that field
+        // empty, as its call fails). And a grid's cells are where their rows and columns
+        // are: the extents of the first visible row's and column's cells place every other
+        // one. That leaves four calls a cell instead of nine.
+        let width = usize::try_from(col1 - col0 + 1).unwrap_or(1);
+        let edge = |i: usize| cells.get(i).cloned().flatten();
+        let place = |cell: Option<Obj>| async move {
+            match cell {
+                Some(c) => self.extents(app, &c).await,
+                None => None,
+            }
+        };
+        let (ifaces, role, columns, rows) = futures::join!(
+            self.on::<Vec<String>, _>(app, first, ACCESSIBLE, "GetInterfaces", &()),
+            self.on::<u32, _>(app, first, ACCESSIBLE, "GetRole", &()),
+            join_all((0..width).map(|c| place(edge(c)))),
+            join_all((0..cells.len().div_ceil(width)).map(|r| place(edge(r * width)))),
+        );
+        let Ok(ifaces) = ifaces else {
+            // Without the shared interfaces every cell is read in full.
+            return (
+                cells
+                    .into_iter()
+                    .flatten()
+                    .map(|c| (c, Kind::Node))
+                    .collect(),
+                Some(note),
+            );
+        };
+        let ifaces = Ifaces::parse(&ifaces);
+        let role = role.ok();
+        let kids = cells
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, cell)| {
+                let (row, col) = (i / width, i % width);
+                let bounds = match (
+                    columns.get(col).copied().flatten(),
+                    rows.get(row).copied().flatten(),
+                ) {
+                    (Some(c), Some(r)) => Some(Rect::new(c.x, r.y, c.width, r.height)),
+                    _ => None,
+                };
+                Some((
+                    cell?,
+                    Kind::Cell(CellHint {
+                        ifaces,
+                        role,
+                        bounds,
+                    }),
+                ))
+            })
+            .collect();
+        (kids, Some(note))
     }
 
     /// Row and column of the table cell at a screen point.
