@@ -739,6 +739,8 @@ struct Walk {
     /// The screen, for the desktop's bounds and for finding on-screen cells.
     screen: Option<Rect>,
     max_depth: u32,
+    /// Whether to ask for attributes that do not come with other properties.
+    attributes: bool,
     use_cache: bool,
     /// Nodes that may still be added (see [`Slot`]).
     budget: AtomicI64,
@@ -768,6 +770,7 @@ impl Walk {
             visible: if req.visible_only { screen } else { None },
             screen,
             max_depth: req.max_depth.unwrap_or(MAX_DEPTH).min(MAX_DEPTH),
+            attributes: req.attributes,
             use_cache,
             budget: AtomicI64::new(i64::from(max_nodes)),
             truncated: AtomicBool::new(false),
@@ -1227,7 +1230,7 @@ impl Walk {
                 }
             },
             async {
-                if live {
+                if live || !self.attributes {
                     None
                 } else {
                     self.attributes(app, &obj).await
@@ -1260,7 +1263,7 @@ impl Walk {
                 }
             },
             async {
-                if is_app && ifaces.application {
+                if is_app && ifaces.application && self.attributes {
                     self.toolkit(app, &obj).await
                 } else {
                     Vec::new()
@@ -1276,7 +1279,8 @@ impl Walk {
             attributes = match about.attributes {
                 Some(attributes) => Some(attributes),
                 // Bridges other than atk-bridge have no `Attributes` property.
-                None => self.attributes(app, &obj).await,
+                None if self.attributes => self.attributes(app, &obj).await,
+                None => None,
             };
         } else if live {
             // The object went away between the calls.
@@ -1972,6 +1976,27 @@ mod tests {
             );
             assert!(button.has_state("sensitive"));
         }
+
+        // Without attributes: the same nodes, and none of GTK's attributes or the toolkit.
+        let bare = desk
+            .tree(
+                &TreeRequest {
+                    attributes: false,
+                    ..req.clone()
+                },
+                None,
+            )
+            .expect("tree without attributes");
+        assert_eq!(bare.node_count, tree.node_count);
+        assert!(!bare.root.attributes.contains_key("toolkit"));
+        let with: usize = root.walk().map(|(_, n)| n.attributes.len()).sum();
+        let without: usize = bare
+            .root
+            .walk()
+            .map(|(_, n)| n.attributes.keys().filter(|k| *k != "pid").count())
+            .sum();
+        assert!(with > 0, "GTK nodes carry attributes");
+        assert_eq!(without, 0, "{}", bare.root.to_xml());
         drop(zenity);
     }
 

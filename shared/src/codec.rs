@@ -528,14 +528,18 @@ mod tests {
             any::<bool>(),
             proptest::option::of(any::<u32>()),
             proptest::option::of(any::<u32>()),
+            any::<bool>(),
         )
             .prop_map(
-                |(scope, showing_only, visible_only, max_depth, max_nodes)| TreeRequest {
-                    scope,
-                    showing_only,
-                    visible_only,
-                    max_depth,
-                    max_nodes,
+                |(scope, showing_only, visible_only, max_depth, max_nodes, attributes)| {
+                    TreeRequest {
+                        scope,
+                        showing_only,
+                        visible_only,
+                        max_depth,
+                        max_nodes,
+                        attributes,
+                    }
                 },
             )
     }

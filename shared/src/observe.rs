@@ -175,6 +175,10 @@ pub struct TreeRequest {
     pub max_depth: Option<u32>,
     /// Stop after this many nodes (`None`: the protocol limit).
     pub max_nodes: Option<u32>,
+    /// Read each node's attributes (toolkit details: a cell's formula, a widget's class).
+    /// Observations for agents leave them out, which saves a call per node on most
+    /// toolkits; nodes whose attributes come with their other properties keep them.
+    pub attributes: bool,
 }
 
 impl Default for TreeRequest {
@@ -185,6 +189,7 @@ impl Default for TreeRequest {
             visible_only: false,
             max_depth: None,
             max_nodes: None,
+            attributes: true,
         }
     }
 }

@@ -95,8 +95,10 @@ pub async fn view(
         region: None,
         max_size: cfg.max_size,
     };
+    // Agents see roles, names, states, text and boxes; attributes would cost a call a node.
     let tree_req = TreeRequest {
         visible_only: true,
+        attributes: false,
         ..TreeRequest::default()
     };
     let (shot, tree) = if want_image {

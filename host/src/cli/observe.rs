@@ -124,6 +124,9 @@ pub(crate) struct TreeArgs {
     /// Most nodes.
     #[arg(long)]
     max_nodes: Option<u32>,
+    /// Leave out node attributes (as agents' observations do; faster).
+    #[arg(long)]
+    no_attributes: bool,
     /// Write to a file instead of stdout.
     #[arg(short, long)]
     out: Option<PathBuf>,
@@ -144,6 +147,7 @@ pub(crate) async fn tree(a: TreeArgs, reg: &Registry) -> anyhow::Result<()> {
             visible_only: a.visible,
             max_depth: a.max_depth,
             max_nodes: a.max_nodes,
+            attributes: !a.no_attributes,
         })
         .await?;
     let took = t.elapsed();
