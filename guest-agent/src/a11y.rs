@@ -1214,62 +1214,86 @@ impl Walk {
         }
 
         let ifaces = core.ifaces;
-        let (about, rect, attributes, actions, text, value, toolkit) = futures::join!(
+        // Children the cache already lists are walked while this node's own properties are
+        // read, not after: a level of the tree then costs one round trip, not two, which
+        // matters most when the application is busy drawing between calls.
+        let listed = match &core.children {
+            Some(children) if depth < self.max_depth && !core.has(STATE_MANAGES_DESCENDANTS) => {
+                Some(self.visit_kids(
+                    app,
+                    children.iter().map(|c| (c.clone(), Kind::Node)).collect(),
+                    depth,
+                ))
+            }
+            _ => None,
+        };
+        let (own, listed) = futures::join!(
             async {
-                if live {
-                    self.live_core(app, &obj, hint.and_then(|h| h.role)).await
-                } else {
-                    None
-                }
+                futures::join!(
+                    async {
+                        if live {
+                            self.live_core(app, &obj, hint.and_then(|h| h.role)).await
+                        } else {
+                            None
+                        }
+                    },
+                    async {
+                        match extents {
+                            Some(rect) => rect,
+                            None if ifaces.component => self.extents(app, &obj).await,
+                            None => None,
+                        }
+                    },
+                    async {
+                        if live || !self.attributes {
+                            None
+                        } else {
+                            self.attributes(app, &obj).await
+                        }
+                    },
+                    async {
+                        if ifaces.action {
+                            self.actions(app, &obj).await
+                        } else {
+                            Vec::new()
+                        }
+                    },
+                    async {
+                        if ifaces.text {
+                            // A cell's text is bounded by its application: no need to ask its
+                            // length first, whatever its multi-line state says.
+                            self.text(app, &obj, core.has(STATE_MULTI_LINE) && !cell)
+                                .await
+                        } else {
+                            None
+                        }
+                    },
+                    async {
+                        if ifaces.value {
+                            self.property::<f64>(app, &obj, VALUE, "CurrentValue")
+                                .await
+                                .filter(|v| v.is_finite())
+                        } else {
+                            None
+                        }
+                    },
+                    async {
+                        if is_app && ifaces.application && self.attributes {
+                            self.toolkit(app, &obj).await
+                        } else {
+                            Vec::new()
+                        }
+                    },
+                )
             },
             async {
-                match extents {
-                    Some(rect) => rect,
-                    None if ifaces.component => self.extents(app, &obj).await,
+                match listed {
+                    Some(visits) => Some(visits.await),
                     None => None,
                 }
             },
-            async {
-                if live || !self.attributes {
-                    None
-                } else {
-                    self.attributes(app, &obj).await
-                }
-            },
-            async {
-                if ifaces.action {
-                    self.actions(app, &obj).await
-                } else {
-                    Vec::new()
-                }
-            },
-            async {
-                if ifaces.text {
-                    // A cell's text is bounded by its application: no need to ask its
-                    // length first, whatever its multi-line state says.
-                    self.text(app, &obj, core.has(STATE_MULTI_LINE) && !cell)
-                        .await
-                } else {
-                    None
-                }
-            },
-            async {
-                if ifaces.value {
-                    self.property::<f64>(app, &obj, VALUE, "CurrentValue")
-                        .await
-                        .filter(|v| v.is_finite())
-                } else {
-                    None
-                }
-            },
-            async {
-                if is_app && ifaces.application && self.attributes {
-                    self.toolkit(app, &obj).await
-                } else {
-                    Vec::new()
-                }
-            },
         );
+        let (about, rect, attributes, actions, text, value, toolkit) = own;
         let mut attributes = attributes;
         if let Some(about) = about {
             core.role = about.role;
@@ -1289,12 +1313,40 @@ impl Walk {
         let mut attributes: BTreeMap<String, String> =
             attributes.unwrap_or_default().into_iter().collect();
         attributes.extend(toolkit);
-        let (kids, note) = self.children(app, &obj, &core, rect, depth).await;
-        if let Some(note) = note {
-            attributes.insert(NOTE_ATTR.into(), note);
-        }
+        let children = match listed {
+            Some(children) => children,
+            None => {
+                let (kids, note) = self.children(app, &obj, &core, rect, depth).await;
+                if let Some(note) = note {
+                    attributes.insert(NOTE_ATTR.into(), note);
+                }
+                self.visit_kids(app, kids, depth).await
+            }
+        };
+        slot.keep();
+        Some(UiNode {
+            role: role_name(core.role),
+            name: core.name,
+            description: core.description,
+            text,
+            value,
+            states: state_names(core.states),
+            bounds: rect,
+            actions,
+            attributes,
+            children,
+        })
+    }
+
+    /// Walks a node's children (at `depth + 1`), in order, concurrently.
+    fn visit_kids(
+        self: &Arc<Self>,
+        app: &Arc<App>,
+        kids: Vec<(Obj, Kind)>,
+        depth: u32,
+    ) -> impl Future<Output = Vec<UiNode>> + use<> {
         let mut visits = Vec::with_capacity(kids.len());
-        for (kid, kid_kind) in kids {
+        for (kid, kind) in kids {
             // A cached child's states are known: filtered out, it costs no slot and no call;
             // kept, it takes its slot now, so that a spent budget cuts the last children. A
             // live child takes one once its states show that it stays.
@@ -1308,22 +1360,9 @@ impl Walk {
                 }
                 None => false,
             };
-            visits.push(self.visit(app, kid, depth + 1, kid_kind, reserved));
+            visits.push(self.visit(app, kid, depth + 1, kind, reserved));
         }
-        let children = join_all(visits).await;
-        slot.keep();
-        Some(UiNode {
-            role: role_name(core.role),
-            name: core.name,
-            description: core.description,
-            text,
-            value,
-            states: state_names(core.states),
-            bounds: rect,
-            actions,
-            attributes,
-            children: children.into_iter().flatten().collect(),
-        })
+        async move { join_all(visits).await.into_iter().flatten().collect() }
     }
 
     /// Whether the filters drop a node (application nodes have neither states nor bounds).
