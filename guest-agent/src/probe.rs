@@ -57,21 +57,30 @@ pub(crate) fn file_stat(path: &str, m: &Metadata) -> FileStat {
         path: path.to_owned(),
         exists: true,
         kind: Some(kind_of(m.file_type())),
+        target: None,
         size: m.len(),
         mode: m.permissions().mode() & 0o7777,
         modified_ms: m.mtime() * 1000 + m.mtime_nsec() / 1_000_000,
     }
 }
 
-/// Metadata of a path without following a final symlink; a missing path is `exists: false`.
+/// Metadata of a path without following a final symlink, with what a symlink resolves to;
+/// a missing path is `exists: false`.
 pub(crate) fn stat(path: &str) -> Result<FileStat, WireError> {
     let p = check_path(path)?;
     match std::fs::symlink_metadata(&p) {
-        Ok(m) => Ok(file_stat(path, &m)),
+        Ok(m) => {
+            let mut s = file_stat(path, &m);
+            if m.file_type().is_symlink() {
+                s.target = std::fs::metadata(&p).ok().map(|t| kind_of(t.file_type()));
+            }
+            Ok(s)
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(FileStat {
             path: path.to_owned(),
             exists: false,
             kind: None,
+            target: None,
             size: 0,
             mode: 0,
             modified_ms: 0,

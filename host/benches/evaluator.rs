@@ -70,6 +70,7 @@ impl ProbeSource for Memory {
                 Probe::Stat { path } => Ok(ProbeReply::Stat(FileStat {
                     exists: files.contains(&path),
                     kind: files.contains(&path).then_some(FileKind::File),
+                    target: None,
                     size: 1,
                     mode: 0o644,
                     modified_ms: 0,

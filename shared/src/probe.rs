@@ -84,8 +84,10 @@ pub struct FileStat {
     pub path: String,
     /// Whether anything is there.
     pub exists: bool,
-    /// What it is (when it exists).
+    /// What it is (when it exists); a symbolic link is [`FileKind::Symlink`].
     pub kind: Option<FileKind>,
+    /// For a symbolic link, what it resolves to (`None`: dangling, or not a link).
+    pub target: Option<FileKind>,
     /// Size in bytes.
     pub size: u64,
     /// Unix permission bits.

@@ -85,7 +85,10 @@ fn file_cases() -> Vec<Case> {
         pass(
             "file_exists",
             json!({"path": link}),
-            &[link, "symbolic link to a file, 13 bytes"],
+            &[
+                link,
+                "file ~/notes/link.txt exists (a symbolic link to a file)",
+            ],
         ),
         fail(
             "file_exists",
@@ -105,7 +108,7 @@ fn file_cases() -> Vec<Case> {
         fail(
             "dir_exists",
             json!({"path": link}),
-            &[link, "symbolic link to something that is not a directory"],
+            &[link, "is a symbolic link to a file, not a directory"],
         ),
         fail(
             "dir_exists",
@@ -148,7 +151,7 @@ fn file_cases() -> Vec<Case> {
         fail(
             "file_exists",
             json!({"path": "~/notes"}),
-            &["~/notes", "Dir"],
+            &["~/notes", "a directory"],
         ),
         pass(
             "file_absent",
@@ -160,18 +163,26 @@ fn file_cases() -> Vec<Case> {
             json!({"path": missing}),
             &[missing, "does not exist"],
         ),
-        fail("file_absent", json!({"path": a}), &[a, "File", "13 bytes"]),
+        fail(
+            "file_absent",
+            json!({"path": a}),
+            &[a, "a file", "13 bytes"],
+        ),
         fail(
             "file_absent",
             json!({"path": "~/notes"}),
-            &["~/notes", "Dir"],
+            &["~/notes", "a directory"],
         ),
         pass(
             "dir_exists",
             json!({"path": "~/notes"}),
             &["directory ~/notes exists"],
         ),
-        fail("dir_exists", json!({"path": a}), &[a, "File"]),
+        fail(
+            "dir_exists",
+            json!({"path": a}),
+            &[a, "a file, not a directory"],
+        ),
         fail(
             "dir_exists",
             json!({"path": "~/nowhere"}),
@@ -349,7 +360,7 @@ fn file_cases_after() -> Vec<Case> {
         fail(
             "file_absent",
             json!({"path": draft}),
-            &[draft, "File, 12 bytes"],
+            &[draft, "a file, 12 bytes"],
         ),
         pass(
             "file_equals",

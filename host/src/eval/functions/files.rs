@@ -16,11 +16,8 @@ struct PathArgs {
     path: String,
 }
 
-/// Existence of a path of a kind, following a symbolic link. The guest's stat does not
-/// follow links, so a second probe reads through one: for a file, a zero-length read
-/// (which opens the link's target and reports its size); for a directory, a stat of
-/// `path/.` (which resolves to the target directory). Its reply is used only when the path
-/// is a link.
+/// Existence of a path of a kind, following a symbolic link (the guest's stat says what a
+/// link resolves to).
 #[derive(Debug)]
 struct Exists {
     path: String,
@@ -35,81 +32,49 @@ impl Exists {
             "file"
         }
     }
-
-    /// The verdict on a symbolic link, from the probe that read through it.
-    fn through_link(&self, r: &ProbeResult) -> Result<Verdict, EvalError> {
-        let (p, what) = (&self.path, self.what());
-        Ok(match (self.kind, r) {
-            (FileKind::Dir, Ok(ProbeReply::Stat(t))) if t.exists => Verdict::when(
-                t.kind == Some(FileKind::Dir),
-                format!("directory {p} exists (a symbolic link to a directory)"),
-                format!("{p} is a symbolic link to a {:?}, not a directory", t.kind),
-            ),
-            (FileKind::Dir, Ok(ProbeReply::Stat(_))) | (_, Ok(ProbeReply::File(None))) => {
-                Verdict::fail(format!("{p} is a dangling symbolic link"))
-            }
-            // `path/.` of a link to anything but a directory fails to resolve.
-            (FileKind::Dir, Err(e)) => Verdict::fail(format!(
-                "{p} is a symbolic link to something that is not a directory ({e})"
-            )),
-            (_, Ok(ProbeReply::File(Some(f)))) => Verdict::pass(format!(
-                "file {p} exists (a symbolic link to a file, {} bytes)",
-                f.total_size
-            )),
-            // The guest refuses to read a directory as a file.
-            (_, Err(WireError::InvalidArgument { .. })) => Verdict::fail(format!(
-                "{p} is a symbolic link to a directory, not a {what}"
-            )),
-            (_, Err(error)) => {
-                return Err(EvalError::Probe {
-                    probe: "read through link".into(),
-                    error: error.clone(),
-                });
-            }
-            (_, Ok(other)) => return Err(unexpected("read through link", other)),
-        })
-    }
 }
 
 impl Check for Exists {
     fn probes(&self) -> Vec<Probe> {
-        let through = if self.kind == FileKind::Dir {
-            Probe::Stat {
-                path: format!("{}/.", self.path.trim_end_matches('/')),
-            }
-        } else {
-            Probe::ReadFile {
-                path: self.path.clone(),
-                max_len: 0,
-            }
-        };
-        vec![
-            Probe::Stat {
-                path: self.path.clone(),
-            },
-            through,
-        ]
+        vec![Probe::Stat {
+            path: self.path.clone(),
+        }]
     }
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
-        let what = self.what();
+        let (p, what) = (&self.path, self.what());
         let s = match reply(r[0], "stat")? {
             ProbeReply::Stat(s) => s,
             other => return Err(unexpected("stat", other)),
         };
-        let there = s.exists && s.kind == Some(self.kind);
-        let seen = match (s.exists, s.kind) {
-            (false, _) => format!("{} does not exist", self.path),
-            (true, Some(FileKind::Symlink)) => return self.through_link(r[1]),
-            (true, Some(k)) if k == self.kind => {
-                format!("{what} {} exists ({} bytes)", self.path, s.size)
+        Ok(match (s.exists, s.kind, s.target) {
+            (false, _, _) => Verdict::fail(format!("{p} does not exist")),
+            (true, Some(FileKind::Symlink), None) => {
+                Verdict::fail(format!("{p} is a dangling symbolic link"))
             }
-            (true, k) => format!("{} exists but is a {k:?}, not a {what}", self.path),
-        };
-        Ok(Verdict {
-            passed: there,
-            feedback: seen,
+            (true, Some(FileKind::Symlink), Some(t)) => Verdict::when(
+                t == self.kind,
+                format!("{what} {p} exists (a symbolic link to a {what})"),
+                format!("{p} is a symbolic link to a {}, not a {what}", kind_name(t)),
+            ),
+            (true, Some(k), _) if k == self.kind => {
+                Verdict::pass(format!("{what} {p} exists ({} bytes)", s.size))
+            }
+            (true, k, _) => Verdict::fail(format!(
+                "{p} exists but is a {}, not a {what}",
+                k.map_or("thing", kind_name)
+            )),
         })
+    }
+}
+
+/// What a kind of file is called in feedback.
+fn kind_name(k: FileKind) -> &'static str {
+    match k {
+        FileKind::File => "file",
+        FileKind::Dir => "directory",
+        FileKind::Symlink => "symbolic link",
+        FileKind::Other => "special file (device, FIFO or socket)",
     }
 }
 
@@ -555,9 +520,9 @@ impl Check for Absent {
                 !s.exists,
                 format!("{} does not exist", self.path),
                 format!(
-                    "{} exists ({:?}, {} bytes), expected it gone",
+                    "{} exists (a {}, {} bytes), expected it gone",
                     self.path,
-                    s.kind.unwrap_or(FileKind::Other),
+                    kind_name(s.kind.unwrap_or(FileKind::Other)),
                     s.size
                 ),
             )),
