@@ -208,9 +208,8 @@ fn main() {
         "Methodology: one Evaluator::step at a time on a single-threaded tokio runtime \
          ({cpu}, {cores} cores, bench profile); the thread's CPU time per step \
          (CLOCK_THREAD_CPUTIME_ID), minus the in-memory stand-in's CPU time building probe \
-         replies. Every checkpoint is file_exists (two probes: a stat and a zero-length read \
-         through symbolic links) over two environments; a step sends one batch per \
-         environment and read, split at 1,024 probes. Target: <= 1 ms per step for a \
+         replies. Every checkpoint is file_exists (one stat probe) over two environments; a \
+         step sends one batch per environment and read, split at 1,024 probes. Target: <= 1 ms per step for a \
          10,000-node graph."
     );
     let log = AgentLog::default();
