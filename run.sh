@@ -6,7 +6,10 @@
 #                    (expect ~0%), with their HTML reports
 #   ./run.sh test    install what is missing, build, run every test
 #   ./run.sh deps    only install the Debian packages
-#   ./run.sh bench   build release binaries and run `pincer bench` on a fresh local desktop
+#   ./run.sh bench   build release binaries and measure what the README's Speed section
+#                    shows: `pincer bench` on a fresh 1920x1080 desktop with
+#                    gtk3-widget-factory open, the UI trees of zenity and LibreOffice
+#                    Calc, the 10,000-screenshot soak, the evaluator
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -61,7 +64,26 @@ case "${1:-}" in
   bench)
     deps
     cargo build --release --workspace --bins
-    ./target/release/pincer demo --bench-only "${@:2}"
+    P=./target/release/pincer
+    export PINCER_STATE_DIR="${PINCER_STATE_DIR:-$PWD/target/bench-state}"
+    export PINCER_ENVS="$PINCER_STATE_DIR/envs.toml"
+    "$P" desktop down bench >/dev/null 2>&1 || true
+    "$P" desktop up --name bench --size 1920x1080
+    trap '"$P" desktop down bench' EXIT
+    "$P" launch --env bench -- gtk3-widget-factory
+    for _ in $(seq 100); do
+      "$P" tree --env bench --app widget-factory --format text 2>/dev/null | grep -q 'push button' && break
+      sleep 0.2
+    done
+    log "latency of every call (--markdown for the README's table)"
+    "$P" bench --env bench "${@:2}"
+    log "UI trees of real apps, each alone on the desktop"
+    "$P" exec --env bench -- pkill -x gtk3-widget-factory || true
+    "$P" bench --env bench --apps-only "${@:2}"
+    log "10,000 screenshots in a row: the agent's memory and file descriptors"
+    "$P" bench --env bench --soak 10000 | tail -n 3
+    log "the graph evaluator's host CPU per step"
+    cargo bench -p pincer --bench evaluator
     ;;
   test)
     deps
@@ -71,7 +93,7 @@ case "${1:-}" in
     cargo test --workspace "${@:2}"
     ;;
   *)
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -481,8 +481,17 @@ pub async fn app_trees(
         .join("\n");
     env.write_file(&format!("{dir}/sheet.csv"), csv.as_bytes(), 0o644)
         .await?;
+    // A profile of its own, without first-start dialogs: the user's is left alone.
+    env.write_file(
+        &format!("{dir}/profile/user/registrymodifications.xcu"),
+        LIBREOFFICE_SETTINGS.as_bytes(),
+        0o644,
+    )
+    .await?;
+    let profile = format!("-env:UserInstallation=file://{dir}/profile");
     let mut convert = pincer_shared::setup::ExecRequest::new([
         "libreoffice",
+        &profile,
         "--headless",
         "--convert-to",
         "ods",
@@ -507,6 +516,7 @@ pub async fn app_trees(
         .launch(
             [
                 "libreoffice",
+                &profile,
                 "--calc",
                 "--norestore",
                 &format!("{dir}/sheet.ods"),
@@ -538,10 +548,19 @@ pub async fn app_trees(
     };
     let mut last = 0;
     // Wait for the sheet to be on screen and the node count to settle.
-    while start.elapsed() < Duration::from_secs(120) {
+    loop {
         let n = wait_for_tree(env, &req, 1000, Duration::from_secs(120)).await?;
         if n >= 1000 && n == last {
             break;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            stop_group(env, pid).await;
+            return Err(ClientError::Local {
+                env: env.name().into(),
+                message: format!(
+                    "LibreOffice Calc's sheet was not on screen after 120 s (its tree has {n} nodes); nothing measured"
+                ),
+            });
         }
         last = n;
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -558,6 +577,16 @@ pub async fn app_trees(
     let _ = env.remove(dir).await;
     Ok(out)
 }
+
+/// LibreOffice settings that skip its first-start dialogs.
+const LIBREOFFICE_SETTINGS: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+<item oor:path="/org.openoffice.Office.Common/Misc"><prop oor:name="ShowTipOfTheDay" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Misc"><prop oor:name="FirstRun" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Setup/Office"><prop oor:name="ooSetupInstCompleted" oor:op="fuse"><value>true</value></prop></item>
+<item oor:path="/org.openoffice.Setup/Product"><prop oor:name="ooSetupLastVersion" oor:op="fuse"><value>7.4</value></prop></item>
+</oor:items>
+"#;
 
 /// Resource use of the agent process, read through probes.
 #[derive(Debug, Clone, Copy, Serialize)]

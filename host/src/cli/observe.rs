@@ -214,6 +214,9 @@ pub(crate) struct BenchArgs {
     /// zenity list and LibreOffice Calc with a 300x26 sheet (needs zenity and LibreOffice).
     #[arg(long)]
     apps: bool,
+    /// Measure only the apps' UI trees (implies --apps).
+    #[arg(long)]
+    apps_only: bool,
     /// Instead, take this many PNG screenshots in a row and report the agent's memory and
     /// file descriptors along the way.
     #[arg(long, value_name = "COUNT")]
@@ -261,17 +264,20 @@ pub(crate) async fn bench(a: BenchArgs, reg: &Registry) -> anyhow::Result<()> {
         info.os,
         a.iterations
     );
-    let stats = bench::run(
-        &env,
-        &BenchOptions {
-            iterations: a.iterations,
-            typing: !a.no_typing,
-        },
-        &mut |what| eprintln!("  {what}..."),
-    )
-    .await?;
-    let mut stats = stats;
-    if a.apps {
+    let mut stats = if a.apps_only {
+        Vec::new()
+    } else {
+        bench::run(
+            &env,
+            &BenchOptions {
+                iterations: a.iterations,
+                typing: !a.no_typing,
+            },
+            &mut |what| eprintln!("  {what}..."),
+        )
+        .await?
+    };
+    if a.apps || a.apps_only {
         stats.extend(
             bench::app_trees(&env, a.iterations, &mut |what| eprintln!("  {what}...")).await?,
         );
