@@ -88,27 +88,13 @@ fn a_person_solves_one_task_and_gives_up_on_another() {
     wait_for(&lines, &mut seen, "=== task by-hand ===");
     wait_for(&lines, &mut seen, "environment 'person'");
     wait_for(&lines, &mut seen, "progress: 0/2 checkpoints");
+    // The person's hands: a shell command on the desktop.
+    let work = |script: &str| sb.pincer_ok(&["exec", "--env", "person", "--", "sh", "-c", script]);
     // Half the work: the file exists, without the words yet.
-    sb.pincer_ok(&[
-        "exec",
-        "--env",
-        "person",
-        "--",
-        "sh",
-        "-c",
-        "touch \"$HOME/by-hand.txt\"",
-    ]);
+    work("touch \"$HOME/by-hand.txt\"");
     wait_for(&lines, &mut seen, "checkpoint passed: file");
     wait_for(&lines, &mut seen, "progress: 1/2 checkpoints");
-    sb.pincer_ok(&[
-        "exec",
-        "--env",
-        "person",
-        "--",
-        "sh",
-        "-c",
-        "echo made by hand > \"$HOME/by-hand.txt\"",
-    ]);
+    work("echo made by hand > \"$HOME/by-hand.txt\"");
     // The graph is complete, so the task ends on its own; the next one asks the person.
     wait_for(&lines, &mut seen, "2/2 checkpoints");
     wait_for(&lines, &mut seen, "=== task give-up ===");

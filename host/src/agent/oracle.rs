@@ -7,6 +7,7 @@ use super::{Agent, AgentError, Decision, Observation, TaskBrief};
 use crate::task::Platform;
 use crate::task::oracle::{self, Locator, OracleStep};
 use futures::future::BoxFuture;
+use pincer_shared::tree::UiTree;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -37,18 +38,21 @@ impl Oracle {
         }
     }
 
+    /// The UI tree of `role`'s view.
+    fn tree<'o>(obs: &'o Observation, role: &str) -> Result<&'o UiTree, AgentError> {
+        obs.view(role)
+            .ok_or_else(|| AgentError(format!("no view of '{role}'")))?
+            .tree
+            .as_ref()
+            .ok_or_else(|| AgentError("the observation has no UI tree".into()))
+    }
+
     /// The screen point of a locator in the current view.
     fn locate(obs: &Observation, role: &str, loc: &Locator) -> Result<Option<Target>, AgentError> {
         match loc {
             Locator::Point { x, y } => Ok(Some(Target::Point { x: *x, y: *y })),
             Locator::Node(sel) => {
-                let view = obs
-                    .view(role)
-                    .ok_or_else(|| AgentError(format!("no view of '{role}'")))?;
-                let tree = view
-                    .tree
-                    .as_ref()
-                    .ok_or_else(|| AgentError("the observation has no UI tree".into()))?;
+                let tree = Self::tree(obs, role)?;
                 Ok(sel
                     .find_all(&tree.root)
                     .into_iter()
@@ -70,13 +74,7 @@ impl Oracle {
         target: &crate::eval::selector::Selector,
         pattern: &regex::Regex,
     ) -> Result<Option<String>, AgentError> {
-        let view = obs
-            .view(role)
-            .ok_or_else(|| AgentError(format!("no view of '{role}'")))?;
-        let tree = view
-            .tree
-            .as_ref()
-            .ok_or_else(|| AgentError("the observation has no UI tree".into()))?;
+        let tree = Self::tree(obs, role)?;
         Ok(target.find_all(&tree.root).into_iter().find_map(|n| {
             let text = n.text.as_deref().unwrap_or(&n.name);
             let caps = pattern.captures(text)?;
