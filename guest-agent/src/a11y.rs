@@ -1598,61 +1598,69 @@ impl Walk {
         let note = format!(
             "only the {found} cells on screen (rows {row0}-{row1}, columns {col0}-{col1}) of {count}"
         );
-        let Some(first) = cells.iter().flatten().next() else {
-            return (Vec::new(), Some(note));
-        };
-        // The cells of one grid are objects of one class: the first one's interfaces and
-        // role stand for all (a cell lacking one of those interfaces just leaves that field
-        // empty, as its call fails). And a grid's cells are where their rows and columns
-        // are: the extents of the first visible row's and column's cells place every other
-        // one. That leaves four calls a cell instead of nine.
+        // A grid's cells are objects of a few classes, one per column: the first visible
+        // row's cell stands for its column's interfaces and role (a cell lacking one of
+        // those interfaces just leaves that field empty, as its call fails). And cells are
+        // where their rows and columns are: the extents of the first and last visible rows
+        // place the columns, those of the first and last visible columns place the rows.
+        // Where the two disagree (a merged cell), the cells of that column or row are
+        // measured one by one. That leaves about four calls a cell instead of nine.
         let width = usize::try_from(col1 - col0 + 1).unwrap_or(1);
-        let edge = |i: usize| cells.get(i).cloned().flatten();
+        let height = cells.len().div_ceil(width);
+        let at = |row: usize, col: usize| cells.get(row * width + col).cloned().flatten();
         let place = |cell: Option<Obj>| async move {
             match cell {
                 Some(c) => self.extents(app, &c).await,
                 None => None,
             }
         };
-        let (ifaces, role, columns, rows) = futures::join!(
-            self.on::<Vec<String>, _>(app, first, ACCESSIBLE, "GetInterfaces", &()),
-            self.on::<u32, _>(app, first, ACCESSIBLE, "GetRole", &()),
-            join_all((0..width).map(|c| place(edge(c)))),
-            join_all((0..cells.len().div_ceil(width)).map(|r| place(edge(r * width)))),
-        );
-        let Ok(ifaces) = ifaces else {
-            // Without the shared interfaces every cell is read in full.
-            return (
-                cells
-                    .into_iter()
-                    .flatten()
-                    .map(|c| (c, Kind::Node))
-                    .collect(),
-                Some(note),
+        let kind = |cell: Option<Obj>| async move {
+            let cell = cell?;
+            let (ifaces, role) = futures::join!(
+                self.on::<Vec<String>, _>(app, &cell, ACCESSIBLE, "GetInterfaces", &()),
+                self.on::<u32, _>(app, &cell, ACCESSIBLE, "GetRole", &()),
             );
+            Some((Ifaces::parse(&ifaces.ok()?), role.ok()))
         };
-        let ifaces = Ifaces::parse(&ifaces);
-        let role = role.ok();
+        let last_row = height.saturating_sub(1);
+        let (kinds, top, bottom, left, right) = futures::join!(
+            join_all((0..width).map(|c| kind(at(0, c)))),
+            join_all((0..width).map(|c| place(at(0, c)))),
+            join_all((0..width).map(|c| place(at(last_row, c)))),
+            join_all((0..height).map(|r| place(at(r, 0)))),
+            join_all((0..height).map(|r| place(at(r, width - 1)))),
+        );
+        let agree = |a: Option<Rect>, b: Option<Rect>, same: fn(Rect, Rect) -> bool| match (a, b) {
+            (Some(a), Some(b)) if same(a, b) => Some(a),
+            _ => None,
+        };
+        let columns: Vec<Option<Rect>> = top
+            .into_iter()
+            .zip(bottom)
+            .map(|(a, b)| agree(a, b, |a, b| a.x == b.x && a.width == b.width))
+            .collect();
+        let rows: Vec<Option<Rect>> = left
+            .into_iter()
+            .zip(right)
+            .map(|(a, b)| agree(a, b, |a, b| a.y == b.y && a.height == b.height))
+            .collect();
         let kids = cells
             .into_iter()
             .enumerate()
             .filter_map(|(i, cell)| {
                 let (row, col) = (i / width, i % width);
-                let bounds = match (
-                    columns.get(col).copied().flatten(),
-                    rows.get(row).copied().flatten(),
-                ) {
-                    (Some(c), Some(r)) => Some(Rect::new(c.x, r.y, c.width, r.height)),
-                    _ => None,
-                };
-                Some((
-                    cell?,
-                    Kind::Cell(CellHint {
+                let kind = match kinds.get(col).copied().flatten() {
+                    Some((ifaces, role)) => Kind::Cell(CellHint {
                         ifaces,
                         role,
-                        bounds,
+                        bounds: match (columns[col], rows.get(row).copied().flatten()) {
+                            (Some(c), Some(r)) => Some(Rect::new(c.x, r.y, c.width, r.height)),
+                            _ => None,
+                        },
                     }),
-                ))
+                    None => Kind::Node,
+                };
+                Some((cell?, kind))
             })
             .collect();
         (kids, Some(note))
@@ -2441,6 +2449,17 @@ mod tests {
             })
             .collect();
         std::fs::write(&csv, rows.join("\n") + "\n").expect("csv");
+        open_in_calc(desk, dir, &csv)
+    }
+
+    /// Converts `doc` to ODS with a headless Calc (which also sets up the profile in `dir`:
+    /// a bare `soffice.bin` on a fresh profile exits to be restarted), opens the result in
+    /// Calc, full screen, and waits for its grid's cells.
+    fn open_in_calc(
+        desk: &mut Desk,
+        dir: &std::path::Path,
+        doc: &std::path::Path,
+    ) -> (crate::testutil::App, UiTree) {
         let profile = format!("-env:UserInstallation=file://{}/profile", dir.display());
         let status = Command::new("soffice")
             .args([
@@ -2451,13 +2470,13 @@ mod tests {
                 "--outdir",
             ])
             .arg(dir)
-            .arg(&csv)
+            .arg(doc)
             .envs(desk.envs())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status()
             .expect("LibreOffice is installed");
-        let ods = dir.join("values.ods");
+        let ods = doc.with_extension("ods");
         assert!(status.success() && ods.exists(), "conversion failed");
         // soffice.bin itself, not the soffice script and oosplash, so that drop kills it.
         let calc = desk.launch(&[
@@ -2468,8 +2487,11 @@ mod tests {
             "--calc",
             ods.to_str().expect("utf-8 path"),
         ]);
-        let status = Command::new("xdotool")
+        // `--sync` waits forever: bounded, so that a Calc that never shows fails the test.
+        let status = Command::new("timeout")
             .args([
+                "120",
+                "xdotool",
                 "search",
                 "--sync",
                 "--onlyvisible",
@@ -2489,13 +2511,73 @@ mod tests {
             .envs(desk.envs())
             .status()
             .expect("xdotool is installed");
-        assert!(status.success());
+        assert!(status.success(), "no Calc window within 120 s");
         let req = req(app("soffice"), true);
         let tree = desk.wait_up_to(Duration::from_secs(120), &req, None, |t| {
             let table = t.root.find(|n| n.role == "table");
             table.is_some_and(|t| t.children.len() > 1000)
         });
         (calc, tree)
+    }
+
+    /// A merged title over columns A-C must not widen column A's cells: boxes of a grid's
+    /// cells come from its rows and columns only where the first and last rows agree.
+    #[test]
+    fn merged_cells_do_not_misplace_a_column() {
+        let mut desk = Desk::start();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rows: String = (0..60)
+            .map(|r| {
+                let cells: String = (0..8)
+                    .map(|c| {
+                        format!(
+                            "<table:table-cell office:value-type=\"float\" office:value=\"{0}\"><text:p>{0}</text:p></table:table-cell>",
+                            r * 8 + c
+                        )
+                    })
+                    .collect();
+                format!("<table:table-row>{cells}</table:table-row>")
+            })
+            .collect();
+        let doc = format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<office:document xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0" xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" office:version="1.2" office:mimetype="application/vnd.oasis.opendocument.spreadsheet">
+<office:body><office:spreadsheet><table:table table:name="Sheet1">
+<table:table-row><table:table-cell table:number-columns-spanned="3" office:value-type="string"><text:p>Title</text:p></table:table-cell><table:covered-table-cell/><table:covered-table-cell/></table:table-row>
+{rows}
+</table:table></office:spreadsheet></office:body></office:document>"#
+        );
+        let fods = dir.path().join("merged.fods");
+        std::fs::write(&fods, doc).expect("fods");
+        let (_calc, tree) = open_in_calc(&mut desk, dir.path(), &fods);
+        let table = tree.root.find(|n| n.role == "table").expect("the grid");
+        let cell = |name: &str| {
+            table
+                .children
+                .iter()
+                .find(|c| c.name == name)
+                .and_then(|c| c.bounds)
+                .unwrap_or_else(|| panic!("{name} with bounds"))
+        };
+        let (a1, a2, b2, c2, a3) = (cell("A1"), cell("A2"), cell("B2"), cell("C2"), cell("A3"));
+        // The merged title spans three columns; the cells below it are one column wide.
+        assert!(a1.width >= 3 * a2.width - 3, "A1 {a1:?} A2 {a2:?}");
+        assert_eq!(a2.x, a3.x);
+        assert_eq!(a2.width, a3.width);
+        assert_eq!(
+            i64::from(a2.x) + i64::from(a2.width),
+            i64::from(b2.x),
+            "A2 {a2:?} ends where B2 {b2:?} starts"
+        );
+        assert_eq!(i64::from(b2.x) + i64::from(b2.width), i64::from(c2.x));
+        assert_eq!(
+            table
+                .children
+                .iter()
+                .find(|c| c.name == "B2")
+                .and_then(|c| c.text.as_deref()),
+            Some("1")
+        );
     }
 
     #[test]
