@@ -21,7 +21,7 @@ RUN_PKGS="xvfb xauth dbus dbus-x11 at-spi2-core libatk-adaptor libgail-common op
   x11-xserver-utils x11-utils libglib2.0-bin gsettings-desktop-schemas dconf-service
   dconf-gsettings-backend fonts-dejavu-core gtk-3-examples zenity mousepad xfce4-terminal
   galculator thunar libreoffice-calc libreoffice-writer libreoffice-gtk3 chromium
-  xdotool imagemagick x11vnc"
+  xdotool imagemagick x11vnc procps"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
@@ -78,7 +78,7 @@ case "${1:-}" in
     log "latency of every call (--markdown for the README's table)"
     "$P" bench --env bench "${@:2}"
     log "UI trees of real apps, each alone on the desktop"
-    "$P" exec --env bench -- pkill -x gtk3-widget-factory || true
+    "$P" exec --env bench -- pkill -x gtk3-widget-fac   # the kernel keeps 15 bytes of a name
     "$P" bench --env bench --apps-only "${@:2}"
     log "10,000 screenshots in a row: the agent's memory and file descriptors"
     "$P" bench --env bench --soak 10000 | tail -n 3

@@ -6,7 +6,7 @@ use crate::env::{ClientError, Environment};
 use base64::Engine as _;
 use pincer_shared::Request;
 use pincer_shared::probe::{Probe, ProbeReply, WindowInfo};
-use pincer_shared::setup::{ExecRequest, Setup, WindowOp};
+use pincer_shared::setup::{ExecRequest, ExitStatus, Setup, WindowOp};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -209,6 +209,18 @@ impl Step {
             Self::Kill { name, .. } if name.is_empty() || name.contains('/') => Err(format!(
                 "kill: '{name}' is not a process name (give the name `pgrep -x` matches)"
             )),
+            // The kernel keeps the first 15 bytes of a process's name; a longer one never
+            // matches.
+            Self::Kill { name, .. } if name.len() > 15 => Err(format!(
+                "kill: '{name}' is longer than the 15 bytes the kernel keeps of a process name: \
+                 write '{}'",
+                name.chars()
+                    .scan(0, |n, c| {
+                        *n += c.len_utf8();
+                        (*n <= 15).then_some(c)
+                    })
+                    .collect::<String>()
+            )),
             _ => Ok(()),
         }
     }
@@ -320,12 +332,22 @@ async fn kill(env: &Environment, name: &str, grace: Duration) -> Result<(), Step
         );
         async move { env.exec(req).await }
     };
+    // pgrep and pkill take a pattern: the name is matched literally.
+    let pattern = format!("^{}$", regex::escape(name));
+    // Zombies are not counted: a dead process nobody has reaped yet is gone for our purpose.
     let alive = || async {
-        run(&["pgrep", "-s", "0", "-x", name])
-            .await
-            .map(|o| o.status.success())
+        let out = run(&["pgrep", "-s", "0", "-r", "R,S,D,T,t,I", &pattern]).await?;
+        match out.status {
+            ExitStatus::Exited(0) => Ok(true),
+            ExitStatus::Exited(1) => Ok(false),
+            other => Err(StepError::Failed {
+                argv: format!("pgrep -s 0 {pattern}"),
+                status: other.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            }),
+        }
     };
-    run(&["pkill", "-s", "0", "-x", name]).await?;
+    run(&["pkill", "-s", "0", &pattern]).await?;
     let mut deadline = Instant::now() + grace;
     let mut killed = false;
     while alive().await? {
@@ -335,7 +357,7 @@ async fn kill(env: &Environment, name: &str, grace: Duration) -> Result<(), Step
                     name: name.to_owned(),
                 });
             }
-            run(&["pkill", "-KILL", "-s", "0", "-x", name]).await?;
+            run(&["pkill", "-KILL", "-s", "0", &pattern]).await?;
             killed = true;
             deadline = Instant::now() + Duration::from_secs(2);
         }
@@ -408,5 +430,13 @@ mod tests {
         assert!(matches!(e, Step::Exec { check: true, .. }));
         assert!(serde_json::from_value::<Step>(serde_json::json!({"do": "explode"})).is_err());
         assert_eq!(parse_mode("0o755"), Ok(0o755));
+        let kill = |name: &str| Step::Kill {
+            name: name.into(),
+            timeout_ms: None,
+        };
+        assert!(kill("soffice.bin").validate().is_ok());
+        let long = kill("gtk3-widget-factory").validate().unwrap_err();
+        assert!(long.contains("write 'gtk3-widget-fac'"), "{long}");
+        assert!(kill("/usr/bin/x").validate().is_err());
     }
 }
