@@ -183,6 +183,13 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> anyhow::Result<Desktop
     }
     let mut child = cmd.spawn().context("starting the desktop supervisor")?;
     let started = Instant::now();
+    // A desktop that does not come up leaves nothing behind: its whole session goes.
+    let abandon = |pid: u32| {
+        kill_all(
+            &desktop_processes(pid, &session_marker(&opts.name, pid)),
+            libc::SIGKILL,
+        );
+    };
     let state = loop {
         if let Ok(text) = std::fs::read_to_string(state_file(&dir))
             && let Ok(st) = serde_json::from_str::<DesktopState>(&text)
@@ -190,6 +197,7 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> anyhow::Result<Desktop
             break st;
         }
         if let Ok(Some(status)) = child.try_wait() {
+            abandon(child.id());
             let log = std::fs::read_to_string(dir.join("logs/supervisor.log")).unwrap_or_default();
             bail!(
                 "desktop '{}' failed to start ({status}); supervisor log:\n{}",
@@ -198,7 +206,9 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> anyhow::Result<Desktop
             );
         }
         if started.elapsed() > Duration::from_secs(60) {
+            abandon(child.id());
             let _ = child.kill();
+            let _ = child.wait();
             bail!(
                 "desktop '{}' did not come up within 60 s; see {}",
                 opts.name,

@@ -110,6 +110,8 @@ pub async fn local_sets(
     ));
     // All at once: each waits mostly on its own X server, D-Bus and agent starting.
     let started = futures::future::join_all(names.iter().map(|(_, role, name)| async move {
+        // Listed before it starts, so that an interruption meanwhile stops it too.
+        made.push(name.clone());
         desktop::up(
             reg,
             &DesktopOptions {
@@ -123,7 +125,6 @@ pub async fn local_sets(
         )
         .await
         .with_context(|| format!("starting local desktop '{name}' for role '{role}'"))?;
-        made.push(name.clone());
         let env = reg.connect(Some(name), Deadlines::default()).await?;
         anyhow::Ok(Arc::new(env))
     }))

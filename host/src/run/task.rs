@@ -400,6 +400,20 @@ pub async fn run(
             "the step loop ended without a reason".to_owned(),
         )
     });
+    // Whatever ends a task while the run is being interrupted (a second Ctrl-C stops the
+    // desktops under it) is the interruption, to be redone on --resume.
+    let end = if ctx.cancel.load(Ordering::SeqCst) && end.termination != Termination::Success {
+        End::new(
+            Termination::Aborted,
+            format!(
+                "interrupted ({}: {})",
+                end.termination,
+                end.detail.unwrap_or_default()
+            ),
+        )
+    } else {
+        end
+    };
 
     // Teardown, even after failures; its errors are logged, not scored.
     for (role, list) in &task.teardown {
