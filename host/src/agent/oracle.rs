@@ -75,12 +75,17 @@ impl Oracle {
         pattern: &regex::Regex,
     ) -> Result<Option<String>, AgentError> {
         let tree = Self::tree(obs, role)?;
+        // A node's text first, then its name: labels often carry an empty text.
         Ok(target.find_all(&tree.root).into_iter().find_map(|n| {
-            let text = n.text.as_deref().unwrap_or(&n.name);
-            let caps = pattern.captures(text)?;
-            caps.get(1)
-                .or_else(|| caps.get(0))
-                .map(|m| m.as_str().to_owned())
+            [n.text.as_deref(), Some(n.name.as_str())]
+                .into_iter()
+                .flatten()
+                .find_map(|text| {
+                    let caps = pattern.captures(text)?;
+                    caps.get(1)
+                        .or_else(|| caps.get(0))
+                        .map(|m| m.as_str().to_owned())
+                })
         }))
     }
 
@@ -238,5 +243,62 @@ impl Agent for Oracle {
                 ..Decision::default()
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::observe::View;
+    use pincer_shared::tree::UiNode;
+
+    fn observation(root: UiNode) -> Observation {
+        Observation {
+            step: 0,
+            views: vec![View {
+                role: "desktop".into(),
+                platform: Platform::Linux,
+                screen: (800, 600),
+                image_size: (800, 600),
+                screenshot: None,
+                marked: None,
+                elements: vec![],
+                tree: Some(UiTree {
+                    root,
+                    ..UiTree::default()
+                }),
+                tree_text: None,
+                build_ms: 0.0,
+            }],
+            feedback: vec![],
+            checkpoints: vec![],
+        }
+    }
+
+    #[test]
+    fn read_takes_the_name_when_the_text_does_not_match() {
+        let label = |text: Option<&str>, name: &str| UiNode {
+            role: "label".into(),
+            name: name.into(),
+            text: text.map(str::to_owned),
+            ..UiNode::default()
+        };
+        let obs = observation(UiNode {
+            role: "frame".into(),
+            children: vec![label(Some(""), "Code: 7F3K"), label(None, "other")],
+            ..UiNode::default()
+        });
+        let target = crate::eval::selector::Selector {
+            role: Some("label".into()),
+            ..Default::default()
+        };
+        let re = regex::Regex::new(r"Code: (\S+)").unwrap();
+        let read = Oracle::read(&obs, "desktop", &target, &re).unwrap();
+        assert_eq!(read.as_deref(), Some("7F3K"));
+        let absent = regex::Regex::new(r"Serial: (\S+)").unwrap();
+        assert_eq!(
+            Oracle::read(&obs, "desktop", &target, &absent).unwrap(),
+            None
+        );
     }
 }

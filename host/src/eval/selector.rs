@@ -45,6 +45,11 @@ fn contains_ci(hay: &str, needle: &str) -> bool {
 }
 
 impl Selector {
+    /// Whether this selector, or one of its ancestors', matches on attributes.
+    pub fn uses_attributes(&self) -> bool {
+        !self.attributes.is_empty() || self.inside.as_deref().is_some_and(Self::uses_attributes)
+    }
+
     /// Whether the node itself matches (ignoring `inside`).
     fn matches_node(&self, n: &UiNode) -> bool {
         self.role.as_ref().is_none_or(|r| &n.role == r)

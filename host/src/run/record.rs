@@ -183,24 +183,25 @@ fn torn(file: &mut std::fs::File) -> std::io::Result<bool> {
 
 /// Reads the records of a results file; a torn last line (a crash mid-write) is skipped.
 pub fn read_results(path: &Path) -> std::io::Result<Vec<TaskRecord>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect())
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(parse_jsonl(&bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Reads a trajectory's steps.
 pub fn read_steps(dir: &Path) -> std::io::Result<Vec<StepRecord>> {
-    let text = std::fs::read_to_string(dir.join("steps.jsonl"))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect())
+    Ok(parse_jsonl(&std::fs::read(dir.join("steps.jsonl"))?))
+}
+
+/// The whole records of a JSONL file, read as bytes so that a line torn inside a multi-byte
+/// character (a crash mid-write) costs that line only.
+fn parse_jsonl<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Vec<T> {
+    bytes
+        .split(|&b| b == b'\n')
+        .filter_map(|l| serde_json::from_slice(l).ok())
+        .collect()
 }
 
 #[cfg(test)]
@@ -238,7 +239,8 @@ mod tests {
             .append(true)
             .open(&p)
             .unwrap()
-            .write_all(b"{\"task\": \"half")
+            // Torn inside the two bytes of 'é'.
+            .write_all(b"{\"task\": \"caf\xc3")
             .unwrap();
         let back = read_results(&p).unwrap();
         assert_eq!(back, vec![rec.clone()]);

@@ -70,7 +70,7 @@ pub enum OracleStep {
         timeout_ms: Option<u64>,
     },
     /// Read a value off the screen: the first node matching `target` whose text (or, when it
-    /// has none, name) matches `pattern`; the pattern's first group (or whole match) becomes
+    /// does not match, name) matches `pattern`; the pattern's first group (or whole match) becomes
     /// `{{var}}` in later `type` and `submit` steps. Waits, like `wait_for`, until such a
     /// node is on screen. This is how cross-environment solutions carry a value from one
     /// environment to another without writing it into the task.
@@ -111,20 +111,63 @@ fn placeholders(text: &str) -> impl Iterator<Item = &str> {
 
 /// Replaces `{{var}}` with the variables' values; other text, including braces that name no
 /// variable, stays as written.
+/// One pass: a value that itself contains `{{x}}` is not substituted again.
 pub fn fill(text: &str, vars: &std::collections::BTreeMap<String, String>) -> String {
-    let mut out = text.to_owned();
-    for (k, v) in vars {
-        out = out.replace(&format!("{{{{{k}}}}}"), v);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        match after
+            .split_once("}}")
+            .and_then(|(name, tail)| Some((vars.get(name)?, tail)))
+        {
+            Some((value, tail)) => {
+                out.push_str(value);
+                rest = tail;
+            }
+            None => {
+                out.push_str("{{");
+                rest = after;
+            }
+        }
     }
+    out.push_str(rest);
     out
 }
 
+impl OracleStep {
+    /// The selector the step finds its node by, if any.
+    fn selector(&self) -> Option<&Selector> {
+        match self {
+            Self::Click {
+                target: Locator::Node(s),
+                ..
+            }
+            | Self::Type {
+                target: Some(Locator::Node(s)),
+                ..
+            }
+            | Self::WaitFor { target: s, .. }
+            | Self::Read { target: s, .. } => Some(s),
+            _ => None,
+        }
+    }
+}
+
 /// Checks a solution before it runs: patterns compile, variables are read before they are
-/// used. Returns what is wrong, naming the step (1-based).
+/// used, selectors ask only for what an agent's view carries. Returns what is wrong, naming
+/// the step (1-based).
 pub fn check(steps: &[OracleStep]) -> Result<(), String> {
     let mut known: Vec<&str> = Vec::new();
     for (i, step) in steps.iter().enumerate() {
         let n = i + 1;
+        if step.selector().is_some_and(Selector::uses_attributes) {
+            return Err(format!(
+                "oracle step {n} selects by `attributes`, which agents' views leave out \
+                 (reading them costs a call a node): select by role, name, text or states"
+            ));
+        }
         match step {
             OracleStep::Read { pattern, var, .. } => {
                 regex::Regex::new(pattern)
@@ -175,6 +218,14 @@ mod tests {
         let bad =
             steps(r#"[{"do": "read", "target": {"role": "text"}, "pattern": "(", "var": "v"}]"#);
         assert!(check(&bad).expect_err("bad regex").contains("bad pattern"));
+        let attrs = steps(
+            r#"[{"do": "click", "target": {"role": "cell", "inside": {"attributes": {"id": "x"}}}}]"#,
+        );
+        assert!(
+            check(&attrs)
+                .expect_err("attributes")
+                .contains("step 1 selects by `attributes`")
+        );
     }
 
     #[test]
@@ -186,5 +237,12 @@ mod tests {
             fill("echo {{code}} {{other}} ${HOME}", &vars),
             "echo 7F3K {{other}} ${HOME}"
         );
+        let tricky = [
+            ("a".to_owned(), "{{b}}".to_owned()),
+            ("b".to_owned(), "x".to_owned()),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(fill("{{a}}-{{b}}-{{", &tricky), "{{b}}-x-{{");
     }
 }
