@@ -462,6 +462,15 @@ fn belonging_to(d: &DesktopTraits) -> Vec<(u32, String, String)> {
         format!("DBUS_SESSION_BUS_ADDRESS={}", d.bus),
     ];
     let me = std::process::id();
+    // Field 22 of /proc/PID/stat: when the process started, in clock ticks since boot.
+    let started = |stat: &str| -> u64 {
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().nth(19)?.parse().ok())
+            .unwrap_or(0)
+    };
+    // A process older than this test is no part of its desktop, even if it names the same
+    // display (a desktop of an earlier, killed run whose X server is gone).
+    let test_began = started(&std::fs::read_to_string("/proc/self/stat").unwrap());
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = entry
@@ -476,7 +485,7 @@ fn belonging_to(d: &DesktopTraits) -> Vec<(u32, String, String)> {
             .rfind(')')
             .and_then(|i| stat.get(i + 2..i + 3))
             .is_none_or(|state| state == "Z" || state == "X");
-        if pid == me || dead {
+        if pid == me || dead || started(&stat) < test_began {
             continue;
         }
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
