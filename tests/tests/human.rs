@@ -7,6 +7,7 @@
 use pincer_tests::{Sandbox, bin};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -182,9 +183,33 @@ fn a_desktop_is_served_over_vnc_with_a_password() {
     assert!(!types.is_empty(), "the server refused the connection");
     assert!(types.contains(&2), "VNC authentication on offer: {types:?}");
     assert!(!types.contains(&1), "no password-less access: {types:?}");
-    // SAFETY: stopping our own child as Ctrl-C would.
+    // The password is in no command line (anyone can read those) and in a file only its
+    // owner can read.
+    let password = first
+        .split("password ")
+        .nth(1)
+        .and_then(|rest| rest.split([',', ' ', '\n']).next())
+        .unwrap()
+        .to_owned();
+    let x11vnc = children_of(child.id())
+        .into_iter()
+        .find(|(_, comm, _)| comm == "x11vnc")
+        .expect("x11vnc runs under pincer");
+    assert!(
+        !x11vnc.2.contains(&password),
+        "password in argv: {}",
+        x11vnc.2
+    );
+    let passwd_file = sb.path().join("state/desktops/watched/vnc.passwd");
+    let mode = std::fs::metadata(&passwd_file)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", passwd_file.display());
+    // A plain `kill` stops x11vnc too, and the password goes with it.
+    // SAFETY: signalling our own child.
     unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
+        libc::kill(child.id() as i32, libc::SIGTERM);
     }
     let status = child.wait().unwrap();
     let mut err = String::new();
@@ -195,4 +220,43 @@ fn a_desktop_is_served_over_vnc_with_a_password() {
         .read_to_string(&mut err)
         .unwrap();
     assert!(status.success(), "{status}: {err}");
+    assert!(
+        !passwd_file.exists(),
+        "the password file outlived the session"
+    );
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(x11vnc.0) {
+        assert!(
+            Instant::now() < deadline,
+            "x11vnc outlived `pincer desktop vnc`"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The (pid, name, command line) of a process's children.
+fn children_of(parent: u32) -> Vec<(u32, String, String)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let (head, tail) = stat.rsplit_once(')')?;
+            let ppid: u32 = tail.split_whitespace().nth(1)?.parse().ok()?;
+            let comm = head.split_once('(')?.1.to_owned();
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (ppid == parent).then_some((pid, comm, cmdline))
+        })
+        .collect()
 }

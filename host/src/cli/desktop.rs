@@ -197,24 +197,25 @@ async fn vnc(name: &str, port: u16, view_only: bool) -> anyhow::Result<()> {
             anyhow::anyhow!("cannot run x11vnc: {e}")
         }
     };
-    let stored = tokio::process::Command::new("x11vnc")
-        .arg("-storepasswd")
-        .arg(&password)
-        .arg(&passwd_file)
-        .output()
-        .await
-        .map_err(missing)?;
-    if !stored.status.success() {
-        bail!(
-            "x11vnc -storepasswd failed: {}",
-            String::from_utf8_lossy(&stored.stderr).trim()
-        );
+    // The password goes through a file only its owner can read, never through argv
+    // (which every user on the machine can see).
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let _ = std::fs::remove_file(&passwd_file);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&passwd_file)
+            .and_then(|mut f| writeln!(f, "{password}"))
+            .with_context(|| format!("cannot write {}", passwd_file.display()))?;
     }
     let mut cmd = tokio::process::Command::new("x11vnc");
     cmd.envs(&s.env)
         .args(["-display", &s.display, "-localhost", "-forever", "-shared"])
         .args(["-rfbport", &port.to_string()])
-        .arg("-rfbauth")
+        .arg("-passwdfile")
         .arg(&passwd_file)
         .args(["-quiet", "-nowf", "-noxdamage"])
         .stdout(std::process::Stdio::null())
@@ -223,8 +224,12 @@ async fn vnc(name: &str, port: u16, view_only: bool) -> anyhow::Result<()> {
     if view_only {
         cmd.arg("-viewonly");
     }
-    // Listen for Ctrl-C before saying we are up, so that an early one stops x11vnc cleanly.
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    // Listen for Ctrl-C (and kill, hang-up) before saying we are up, so that an early one
+    // stops x11vnc cleanly.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
     let mut child = cmd.spawn().map_err(missing)?;
     println!(
         "desktop '{name}' ({}) on VNC at 127.0.0.1:{port}, password {password}{}",
@@ -243,11 +248,20 @@ async fn vnc(name: &str, port: u16, view_only: bool) -> anyhow::Result<()> {
             let status = status?;
             bail!("x11vnc ended with {status}; see {}", dir.join("vnc.log").display())
         }
-        _ = interrupt.recv() => {
-            let _ = child.kill().await;
-            Ok(())
-        }
+        _ = interrupt.recv() => stop_vnc(child, &passwd_file).await,
+        _ = terminate.recv() => stop_vnc(child, &passwd_file).await,
+        _ = hangup.recv() => stop_vnc(child, &passwd_file).await,
     }
+}
+
+/// Stops x11vnc and removes its password.
+async fn stop_vnc(
+    mut child: tokio::process::Child,
+    passwd_file: &std::path::Path,
+) -> anyhow::Result<()> {
+    let _ = child.kill().await;
+    let _ = std::fs::remove_file(passwd_file);
+    Ok(())
 }
 
 fn local_names(reg: &Registry) -> anyhow::Result<Vec<String>> {
