@@ -479,6 +479,8 @@ pub async fn app_trees(
         })
         .collect::<Vec<_>>()
         .join("\n");
+    // What an interrupted run left (a lock file makes Calc ask "document in use?") goes first.
+    let _ = env.remove(dir).await;
     env.write_file(&format!("{dir}/sheet.csv"), csv.as_bytes(), 0o644)
         .await?;
     // A profile of its own, without first-start dialogs: the user's is left alone.
