@@ -3,9 +3,40 @@
 //! and its JSON and XML renderings.
 
 use crate::observe::Rect;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+
+/// Levels below the root of the deepest tree a decoder accepts. Decoding, dropping and
+/// rendering a tree recurse once a level, so a peer that sent a million levels would
+/// overflow the stack; guests walk no deeper than 256 levels.
+pub const MAX_DECODE_DEPTH: u32 = 300;
+
+thread_local! {
+    /// Levels of `UiNode` being decoded on this thread.
+    static DECODING_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Decodes a node's children, one level deeper, refusing trees over [`MAX_DECODE_DEPTH`].
+fn bounded_children<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<UiNode>, D::Error> {
+    /// Restores the depth however decoding ends.
+    struct Level(u32);
+    impl Drop for Level {
+        fn drop(&mut self) {
+            DECODING_DEPTH.set(self.0);
+        }
+    }
+    let depth = DECODING_DEPTH.get();
+    if depth > MAX_DECODE_DEPTH {
+        return Err(serde::de::Error::custom(format!(
+            "UI tree deeper than {MAX_DECODE_DEPTH} levels"
+        )));
+    }
+    let _level = Level(depth);
+    DECODING_DEPTH.set(depth + 1);
+    Vec::deserialize(d)
+}
 
 /// One element of a UI.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -29,6 +60,7 @@ pub struct UiNode {
     /// Toolkit attributes (`toolkit`, `id`, `class`, Android `resource-id`, ...).
     pub attributes: BTreeMap<String, String>,
     /// Children in order.
+    #[serde(deserialize_with = "bounded_children")]
     pub children: Vec<Self>,
 }
 
@@ -223,6 +255,45 @@ fn xml_escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Postcard bytes of a chain of `levels` nested nodes (children are the last field).
+    fn nested(levels: usize) -> Vec<u8> {
+        let mut leaf = postcard::to_stdvec(&UiNode::default()).unwrap();
+        assert_eq!(leaf.pop(), Some(0), "an empty children list ends a node");
+        let mut out = Vec::with_capacity((leaf.len() + 1) * (levels + 1));
+        for _ in 0..levels {
+            out.extend_from_slice(&leaf);
+            out.push(1);
+        }
+        out.extend_from_slice(&leaf);
+        out.push(0);
+        out
+    }
+
+    #[test]
+    fn absurdly_deep_trees_are_refused_not_recursed_into() {
+        let depth = |mut n: &UiNode| {
+            let mut d = 0;
+            while let Some(c) = n.children.first() {
+                n = c;
+                d += 1;
+            }
+            d
+        };
+        let max = MAX_DECODE_DEPTH as usize;
+        let deepest = postcard::from_bytes::<UiNode>(&nested(max)).expect("the deepest tree");
+        assert_eq!(depth(&deepest), max);
+        // One level more, or a million (which would overflow the stack if decoded): refused.
+        for levels in [max + 1, 1_000_000] {
+            let err = postcard::from_bytes::<UiNode>(&nested(levels)).unwrap_err();
+            assert!(matches!(err, postcard::Error::SerdeDeCustom), "{err:?}");
+        }
+        // The failed decodes left the depth count as it was: trees still decode.
+        assert_eq!(
+            depth(&postcard::from_bytes::<UiNode>(&nested(max)).unwrap()),
+            max
+        );
+    }
 
     fn sample() -> UiNode {
         UiNode {
