@@ -44,7 +44,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// has to keep their queue full; more would just hold replies in socket buffers.
 const IN_FLIGHT_PER_APP: usize = 64;
 /// Deepest level walked whatever the request says: a buggy app can make its tree a cycle.
+/// Below the depth hosts decode.
 const MAX_DEPTH: u32 = 256;
+const _: () = assert!(MAX_DEPTH <= pincer_shared::limits::MAX_TREE_DEPTH);
 /// Longest text taken from one node, in characters.
 const MAX_TEXT_CHARS: i32 = 64 * 1024;
 /// Above this many children, a node that manages its descendants is not asked to list them:

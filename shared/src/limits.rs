@@ -25,6 +25,10 @@ pub const MAX_EXEC_OUTPUT: u64 = 64 * 1024 * 1024;
 pub const MAX_EXEC_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
 /// Most nodes a UI tree may hold.
 pub const MAX_TREE_NODES: u32 = 200_000;
+/// Most levels below a UI tree's root that a decoder accepts (guests walk at most 256).
+/// Decoding, dropping and rendering a tree recurse once a level: a peer that sent a million
+/// levels would otherwise overflow the stack.
+pub const MAX_TREE_DEPTH: u32 = 300;
 /// Largest screenshot edge in pixels (width or height), requested or produced.
 pub const MAX_IMAGE_EDGE: u32 = 16_384;
 /// Largest clipboard text set or returned.

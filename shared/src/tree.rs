@@ -2,23 +2,19 @@
 //! role, name, description, text, value, states, bounds, actions, attributes and children,
 //! and its JSON and XML renderings.
 
+use crate::limits::MAX_TREE_DEPTH;
 use crate::observe::Rect;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// Levels below the root of the deepest tree a decoder accepts. Decoding, dropping and
-/// rendering a tree recurse once a level, so a peer that sent a million levels would
-/// overflow the stack; guests walk no deeper than 256 levels.
-pub const MAX_DECODE_DEPTH: u32 = 300;
-
 thread_local! {
     /// Levels of `UiNode` being decoded on this thread.
     static DECODING_DEPTH: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Decodes a node's children, one level deeper, refusing trees over [`MAX_DECODE_DEPTH`].
+/// Decodes a node's children, one level deeper, refusing trees over [`MAX_TREE_DEPTH`].
 fn bounded_children<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<UiNode>, D::Error> {
     /// Restores the depth however decoding ends.
     struct Level(u32);
@@ -28,9 +24,9 @@ fn bounded_children<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<UiNode>, D::E
         }
     }
     let depth = DECODING_DEPTH.get();
-    if depth > MAX_DECODE_DEPTH {
+    if depth > MAX_TREE_DEPTH {
         return Err(serde::de::Error::custom(format!(
-            "UI tree deeper than {MAX_DECODE_DEPTH} levels"
+            "UI tree deeper than {MAX_TREE_DEPTH} levels"
         )));
     }
     let _level = Level(depth);
@@ -280,7 +276,7 @@ mod tests {
             }
             d
         };
-        let max = MAX_DECODE_DEPTH as usize;
+        let max = MAX_TREE_DEPTH as usize;
         let deepest = postcard::from_bytes::<UiNode>(&nested(max)).expect("the deepest tree");
         assert_eq!(depth(&deepest), max);
         // One level more, or a million (which would overflow the stack if decoded): refused.
