@@ -2,11 +2,11 @@
 //! (`Exec`, command probes), or detached (`Launch`). Each program gets its own process
 //! group so a timeout kills everything it started, not just the direct child.
 
+use crate::budget::Budget;
 use pincer_shared::WireError;
 use pincer_shared::limits::{MAX_EXEC_OUTPUT, MAX_EXEC_TIMEOUT_MS};
 use pincer_shared::setup::{ExecOutput, ExecRequest, ExitStatus};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
@@ -71,7 +71,9 @@ pub(crate) async fn run(req: &ExecRequest) -> Result<ExecOutput, WireError> {
     }
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let mut reader = tokio::spawn(async move {
-        let both = Budget(AtomicU64::new(MAX_EXEC_OUTPUT));
+        // What stdout and stderr may keep together, so that one exec's reply always fits in a
+        // response header (each stream alone may keep up to the request's `max_output`).
+        let both = Budget::new(MAX_EXEC_OUTPUT);
         tokio::join!(
             read_capped(stdout, cap, &both),
             read_capped(stderr, cap, &both)
@@ -179,26 +181,6 @@ fn exit_status(st: std::process::ExitStatus) -> ExitStatus {
         (Some(c), _) => ExitStatus::Exited(c),
         (None, Some(s)) => ExitStatus::Signaled(s),
         (None, None) => ExitStatus::Exited(-1),
-    }
-}
-
-/// Bytes stdout and stderr may still keep together, so that one exec's reply always fits
-/// in a response header (each stream alone may keep up to the request's `max_output`).
-#[derive(Debug)]
-struct Budget(AtomicU64);
-
-impl Budget {
-    /// Takes up to `want` bytes from the budget; returns how many it got.
-    fn take(&self, want: u64) -> u64 {
-        let mut got = 0;
-        // The closure never returns None, so the update cannot fail.
-        let _ = self
-            .0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
-                got = want.min(left);
-                Some(left - got)
-            });
-        got
     }
 }
 

@@ -3,6 +3,7 @@
 //! display or bus that goes away fails only the requests that need it.
 
 use crate::a11y::A11y;
+use crate::budget::Budget;
 use crate::clipboard::Clipboard;
 use crate::input::Input;
 use crate::screen::Screen;
@@ -10,7 +11,7 @@ use crate::window::Windows;
 use crate::{exec, probe};
 use pincer_shared::handshake::GuestInfo;
 use pincer_shared::identity::Token;
-use pincer_shared::limits::MAX_BATCH;
+use pincer_shared::limits::{MAX_BATCH, MAX_RESPONSE_HEADER};
 use pincer_shared::message::capability;
 use pincer_shared::observe::{ScreenInfo, TreeRequest, TreeScope};
 use pincer_shared::probe::{Probe, ProbeReply};
@@ -231,7 +232,7 @@ impl Guest {
                 .map(Response::Cursor)
                 .into(),
             Request::UiTree(req) => self.tree(&req).await.map(Response::UiTree).into(),
-            Request::Probe(p) => self.probe(p).await.map(Response::Probe).into(),
+            Request::Probe(p) => self.probe(p, None).await.map(Response::Probe).into(),
             Request::Batch(probes) => {
                 if probes.len() > MAX_BATCH {
                     return Reply::Msg(Response::Error(WireError::TooLarge {
@@ -240,8 +241,13 @@ impl Guest {
                         got: probes.len() as u64,
                     }));
                 }
-                let results =
-                    futures::future::join_all(probes.into_iter().map(|p| self.probe(p))).await;
+                let budget = Arc::new(Budget::new(BATCH_INLINE_BYTES));
+                let results = futures::future::join_all(
+                    probes
+                        .into_iter()
+                        .map(|p| self.probe(p, Some(budget.clone()))),
+                )
+                .await;
                 Reply::Msg(Response::Batch(results))
             }
             Request::Setup(s) => self.setup(s).await.into(),
@@ -266,13 +272,18 @@ impl Guest {
         self.a11y.lock().await.tree(req, pid).await
     }
 
-    async fn probe(&self, p: Probe) -> Result<ProbeReply, WireError> {
+    /// Runs a probe. In a batch, the file and command output its reply carries inline comes
+    /// out of the batch's `budget`.
+    async fn probe(&self, p: Probe, budget: Option<Arc<Budget>>) -> Result<ProbeReply, WireError> {
         match p {
             Probe::Stat { path } => {
                 in_thread(move || probe::stat(&path).map(ProbeReply::Stat)).await
             }
             Probe::ReadFile { path, max_len } => {
-                in_thread(move || probe::read_file(&path, max_len).map(ProbeReply::File)).await
+                in_thread(move || {
+                    probe::read_file(&path, max_len, budget.as_deref()).map(ProbeReply::File)
+                })
+                .await
             }
             Probe::ListDir { path } => {
                 in_thread(move || probe::list_dir(&path).map(ProbeReply::Dir)).await
@@ -312,7 +323,15 @@ impl Guest {
                 let mut req = ExecRequest::new(argv);
                 req.timeout_ms = timeout_ms;
                 req.max_output = max_output;
-                exec::run(&req).await.map(ProbeReply::Command)
+                let out = exec::run(&req).await?;
+                let size = (out.stdout.len() + out.stderr.len()) as u64;
+                if budget.is_some_and(|b| !b.reserve(size)) {
+                    return Err(batch_full(
+                        &format!("the output of {}", req.argv.join(" ")),
+                        size,
+                    ));
+                }
+                Ok(ProbeReply::Command(out))
             }
             Probe::EnvVar { name } => Ok(ProbeReply::EnvVar(std::env::var(name).ok())),
             Probe::UiTree(req) => self.tree(&req).await.map(ProbeReply::UiTree),
@@ -395,6 +414,21 @@ async fn gsettings(schema: &str, key: &str) -> Result<Option<String>, WireError>
 }
 
 /// Runs blocking file-system work off the async threads.
+/// Bytes of files and command output one batch's replies may carry inline, so that the
+/// batch's answer fits in a response header with room for everything else.
+pub(crate) const BATCH_INLINE_BYTES: u64 = MAX_RESPONSE_HEADER as u64 - 8 * 1024 * 1024;
+
+/// The error of a probe whose reply would overflow its batch's inline budget.
+pub(crate) fn batch_full(what: &str, size: u64) -> WireError {
+    WireError::TooLarge {
+        what: format!(
+            "{what}: the batch's replies would pass {BATCH_INLINE_BYTES} bytes inline; read it in a batch of its own"
+        ),
+        limit: BATCH_INLINE_BYTES,
+        got: size,
+    }
+}
+
 async fn in_thread<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, WireError> + Send + 'static,
 ) -> Result<T, WireError> {
@@ -441,6 +475,7 @@ fn os_name() -> String {
 mod tests {
     use super::*;
     use crate::testutil::{Xvfb, wait_for};
+    use pincer_shared::limits::MAX_INLINE_FILE;
     use pincer_shared::setup::WindowOp;
     use x11rb::connection::Connection as _;
     use x11rb::protocol::xproto::{ConnectionExt as _, CreateWindowAux, WindowClass};
@@ -474,6 +509,52 @@ mod tests {
         assert_eq!(
             guest.check_class(&Request::Batch(vec![Probe::Windows])),
             Ok(())
+        );
+    }
+
+    /// Files a batch reads at once must fit in one reply: those past the budget get their
+    /// own `TooLarge`, the rest arrive, and the answer encodes under the response limit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_of_big_reads_fails_only_the_reads_that_do_not_fit() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![7u8; MAX_INLINE_FILE as usize]).unwrap();
+        let path = big.to_str().unwrap().to_owned();
+        let read = || Probe::ReadFile {
+            path: path.clone(),
+            max_len: u64::MAX,
+        };
+        let mut probes: Vec<Probe> = (0..10).map(|_| read()).collect();
+        probes.push(Probe::Command {
+            argv: vec!["echo".into(), "hi".into()],
+            timeout_ms: 5_000,
+            max_output: 1024,
+        });
+        let Reply::Msg(Response::Batch(results)) =
+            guest(false, ":0").handle(Request::Batch(probes)).await
+        else {
+            panic!("no batch reply");
+        };
+        let fit = (BATCH_INLINE_BYTES / MAX_INLINE_FILE) as usize;
+        let (read_ok, refused): (Vec<_>, Vec<_>) = results[..10].iter().partition(|r| r.is_ok());
+        assert_eq!(read_ok.len(), fit);
+        for r in refused {
+            let Err(WireError::TooLarge { what, .. }) = r else {
+                panic!("{r:?}");
+            };
+            assert!(what.contains("in a batch of its own"), "{what}");
+        }
+        // What fits after the big reads still arrives.
+        assert!(
+            matches!(&results[10], Ok(ProbeReply::Command(o)) if o.stdout == b"hi\n"),
+            "{:?}",
+            results[10]
+        );
+        let header =
+            pincer_shared::codec::encode(&Response::Batch(results), 0, MAX_RESPONSE_HEADER);
+        assert!(
+            header.is_ok(),
+            "the batch's answer does not fit: {header:?}"
         );
     }
 

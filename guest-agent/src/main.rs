@@ -3,6 +3,7 @@
 //! probes and (unless `--read-only`) setup over QUIC.
 
 mod a11y;
+mod budget;
 mod clipboard;
 mod encode;
 mod exec;

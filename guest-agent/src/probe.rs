@@ -2,6 +2,7 @@
 //! file reads, directory listings and the process table from /proc. Window and clipboard
 //! probes live with their X11 modules.
 
+use crate::budget::Budget;
 use pincer_shared::WireError;
 use pincer_shared::limits::{MAX_DIR_ENTRIES, MAX_INLINE_FILE};
 use pincer_shared::probe::{DirEntry, FileContent, FileKind, FileStat, ProcessInfo};
@@ -136,15 +137,29 @@ fn refuse_non_regular(path: &str, m: &Metadata) -> Result<(), WireError> {
 }
 
 /// Up to `max_len` bytes of a file (capped at the inline limit); `None` if it does not exist.
-pub(crate) fn read_file(path: &str, max_len: u64) -> Result<Option<FileContent>, WireError> {
+/// The bytes come out of `budget` when given (a batch's), reserved before the file is read.
+pub(crate) fn read_file(
+    path: &str,
+    max_len: u64,
+    budget: Option<&Budget>,
+) -> Result<Option<FileContent>, WireError> {
     let Some((f, meta)) = open_regular(path)? else {
         return Ok(None);
     };
     let cap = max_len.min(MAX_INLINE_FILE);
-    let mut bytes = Vec::with_capacity(meta.len().min(cap) as usize);
+    let expected = meta.len().min(cap);
+    if budget.is_some_and(|b| !b.reserve(expected)) {
+        return Err(crate::guest::batch_full(path, expected));
+    }
+    let mut bytes = Vec::with_capacity(expected as usize);
     f.take(cap)
         .read_to_end(&mut bytes)
         .map_err(|e| WireError::from_io(path, &e))?;
+    // A file that grew, or reports no size (/proc), takes what it needs beyond that.
+    let more = (bytes.len() as u64).saturating_sub(expected);
+    if budget.is_some_and(|b| !b.reserve(more)) {
+        return Err(crate::guest::batch_full(path, bytes.len() as u64));
+    }
     Ok(Some(FileContent {
         path: path.to_owned(),
         bytes,
@@ -275,16 +290,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("a.txt");
         std::fs::write(&f, "hello world").unwrap();
-        let c = read_file(f.to_str().unwrap(), 5).unwrap().unwrap();
+        let c = read_file(f.to_str().unwrap(), 5, None).unwrap().unwrap();
         assert_eq!(c.bytes, b"hello");
         assert_eq!(c.total_size, 11);
         assert!(
-            read_file(dir.path().join("x").to_str().unwrap(), 5)
+            read_file(dir.path().join("x").to_str().unwrap(), 5, None)
                 .unwrap()
                 .is_none()
         );
         assert!(matches!(
-            read_file(dir.path().to_str().unwrap(), 5),
+            read_file(dir.path().to_str().unwrap(), 5, None),
             Err(WireError::InvalidArgument { .. })
         ));
     }

@@ -535,7 +535,7 @@ mod tests {
         refused(&read("/dev/zero", 0, None).await.0, "device");
         // The inline probe refuses the same, without blocking on the FIFO either.
         assert!(matches!(
-            probe::read_file(fifo.to_str().unwrap(), 10),
+            probe::read_file(fifo.to_str().unwrap(), 10, None),
             Err(WireError::InvalidArgument { .. })
         ));
     }

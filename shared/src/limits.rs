@@ -13,7 +13,8 @@ pub const MAX_UPLOAD: u64 = 2 * 1024 * 1024 * 1024;
 pub const MAX_DOWNLOAD: u64 = 4 * 1024 * 1024 * 1024;
 /// Largest file content returned inline by a probe (in a `Batch` or `Probe::ReadFile`).
 pub const MAX_INLINE_FILE: u64 = 16 * 1024 * 1024;
-/// Most probes in one batch.
+/// Most probes in one batch. Together, a batch's replies carry at most 120 MiB of file and
+/// command output inline; a probe past that is answered `TooLarge` on its own.
 pub const MAX_BATCH: usize = 1024;
 /// Most characters in one `TypeText` action.
 pub const MAX_TYPE_TEXT: usize = 64 * 1024;
