@@ -413,7 +413,6 @@ async fn gsettings(schema: &str, key: &str) -> Result<Option<String>, WireError>
     }
 }
 
-/// Runs blocking file-system work off the async threads.
 /// Bytes of files and command output one batch's replies may carry inline, so that the
 /// batch's answer fits in a response header with room for everything else.
 pub(crate) const BATCH_INLINE_BYTES: u64 = MAX_RESPONSE_HEADER as u64 - 8 * 1024 * 1024;
@@ -429,6 +428,7 @@ pub(crate) fn batch_full(what: &str, size: u64) -> WireError {
     }
 }
 
+/// Runs blocking file-system work off the async threads.
 async fn in_thread<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, WireError> + Send + 'static,
 ) -> Result<T, WireError> {
