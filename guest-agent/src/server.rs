@@ -11,7 +11,7 @@ use pincer_shared::identity::Identity;
 use pincer_shared::limits::{MAX_HELLO, MAX_INLINE_FILE, MAX_REQUEST_HEADER, MAX_RESPONSE_HEADER};
 use pincer_shared::probe::FileStat;
 use pincer_shared::setup::Setup;
-use pincer_shared::transport::admission::{Admission, Limits};
+use pincer_shared::transport::admission::{self, Limits, Pending};
 use pincer_shared::transport::stream::{finish, read_header, write_body, write_header};
 use pincer_shared::transport::{Link, RecvHalf, SendHalf, TransportError, close_code, quic};
 use pincer_shared::{ProtocolVersion, Request, Response, WireError};
@@ -38,42 +38,31 @@ const PREAUTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Accepts connections on `endpoint` until it is closed.
 pub(crate) async fn listen(guest: Arc<Guest>, endpoint: quinn::Endpoint) {
-    let admission = Admission::new(ADMISSION);
-    while let Some(incoming) = endpoint.accept().await {
-        let peer = incoming.remote_address();
-        let pending = match admission.begin(peer.ip()) {
-            Ok(p) => p,
-            Err(why) => {
-                tracing::warn!(%peer, "refusing connection: {why}");
-                incoming.refuse();
-                continue;
-            }
-        };
+    let serve_one = move |link: Link, pending: Pending, arrived: tokio::time::Instant| {
         let guest = guest.clone();
-        tokio::spawn(async move {
-            let started = tokio::time::Instant::now();
-            let conn = match tokio::time::timeout(PREAUTH_TIMEOUT, incoming).await {
-                Ok(Ok(conn)) => conn,
-                Ok(Err(e)) => return tracing::info!(%peer, "connection failed during TLS: {e}"),
-                Err(_) => {
-                    return tracing::info!(%peer, "no TLS handshake within {PREAUTH_TIMEOUT:?}");
-                }
-            };
-            let link = Link::Quic(conn);
-            let left = PREAUTH_TIMEOUT.saturating_sub(started.elapsed());
+        async move {
+            let left = PREAUTH_TIMEOUT.saturating_sub(arrived.elapsed());
             let Some(version) = authenticate_within(&guest, &link, left).await else {
                 return;
             };
             let _live = match pending.authenticated() {
                 Ok(live) => live,
                 Err(why) => {
-                    tracing::warn!(%peer, "closing authenticated connection: {why}");
+                    tracing::warn!(peer = %link.remote_addr(), "closing authenticated connection: {why}");
                     return link.close(close_code::BUSY, &why.to_string());
                 }
             };
             serve(guest, link, version).await;
-        });
-    }
+        }
+    };
+    admission::accept(
+        endpoint,
+        ADMISSION,
+        PREAUTH_TIMEOUT,
+        "connection",
+        serve_one,
+    )
+    .await;
 }
 
 /// Longest a single dial attempt waits for the host's answer. QUIC retransmits the first

@@ -9,7 +9,7 @@
 
 use super::{ClientError, Deadlines, DialInSpec, Environment, Session, Source, handshake};
 use pincer_shared::identity::{Fingerprint, Identity, IdentityError, Token};
-use pincer_shared::transport::admission::{Admission, Limits, Live, Pending};
+use pincer_shared::transport::admission::{self, Limits, Live, Pending};
 use pincer_shared::transport::{Link, TransportError, close_code, quic};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -287,33 +287,16 @@ struct Shared {
 /// Accepts connections until the endpoint closes; each keeps its admission place while it
 /// lives.
 async fn accept(endpoint: quinn::Endpoint, shared: Arc<Shared>) {
-    let admission = Admission::new(ADMISSION);
-    while let Some(incoming) = endpoint.accept().await {
-        let peer = incoming.remote_address();
-        let pending = match admission.begin(peer.ip()) {
-            Ok(p) => p,
-            Err(why) => {
-                tracing::warn!(%peer, "refusing guest connection: {why}");
-                incoming.refuse();
-                continue;
-            }
-        };
+    let limit = shared.deadlines.connect;
+    let serve = move |link: Link, pending: Pending, _arrived| {
         let shared = shared.clone();
-        tokio::spawn(async move {
-            let limit = shared.deadlines.connect;
-            let conn = match tokio::time::timeout(limit, incoming).await {
-                Ok(Ok(conn)) => conn,
-                Ok(Err(e)) => {
-                    return tracing::info!(%peer, "guest connection failed during TLS: {e}");
-                }
-                Err(_) => return tracing::info!(%peer, "no TLS handshake within {limit:?}"),
-            };
-            let link = Link::Quic(conn);
+        async move {
             if let Some(_place) = shared.admit(link.clone(), pending).await {
                 link.closed().await;
             }
-        });
-    }
+        }
+    };
+    admission::accept(endpoint, ADMISSION, limit, "guest connection", serve).await;
 }
 
 impl Shared {

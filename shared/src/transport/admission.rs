@@ -5,9 +5,52 @@
 //! only a few cheap pending tickets (for a bounded time, which the caller enforces) and
 //! never the places of authenticated peers.
 
+use super::Link;
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Accepts connections on `endpoint` until it closes. Each takes a pending place or is
+/// refused, must finish its TLS handshake within `tls_within`, and is then handed to
+/// `serve` on a task of its own, with its place and the moment it arrived (so that the
+/// rest of its time before authenticating can be bounded too). `what` names the
+/// connections in the log ("connection", "guest connection").
+pub async fn accept<F, Fut>(
+    endpoint: quinn::Endpoint,
+    limits: Limits,
+    tls_within: Duration,
+    what: &'static str,
+    serve: F,
+) where
+    F: Fn(Link, Pending, Instant) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let admission = Admission::new(limits);
+    let serve = Arc::new(serve);
+    while let Some(incoming) = endpoint.accept().await {
+        let peer = incoming.remote_address();
+        let pending = match admission.begin(peer.ip()) {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::warn!(%peer, "refusing {what}: {why}");
+                incoming.refuse();
+                continue;
+            }
+        };
+        let serve = serve.clone();
+        tokio::spawn(async move {
+            let arrived = Instant::now();
+            match tokio::time::timeout(tls_within, incoming).await {
+                Ok(Ok(conn)) => serve(Link::Quic(conn), pending, arrived).await,
+                Ok(Err(e)) => tracing::info!(%peer, "{what} failed during TLS: {e}"),
+                Err(_) => tracing::info!(%peer, "{what}: no TLS handshake within {tls_within:?}"),
+            }
+        });
+    }
+}
 
 /// The budgets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
