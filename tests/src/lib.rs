@@ -178,3 +178,66 @@ pub async fn process_running(env: &Environment, name: &str) -> bool {
         _ => false,
     }
 }
+
+/// A process as `/proc/PID/stat` and `/proc/PID/cmdline` show it.
+#[derive(Debug, Clone)]
+pub struct ProcessEntry {
+    /// Process id.
+    pub pid: u32,
+    /// Its name (at most 15 bytes, as `ps` shows it).
+    pub comm: String,
+    /// Its state letter (`R`, `S`, `Z`, ...).
+    pub state: char,
+    /// Its parent's pid.
+    pub ppid: u32,
+    /// When it started, in clock ticks since boot.
+    pub started: u64,
+    /// Its arguments, joined by spaces.
+    pub cmdline: String,
+}
+
+impl ProcessEntry {
+    /// Reads a process; `None` if it is gone.
+    pub fn read(pid: u32) -> Option<Self> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (head, tail) = stat.rsplit_once(')')?;
+        // Fields from the third on: state, ppid, ..., starttime (the 22nd).
+        let fields: Vec<&str> = tail.split_whitespace().collect();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        Some(Self {
+            pid,
+            comm: head.split_once('(')?.1.to_owned(),
+            state: fields.first()?.chars().next()?,
+            ppid: fields.get(1)?.parse().ok()?,
+            started: fields.get(19)?.parse().ok()?,
+            cmdline: String::from_utf8_lossy(&cmdline)
+                .trim_end_matches('\0')
+                .replace('\0', " "),
+        })
+    }
+
+    /// Whether it still runs (not gone, not a zombie).
+    pub fn alive(pid: u32) -> bool {
+        Self::read(pid).is_some_and(|p| !matches!(p.state, 'Z' | 'X'))
+    }
+
+    /// Its environment, `KEY=value` entries.
+    pub fn environ(&self) -> Vec<Vec<u8>> {
+        std::fs::read(format!("/proc/{}/environ", self.pid))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .map(<[u8]>::to_vec)
+            .collect()
+    }
+}
+
+/// Every process on the machine.
+pub fn processes() -> Vec<ProcessEntry> {
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| ProcessEntry::read(e.file_name().to_str()?.parse().ok()?))
+                .collect()
+        })
+        .unwrap_or_default()
+}

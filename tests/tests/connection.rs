@@ -12,7 +12,7 @@ use pincer_shared::setup::ExecRequest;
 use pincer_shared::transport::stream::{finish, read_body, read_header, write_header};
 use pincer_shared::transport::{Link, quic};
 use pincer_shared::{Request, RequestClass, Response, WireError};
-use pincer_tests::{Sandbox, bin, eventually};
+use pincer_tests::{ProcessEntry, Sandbox, bin, eventually, processes};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -462,48 +462,20 @@ fn belonging_to(d: &DesktopTraits) -> Vec<(u32, String, String)> {
         format!("DBUS_SESSION_BUS_ADDRESS={}", d.bus),
     ];
     let me = std::process::id();
-    // Field 22 of /proc/PID/stat: when the process started, in clock ticks since boot.
-    let started = |stat: &str| -> u64 {
-        stat.rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().nth(19)?.parse().ok())
-            .unwrap_or(0)
-    };
     // A process older than this test is no part of its desktop, even if it names the same
     // display (a desktop of an earlier, killed run whose X server is gone).
-    let test_began = started(&std::fs::read_to_string("/proc/self/stat").unwrap());
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let dead = stat
-            .rfind(')')
-            .and_then(|i| stat.get(i + 2..i + 3))
-            .is_none_or(|state| state == "Z" || state == "X");
-        if pid == me || dead || started(&stat) < test_began {
-            continue;
-        }
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .unwrap_or_default()
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let by_env = environ
-            .split(|b| *b == 0)
-            .any(|kv| wanted_env.iter().any(|w| kv == w.as_bytes()));
-        if by_env || cmdline.contains(&d.dir) {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            found.push((pid, comm.trim().to_owned(), cmdline));
-        }
-    }
-    found
+    let test_began = ProcessEntry::read(me).expect("this test's process").started;
+    processes()
+        .into_iter()
+        .filter(|p| p.pid != me && !matches!(p.state, 'Z' | 'X') && p.started >= test_began)
+        .filter(|p| {
+            p.cmdline.contains(&d.dir)
+                || p.environ()
+                    .iter()
+                    .any(|kv| wanted_env.iter().any(|w| kv == w.as_bytes()))
+        })
+        .map(|p| (p.pid, p.comm, p.cmdline))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 //! someone at a VNC viewer would through the screen. And `pincer desktop vnc` serves a
 //! desktop to that person.
 
-use pincer_tests::{Sandbox, bin};
+use pincer_tests::{ProcessEntry, Sandbox, bin, processes};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt as _;
@@ -191,14 +191,14 @@ fn a_desktop_is_served_over_vnc_with_a_password() {
         .and_then(|rest| rest.split([',', ' ', '\n']).next())
         .unwrap()
         .to_owned();
-    let x11vnc = children_of(child.id())
+    let x11vnc = processes()
         .into_iter()
-        .find(|(_, comm, _)| comm == "x11vnc")
+        .find(|p| p.ppid == child.id() && p.comm == "x11vnc")
         .expect("x11vnc runs under pincer");
     assert!(
-        !x11vnc.2.contains(&password),
+        !x11vnc.cmdline.contains(&password),
         "password in argv: {}",
-        x11vnc.2
+        x11vnc.cmdline
     );
     let passwd_file = sb.path().join("state/desktops/watched/vnc.passwd");
     let mode = std::fs::metadata(&passwd_file)
@@ -224,39 +224,12 @@ fn a_desktop_is_served_over_vnc_with_a_password() {
         !passwd_file.exists(),
         "the password file outlived the session"
     );
-    let alive = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-            !s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
-    };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while alive(x11vnc.0) {
+    while ProcessEntry::alive(x11vnc.pid) {
         assert!(
             Instant::now() < deadline,
             "x11vnc outlived `pincer desktop vnc`"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// The (pid, name, command line) of a process's children.
-fn children_of(parent: u32) -> Vec<(u32, String, String)> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let (head, tail) = stat.rsplit_once(')')?;
-            let ppid: u32 = tail.split_whitespace().nth(1)?.parse().ok()?;
-            let comm = head.split_once('(')?.1.to_owned();
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            (ppid == parent).then_some((pid, comm, cmdline))
-        })
-        .collect()
 }
