@@ -476,6 +476,7 @@ fn start_dbus(
     let mut child = Command::new("dbus-daemon")
         .args(["--session", "--nofork", "--print-address=1", "--nopidfile"])
         .arg(format!("--address=unix:path={}/bus", runtime.display()))
+        .env_clear()
         .envs(env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -502,6 +503,7 @@ fn spawn_logged(
     let out = std::fs::File::create(log)?;
     Command::new(argv[0])
         .args(&argv[1..])
+        .env_clear()
         .envs(env)
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
@@ -600,6 +602,7 @@ fn start_agent(
         .open(dir.join("logs/agent.log"))?;
     let mut child = Command::new(&opts.agent)
         .args(&args)
+        .env_clear()
         .envs(env)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -627,6 +630,81 @@ fn start_agent(
     }
 }
 
+/// Variables of the caller's environment that a desktop's processes keep: where programs
+/// are, the language and time zone, who the user is, and the agent's log settings. Nothing
+/// else passes: the caller's per-user locations (`XDG_CONFIG_HOME`, `XDG_DATA_HOME`, ...)
+/// would make two desktops share one dconf database and one set of app settings, and the
+/// caller's own session (`WAYLAND_DISPLAY`, `DBUS_SESSION_BUS_ADDRESS`, `SSH_AUTH_SOCK`,
+/// ...) would send the desktop's apps to another screen, bus or keyring.
+const INHERITED: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TMPDIR",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+];
+
+/// Whether a desktop's processes keep the caller's variable `name` ([`INHERITED`] and the
+/// locale's `LC_*`).
+fn inherited(name: &str) -> bool {
+    INHERITED.contains(&name) || name.starts_with("LC_")
+}
+
+/// The environment every process of a desktop starts from: the [`INHERITED`] part of
+/// `caller`, a home of its own and, beside it, every XDG base directory pointing inside that
+/// home (whatever `caller` holds), so desktops on one machine share no per-user state.
+fn session_env(
+    caller: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    home: &Path,
+    runtime: &Path,
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = caller
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| inherited(k))
+        .collect();
+    let under_home = |rel: &str| home.join(rel).display().to_string();
+    for (k, v) in [
+        ("HOME", home.display().to_string()),
+        ("XDG_CONFIG_HOME", under_home(".config")),
+        ("XDG_DATA_HOME", under_home(".local/share")),
+        ("XDG_STATE_HOME", under_home(".local/state")),
+        ("XDG_CACHE_HOME", under_home(".cache")),
+        ("XDG_RUNTIME_DIR", runtime.display().to_string()),
+        // The system-wide search paths at their specified defaults: the caller's may name
+        // directories of its own user.
+        ("XDG_CONFIG_DIRS", "/etc/xdg".to_owned()),
+        ("XDG_DATA_DIRS", "/usr/local/share:/usr/share".to_owned()),
+        ("XDG_SESSION_TYPE", "x11".to_owned()),
+    ] {
+        env.insert(k.to_owned(), v);
+    }
+    env
+}
+
+/// Whether `eval "$(pincer desktop env NAME)"` in a person's shell should unset the
+/// shell's variable `name` because the desktop's processes do not have it and having it
+/// would reach outside the desktop (another session's screen, bus, keyring or per-user
+/// directories). Other variables of the shell (its editor, prompt, terminal) stay.
+pub fn leaks_outside(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "XDG_", "DBUS_", "WAYLAND_", "GNOME_", "KDE_", "GDK_", "GTK_",
+    ];
+    const NAMES: &[&str] = &[
+        "SESSION_MANAGER",
+        "SSH_AUTH_SOCK",
+        "GPG_AGENT_INFO",
+        "DESKTOP_SESSION",
+        "QT_QPA_PLATFORM",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p)) || NAMES.contains(&name)
+}
+
 fn run_session(opts: &SuperviseOptions) -> anyhow::Result<()> {
     let d = &opts.desktop;
     let dir = dir_of(&d.name);
@@ -647,13 +725,10 @@ fn run_session(opts: &SuperviseOptions) -> anyhow::Result<()> {
     let (_xvfb, display) = start_xvfb(d.size, &xauth, &logs.join("xvfb.log"))?;
     let me = std::process::id();
 
-    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    let mut env = session_env(std::env::vars_os(), &home, &runtime);
     for (k, v) in [
         ("DISPLAY", display.as_str()),
         ("XAUTHORITY", &xauth.display().to_string()),
-        ("XDG_RUNTIME_DIR", &runtime.display().to_string()),
-        ("HOME", &home.display().to_string()),
-        ("XDG_SESSION_TYPE", "x11"),
         // Accessibility on for every toolkit: GTK2/3 bridge, Qt, LibreOffice's GTK3 VCL.
         ("GTK_MODULES", "gail:atk-bridge"),
         ("NO_AT_BRIDGE", "0"),
@@ -686,6 +761,7 @@ fn run_session(opts: &SuperviseOptions) -> anyhow::Result<()> {
                 "toolkit-accessibility",
                 "true",
             ])
+            .env_clear()
             .envs(&env)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -772,6 +848,52 @@ mod tests {
         assert_eq!(&b[6..8], &[0, 18]);
         assert_eq!(&b[8..26], b"MIT-MAGIC-COOKIE-1");
         assert_eq!(&b[26..], &[0, 3, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_session_keeps_nothing_per_user_from_its_caller() {
+        let caller = [
+            ("PATH", "/usr/bin:/bin"),
+            ("LANG", "de_DE.UTF-8"),
+            ("LC_TIME", "C"),
+            ("HOME", "/home/me"),
+            ("XDG_CONFIG_HOME", "/home/me/cfg"),
+            ("XDG_DATA_HOME", "/home/me/data"),
+            ("XDG_CACHE_HOME", "/home/me/cache"),
+            ("XDG_STATE_HOME", "/home/me/state"),
+            ("XDG_RUNTIME_DIR", "/run/user/1000"),
+            ("XDG_DATA_DIRS", "/home/me/.local/flatpak:/usr/share"),
+            ("XDG_CURRENT_DESKTOP", "GNOME"),
+            ("WAYLAND_DISPLAY", "wayland-0"),
+            ("DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/user/1000/bus"),
+            ("SSH_AUTH_SOCK", "/run/user/1000/ssh"),
+            ("GTK_THEME", "Adwaita:dark"),
+        ]
+        .map(|(k, v)| (k.into(), v.into()));
+        let env = session_env(caller, Path::new("/d/home"), Path::new("/d/runtime"));
+        let get = |k: &str| env.get(k).map(String::as_str);
+        assert_eq!(get("PATH"), Some("/usr/bin:/bin"));
+        assert_eq!(get("LANG"), Some("de_DE.UTF-8"));
+        assert_eq!(get("LC_TIME"), Some("C"));
+        assert_eq!(get("HOME"), Some("/d/home"));
+        assert_eq!(get("XDG_CONFIG_HOME"), Some("/d/home/.config"));
+        assert_eq!(get("XDG_DATA_HOME"), Some("/d/home/.local/share"));
+        assert_eq!(get("XDG_CACHE_HOME"), Some("/d/home/.cache"));
+        assert_eq!(get("XDG_STATE_HOME"), Some("/d/home/.local/state"));
+        assert_eq!(get("XDG_RUNTIME_DIR"), Some("/d/runtime"));
+        assert_eq!(get("XDG_DATA_DIRS"), Some("/usr/local/share:/usr/share"));
+        for gone in [
+            "XDG_CURRENT_DESKTOP",
+            "WAYLAND_DISPLAY",
+            "DBUS_SESSION_BUS_ADDRESS",
+            "SSH_AUTH_SOCK",
+            "GTK_THEME",
+        ] {
+            assert_eq!(get(gone), None, "{gone} passed into the desktop");
+        }
+        // What a person's shell drops to match: the leaks, not its editor or prompt.
+        assert!(leaks_outside("XDG_CONFIG_HOME") && leaks_outside("WAYLAND_DISPLAY"));
+        assert!(!leaks_outside("EDITOR") && !leaks_outside("TERM"));
     }
 
     #[test]

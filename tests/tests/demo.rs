@@ -153,3 +153,60 @@ fn the_oracle_solves_every_demo_task_and_the_random_agent_does_not() {
         "{recs:#?}"
     );
 }
+
+/// Two local desktops share nothing per-user, whatever the caller's environment says: with
+/// the caller's XDG directories (and its session's display and bus) set, as in many
+/// people's shells, the cross-environment tasks still start from two separate settings
+/// databases. Before each desktop got its own, `cross-sync-color-scheme` ended in
+/// `broken-setup` here: its checkpoint passed before the agent acted, the two desktops
+/// writing one dconf database.
+#[test]
+fn cross_environment_tasks_pass_with_the_callers_xdg_directories_set() {
+    let sb = Sandbox::new();
+    let shared = sb.path().join("caller");
+    let out = sb.path().join("cross");
+    let mut cmd = sb.pincer_command(&[
+        "run",
+        "--tasks",
+        "demo",
+        "--agent",
+        "oracle",
+        "--tag",
+        "cross",
+        "--out",
+        out.to_str().unwrap(),
+        "--no-report",
+    ]);
+    cmd.env("HOME", &shared);
+    for (var, sub) in [
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_CACHE_HOME", "cache"),
+        ("XDG_STATE_HOME", "state"),
+        ("XDG_RUNTIME_DIR", "runtime"),
+    ] {
+        let dir = shared.join(sub);
+        std::fs::create_dir_all(&dir).unwrap();
+        cmd.env(var, dir);
+    }
+    cmd.env("WAYLAND_DISPLAY", "wayland-nowhere")
+        .env("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/bus");
+    let run = cmd.output().expect("run pincer");
+    assert!(
+        run.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let recs = results(&out);
+    let cross = demo().into_iter().filter(|t| t.envs.len() >= 2).count();
+    assert_eq!(recs.len(), cross, "{recs:#?}");
+    for r in &recs {
+        assert_eq!(r["termination"], "success", "{r:#}");
+    }
+    // Nothing of the desktops landed in the caller's directories.
+    assert!(
+        !shared.join("config/dconf").exists(),
+        "a desktop wrote the caller's dconf database"
+    );
+}

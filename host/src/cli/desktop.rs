@@ -156,6 +156,17 @@ pub(crate) async fn run(cmd: DesktopCmd, reg: &Registry) -> anyhow::Result<()> {
         DesktopCmd::Env { name } => {
             let s = desktop::read_state(&name)
                 .with_context(|| format!("desktop '{name}' is not running"))?;
+            // The shell's own variables that would reach outside the desktop go, so what
+            // runs by hand sees what the desktop's processes see.
+            for (k, _) in std::env::vars_os() {
+                if let Some(k) = k.to_str()
+                    && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                    && !s.env.contains_key(k)
+                    && desktop::leaks_outside(k)
+                {
+                    println!("unset {k}");
+                }
+            }
             for (k, v) in &s.env {
                 println!("export {k}='{}'", v.replace('\'', "'\\''"));
             }
