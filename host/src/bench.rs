@@ -4,11 +4,12 @@
 //! kind of machine. Also a soak mode that takes thousands of screenshots in a row and
 //! watches the agent's memory and file descriptors.
 
-use crate::agent::observe::{self, ObservationConfig, ObserveError};
+use crate::agent::observe::ObservationConfig;
 use crate::env::{ClientError, Environment};
 use crate::eval::functions::Library;
 use crate::eval::graph::{Evaluator, Graph, ProbeSource};
 use crate::eval::{AgentLog, ProbeResult};
+use crate::observe::{self, ObserveError};
 use crate::task::{Platform, Task};
 use pincer_shared::Action;
 use pincer_shared::action::{MouseButton, Point};

@@ -1,6 +1,8 @@
 //! The pincer host: environments reached over authenticated QUIC ([`env`]), local X11
-//! desktops ([`desktop`]), latency benchmarks ([`bench`]) and, in later layers, tasks, the
-//! graph evaluator, agents and the benchmark runner. The `pincer` binary is a thin CLI
+//! desktops ([`desktop`]), tasks ([`task`]), the graph evaluator ([`eval`]), agents
+//! ([`agent`]) and what they are shown ([`observe`]), the benchmark runner ([`run`]), its
+//! reports ([`report`]) and latency benchmarks ([`bench`]). The modules are layered as
+//! `ARCHITECTURE.md` lists them (a test holds them to it). The `pincer` binary is a thin CLI
 //! over this library.
 
 pub mod agent;
@@ -11,6 +13,7 @@ pub mod desktop;
 pub mod env;
 pub mod eval;
 pub mod metrics;
+pub mod observe;
 pub mod paths;
 pub mod report;
 pub mod run;

@@ -71,7 +71,7 @@ impl Oracle {
     fn read(
         obs: &Observation,
         role: &str,
-        target: &crate::eval::selector::Selector,
+        target: &crate::task::selector::Selector,
         pattern: &regex::Regex,
     ) -> Result<Option<String>, AgentError> {
         let tree = Self::tree(obs, role)?;
@@ -288,7 +288,7 @@ mod tests {
             children: vec![label(Some(""), "Code: 7F3K"), label(None, "other")],
             ..UiNode::default()
         });
-        let target = crate::eval::selector::Selector {
+        let target = crate::task::selector::Selector {
             role: Some("label".into()),
             ..Default::default()
         };

@@ -1,5 +1,6 @@
-//! Evaluation: the library of checkpoint functions ([`functions`]), the UI-tree selectors
-//! they use ([`selector`]) and the graph evaluator with CRAB's semantics ([`graph`]).
+//! Evaluation: the library of checkpoint functions ([`functions`]) and the graph evaluator
+//! with CRAB's semantics ([`graph`]). UI-tree checks find their nodes with the tasks'
+//! selectors ([`crate::task::selector`]).
 //!
 //! A checkpoint function is built once from its JSON arguments into a [`Check`]: a fixed
 //! list of read-only probes it needs from its environment, and a judgement over their
@@ -20,7 +21,6 @@
 
 pub mod functions;
 pub mod graph;
-pub mod selector;
 
 use pincer_shared::probe::{Probe, ProbeReply};
 use pincer_shared::{Action, WireError};

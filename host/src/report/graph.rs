@@ -2,7 +2,7 @@
 //! from the sources, left to right, order within a layer by the barycenter of the
 //! predecessors) with each node coloured by its state at one step of a trajectory.
 
-use super::html::esc;
+use super::escape::esc;
 use super::load::GraphSpec;
 use crate::run::record::{StepRecord, TaskRecord};
 use std::collections::BTreeMap;

@@ -6,6 +6,7 @@
 //! Every piece of text from a run (task text, model output, errors, ids) goes through
 //! [`esc`]; nothing from a run is ever put inside the `<script>`.
 
+use super::escape::esc;
 use super::graph::{self, Layout};
 use super::images::{self, Embedded, Plan};
 use super::load::{GraphSpec, RunDir, TaskRun};
@@ -21,22 +22,6 @@ use std::path::PathBuf;
 const EXCHANGE_BUDGET: usize = 3_000_000;
 /// Characters of one thought or element list shown.
 const TEXT_CAP: usize = 8_000;
-
-/// Text safe in HTML content and in quoted attribute values.
-pub(crate) fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + s.len() / 8);
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// At most `max` characters of `s`, saying how much was left out.
 fn clip(s: &str, max: usize) -> String {

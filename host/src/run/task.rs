@@ -4,11 +4,12 @@
 use super::record::{ImageRef, JsonlWriter, StepRecord, TaskRecord, Timing};
 use super::sets::EnvSet;
 use crate::agent::actions::{self, AgentAction, Marks};
-use crate::agent::observe::{self, ObservationConfig};
+use crate::agent::observe::ObservationConfig;
 use crate::agent::{Agent, Observation, TaskBrief, Usage};
 use crate::eval::graph::{Envs, Evaluator, Graph, StepError};
 use crate::eval::{AgentEvent, AgentLog};
 use crate::metrics::Termination;
+use crate::observe;
 use crate::task::{Task, steps};
 use std::collections::BTreeMap;
 use std::path::Path;

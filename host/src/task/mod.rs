@@ -5,6 +5,7 @@
 
 mod load;
 pub mod oracle;
+pub mod selector;
 pub mod steps;
 
 pub use load::{LoadError, Source, TaskSet, bundled_suites, load_file, load_path, parse};

@@ -2,7 +2,7 @@
 //! than coordinates so they work at any resolution and layout. The oracle agent replays
 //! them through the same action path as every other agent, proving each task solvable.
 
-use crate::eval::selector::Selector;
+use super::selector::Selector;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

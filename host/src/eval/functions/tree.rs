@@ -1,8 +1,8 @@
 //! The UI tree: a node matching a selector exists (or, with `count`, at least that many).
 
 use super::{ANY, Library, Reads, clip};
-use crate::eval::selector::Selector;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
+use crate::task::selector::Selector;
 use pincer_shared::observe::{TreeRequest, TreeScope};
 use pincer_shared::probe::{Probe, ProbeReply};
 use schemars::JsonSchema;

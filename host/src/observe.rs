@@ -1,0 +1,102 @@
+//! Capturing observations: the runner's side of what agents see. The screen is fetched
+//! raw (zstd) and the UI tree concurrently, the marks are drawn on the host, and each image
+//! is PNG-encoded once. Agents get the resulting [`View`]s and never the environments.
+
+use crate::agent::observe::{ObservationConfig, View, tree_text};
+use crate::agent::som::{self, Canvas};
+use crate::env::{ClientError, Environment};
+use crate::task::Platform;
+use pincer_shared::observe::{ImageFormat, PixelLayout, Rect, ScreenshotRequest, TreeRequest};
+use std::time::Instant;
+
+/// Why a view could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ObserveError {
+    /// The environment failed.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The image could not be processed.
+    #[error("image: {0}")]
+    Image(String),
+}
+
+/// Builds the view of one environment. The tree is always fetched (marks and the oracle
+/// need it); images only as configured.
+pub async fn view(
+    env: &Environment,
+    role: &str,
+    platform: Platform,
+    cfg: &ObservationConfig,
+) -> Result<View, ObserveError> {
+    let t = Instant::now();
+    let want_image = cfg.screenshot || cfg.marks;
+    let shot_req = ScreenshotRequest {
+        format: ImageFormat::Raw { zstd: Some(1) },
+        region: None,
+        max_size: cfg.max_size,
+    };
+    // Agents see roles, names, states, text and boxes; attributes would cost a call a node.
+    let tree_req = TreeRequest {
+        visible_only: true,
+        attributes: false,
+        ..TreeRequest::default()
+    };
+    let (shot, tree) = if want_image {
+        let (s, t) = futures::join!(env.screenshot(shot_req), env.tree(tree_req));
+        (Some(s?), t?)
+    } else {
+        (None, env.tree(tree_req).await?)
+    };
+    let info = env.screen_size();
+    let mut view = View {
+        role: role.to_owned(),
+        platform,
+        screen: info,
+        image_size: (0, 0),
+        screenshot: None,
+        marked: None,
+        elements: Vec::new(),
+        tree_text: cfg.tree_text.then(|| tree_text(&tree)),
+        tree: None,
+        build_ms: 0.0,
+    };
+    let screen = Rect::new(0, 0, info.0, info.1);
+    view.elements = som::elements(&tree.root, screen);
+    if let Some(shot) = shot {
+        let raw = shot.raw_pixels().map_err(ObserveError::Image)?;
+        let (w, h) = (shot.meta.width, shot.meta.height);
+        view.image_size = (w, h);
+        let mut rgb = match shot.meta.layout {
+            PixelLayout::Bgrx8 => som::bgrx_to_rgb(&raw),
+            PixelLayout::Rgb8 => raw,
+            PixelLayout::Rgba8 => raw
+                .chunks_exact(4)
+                .flat_map(|p| [p[0], p[1], p[2]])
+                .collect(),
+        };
+        if rgb.len() != (w as usize) * (h as usize) * 3 {
+            return Err(ObserveError::Image(format!(
+                "{w}x{h} image with {} bytes of pixels",
+                rgb.len()
+            )));
+        }
+        let png_err = |e: png::EncodingError| ObserveError::Image(e.to_string());
+        if cfg.screenshot {
+            view.screenshot = Some(som::png(&rgb, w, h).map_err(png_err)?);
+        }
+        if cfg.marks {
+            let scale = f64::from(w) / f64::from(info.0.max(1));
+            Canvas {
+                rgb: &mut rgb,
+                width: w,
+                height: h,
+            }
+            .draw(&view.elements, scale);
+            view.marked = Some(som::png(&rgb, w, h).map_err(png_err)?);
+        }
+    }
+    view.tree = Some(tree);
+    view.build_ms = t.elapsed().as_secs_f64() * 1000.0;
+    Ok(view)
+}
