@@ -232,7 +232,7 @@ fn file_cases() -> Vec<Case> {
         fail(
             "file_equals",
             json!({"path": a, "content": "Hello"}),
-            &[a, "'Hello Pincer'", "expected 'Hello'"],
+            &[a, "'Hello Pincer⏎'", "equal to 'Hello'"],
         ),
         fail(
             "file_equals",
@@ -259,6 +259,27 @@ fn file_cases() -> Vec<Case> {
             "file_matches",
             json!({"path": missing, "regex": "."}),
             &[missing, "does not exist"],
+        ),
+        pass(
+            "file_text",
+            json!({"path": a, "text": {"equals": "hello pincer", "ignore_case": true}}),
+            &[a, "(equal to 'hello pincer' (ignoring case))"],
+        ),
+        // The same file with its final newline counted is not "Hello Pincer".
+        fail(
+            "file_text",
+            json!({"path": a, "text": {"equals": "Hello Pincer", "trim": false}}),
+            &[a, "'Hello Pincer⏎'", "equal to 'Hello Pincer'"],
+        ),
+        pass(
+            "file_text",
+            json!({"path": "~/notes/report.txt", "text": {"regex": r"^total: \d+$"}}),
+            &["'total: 10'"],
+        ),
+        fail(
+            "file_text",
+            json!({"path": "~/notes/report.txt", "text": {"digits": "100"}}),
+            &["~/notes/report.txt", "with the digits 100"],
         ),
         pass(
             "files_copied",
@@ -322,7 +343,7 @@ fn file_cases() -> Vec<Case> {
                 {"check": "file_exists", "args": {"path": a}},
                 {"check": "file_contains", "args": {"path": a, "text": "Pincer"}}
             ]}),
-            &["13 bytes", "contains 'Pincer'"],
+            &["13 bytes", "(containing 'Pincer')"],
         ),
         fail(
             "all_of",
@@ -330,7 +351,7 @@ fn file_cases() -> Vec<Case> {
                 {"check": "file_exists", "args": {"path": a}},
                 {"check": "file_contains", "args": {"path": a, "text": "goodbye"}}
             ]}),
-            &["contains 'Hello Pincer", "goodbye"],
+            &["reads 'Hello Pincer", "goodbye"],
         ),
         pass(
             "any_of",
@@ -346,7 +367,7 @@ fn file_cases() -> Vec<Case> {
                 {"check": "file_exists", "args": {"path": missing}},
                 {"check": "file_contains", "args": {"path": a, "text": "goodbye"}}
             ]}),
-            &[missing, "contains 'Hello Pincer"],
+            &[missing, "reads 'Hello Pincer"],
         ),
     ]
 }
@@ -370,7 +391,10 @@ fn file_cases_after() -> Vec<Case> {
         fail(
             "file_equals",
             json!({"path": draft, "content": "Dear pincer,\n", "trim": false}),
-            &[draft, "contains 'Dear pincer,', expected 'Dear pincer,⏎'"],
+            &[
+                draft,
+                "reads 'Dear pincer,', expected text equal to 'Dear pincer,⏎'",
+            ],
         ),
         pass(
             "file_contains",
@@ -551,6 +575,16 @@ fn session_cases(zenity: u32) -> Vec<Case> {
             json!({"text": "PINCER"}),
             &[zen, "'PINCER'"],
         ),
+        pass(
+            "window_title",
+            json!({"text": {"equals": "PINCER CHECKS", "ignore_case": true}}),
+            &[zen],
+        ),
+        fail(
+            "window_title",
+            json!({"text": {"regex": "^checks"}}),
+            &[zen, "matching /^checks/"],
+        ),
         pass("window_process_is", json!({"name": "zenity"}), &[zen]),
         fail(
             "window_process_is",
@@ -562,10 +596,18 @@ fn session_cases(zenity: u32) -> Vec<Case> {
             json!({"title_contains": "pincer checks"}),
             &[zen, "is open"],
         ),
+        pass(
+            "window_exists",
+            json!({"title": {"regex": "^pincer"}}),
+            &[zen, "is open"],
+        ),
         fail(
             "window_exists",
             json!({"title_contains": "widget"}),
-            &["no window title contains 'widget'", "'pincer checks'"],
+            &[
+                "no window has a title containing 'widget'",
+                "'pincer checks'",
+            ],
         ),
         pass(
             "clipboard_contains",
@@ -581,6 +623,16 @@ fn session_cases(zenity: u32) -> Vec<Case> {
             "clipboard_contains",
             json!({"text": "43"}),
             &["'order 42 shipped'", "'43'"],
+        ),
+        pass(
+            "clipboard_text",
+            json!({"text": {"digits": "42"}}),
+            &["'order 42 shipped'", "with the digits 42"],
+        ),
+        fail(
+            "clipboard_text",
+            json!({"text": {"equals": "order 42"}}),
+            &["'order 42 shipped'", "equal to 'order 42'"],
         ),
         pass(
             "clipboard_matches",
@@ -621,6 +673,16 @@ fn session_cases(zenity: u32) -> Vec<Case> {
             "gsettings_equals",
             json!({"schema": "org.gnome.desktop.interface", "key": "no-such-key", "value": "1"}),
             &["no-such-key does not exist"],
+        ),
+        pass(
+            "command_output",
+            json!({"argv": active_title(), "text": {"equals": "pincer checks"}}),
+            &["printed 'pincer checks"],
+        ),
+        fail(
+            "command_output",
+            json!({"argv": active_title(), "text": {"contains": "widget"}}),
+            &["printed 'pincer checks", "containing 'widget'"],
         ),
         pass(
             "command_output_matches",
@@ -748,7 +810,7 @@ fn session_cases_closed() -> Vec<Case> {
             "window_exists",
             json!({"title_contains": "pincer checks"}),
             &[
-                "no window title contains 'pincer checks'",
+                "no window has a title containing 'pincer checks'",
                 "'gtk3-widget-factory'",
             ],
         ),
@@ -922,23 +984,44 @@ fn busy_log_cases() -> Vec<Case> {
         pass(
             "answer_contains",
             json!({"text": "42"}),
-            &["the agent answered ' 42 '"],
+            &["the agent's answer reads ' 42 '"],
         ),
         // Only the last answer counts.
         fail(
             "answer_contains",
             json!({"text": "Dortmund"}),
-            &["' 42 '", "to contain 'Dortmund'"],
+            &["' 42 '", "containing 'Dortmund'"],
         ),
         pass(
             "answer_equals",
             json!({"text": "42"}),
-            &["the agent answered ' 42 '"],
+            &["the agent's answer reads ' 42 '"],
         ),
         fail(
             "answer_equals",
             json!({"text": "4"}),
-            &["' 42 '", "to be '4'"],
+            &["' 42 '", "equal to '4'"],
+        ),
+        pass(
+            "answer",
+            json!({"text": {"regex": "^4[0-9]$", "trim": true}}),
+            &["reads '42'", "matching /^4[0-9]$/"],
+        ),
+        // Without trimming, the spaces around the answer count.
+        fail(
+            "answer",
+            json!({"text": {"equals": "42", "trim": false}}),
+            &["' 42 '", "equal to '42'"],
+        ),
+        pass(
+            "typed",
+            json!({"text": {"equals": "secret code"}, "env": "phone"}),
+            &["the agent typed 'secret code'"],
+        ),
+        fail(
+            "typed",
+            json!({"text": {"equals": "Hello"}}),
+            &["'Hello World'", "none equal to 'Hello'"],
         ),
         pass(
             "typed_contains",
@@ -978,7 +1061,7 @@ fn busy_log_cases() -> Vec<Case> {
         pass(
             "not",
             json!({"check": "answer_equals", "args": {"text": "43"}}),
-            &["not: the agent answered ' 42 '"],
+            &["not: the agent's answer reads ' 42 '"],
         ),
         fail(
             "any_of",
@@ -986,7 +1069,7 @@ fn busy_log_cases() -> Vec<Case> {
                 {"check": "answer_equals", "args": {"text": "43"}},
                 {"check": "typed_contains", "args": {"text": "password"}}
             ]}),
-            &["to be '43'", "none containing 'password'"],
+            &["equal to '43'", "none containing 'password'"],
         ),
     ]
 }
@@ -1092,6 +1175,7 @@ async fn agent_log_functions_judge_what_the_agent_did() {
 const COVERED_IN_CHECKS_CRAB: &[&str] = &[
     "clipboard_in_document",
     "document_contains",
+    "document_text",
     "image_brighter",
     "image_not_brighter",
     "spreadsheet_row",

@@ -130,6 +130,16 @@ fn document_cases() -> Vec<Case> {
             &["does not exist"],
         ),
         pass(
+            "document_text",
+            json!({"path": odt, "text": {"regex": "milk & honey"}}),
+            &["OpenDocument text", odt],
+        ),
+        fail(
+            "document_text",
+            json!({"path": docx, "text": {"equals": "last line"}}),
+            &["DOCX", "equal to 'last line'"],
+        ),
+        pass(
             "spreadsheet_row",
             json!({"path": ods, "cells": ["japan"], "ignore_case": true}),
             &["row 2", "sheet 'countries'"],
@@ -365,6 +375,7 @@ fn wallpaper_cases(home: &str) -> Vec<Case> {
 /// The functions added for CRAB's templates that run on Linux (documents.rs, media.rs).
 const CRAB_LINUX_FUNCTIONS: &[&str] = &[
     "document_contains",
+    "document_text",
     "clipboard_in_document",
     "spreadsheet_row",
     "image_brighter",

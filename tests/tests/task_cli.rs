@@ -345,7 +345,7 @@ fn check_prints_every_checkpoint_on_a_live_desktop() {
         "{out}"
     );
     assert!(
-        out.contains("fail appended (after present): file ~/cli/notes.txt contains 'first line"),
+        out.contains("fail appended (after present): file ~/cli/notes.txt reads 'first line"),
         "{out}"
     );
     assert!(

@@ -9,6 +9,7 @@ use pincer::env::{Deadlines, Environment};
 use pincer::eval::AgentLog;
 use pincer::eval::functions::{Library, Reads};
 use pincer::eval::graph::{Envs, Graph};
+use pincer::eval::text::{self, TextMatch};
 use pincer::task::{self, Task, TaskSet};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -180,8 +181,15 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
                 GraphFormat::Mermaid => print!("{}", task.to_mermaid()),
             }
         }
-        TaskCmd::Schema => println!("{}", serde_json::to_string_pretty(&Task::schema())?),
+        TaskCmd::Schema => {
+            // Checkpoint arguments are each function's own; the one shape they share for
+            // comparing text is given beside the task's.
+            let mut schema = Task::schema();
+            schema["$defs"]["TextMatch"] = serde_json::to_value(schemars::schema_for!(TextMatch))?;
+            println!("{}", serde_json::to_string_pretty(&schema)?);
+        }
         TaskCmd::Functions { schemas } => {
+            println!("{}\n", text::SHAPES);
             for f in lib.iter() {
                 let reads = match f.reads {
                     Reads::Env(p) => p

@@ -21,6 +21,7 @@
 
 pub mod functions;
 pub mod graph;
+pub mod text;
 
 use pincer_shared::probe::{Probe, ProbeReply};
 use pincer_shared::{Action, WireError};

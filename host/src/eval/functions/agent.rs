@@ -1,10 +1,18 @@
 //! The agent's own actions and answers, read from its log rather than a machine.
 
-use super::{Library, Reads, clip};
+use super::{Library, Reads, clip, judge_text};
+use crate::eval::text::TextMatch;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict};
 use pincer_shared::probe::Probe;
 use schemars::JsonSchema;
 use serde::Deserialize;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct AnswerMatchArgs {
+    /// How the answer is compared.
+    text: TextMatch,
+}
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -14,6 +22,16 @@ struct AnswerArgs {
     /// Compare ignoring case.
     #[serde(default)]
     ignore_case: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TypedMatchArgs {
+    /// How one typing action's text is compared.
+    text: TextMatch,
+    /// Only count typing on this environment role (one the task declares).
+    #[serde(default)]
+    env: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -29,17 +47,9 @@ struct TypedArgs {
     ignore_case: bool,
 }
 
-fn norm(s: &str, fold: bool) -> String {
-    if fold { s.to_lowercase() } else { s.to_owned() }
-}
-
-/// The submitted answer contains (or equals) a text.
+/// The submitted answer passes a text match.
 #[derive(Debug)]
-struct Answer {
-    text: String,
-    fold: bool,
-    exact: bool,
-}
+struct Answer(TextMatch);
 
 impl Check for Answer {
     fn probes(&self) -> Vec<Probe> {
@@ -47,31 +57,18 @@ impl Check for Answer {
     }
 
     fn judge(&self, _: &[&ProbeResult], log: &AgentLog) -> Result<Verdict, EvalError> {
-        let Some(got) = log.answer() else {
-            return Ok(Verdict::fail("the agent has not submitted an answer"));
-        };
-        let (g, w) = (
-            norm(got.trim(), self.fold),
-            norm(self.text.trim(), self.fold),
-        );
-        let ok = if self.exact { g == w } else { g.contains(&w) };
-        let rel = if self.exact { "to be" } else { "to contain" };
-        Ok(Verdict::when(
-            ok,
-            format!("the agent answered '{}'", clip(got, 60)),
-            format!(
-                "the agent answered '{}', expected it {rel} '{}'",
-                clip(got, 60),
-                clip(&self.text, 60)
-            ),
-        ))
+        Ok(match log.answer() {
+            Some(got) => judge_text("the agent's answer", got, &self.0),
+            None => Verdict::fail("the agent has not submitted an answer"),
+        })
     }
 }
 
-/// The agent typed a text.
+/// The agent typed a text (within one typing action).
 #[derive(Debug)]
 struct Typed {
-    a: TypedArgs,
+    test: TextMatch,
+    env: Option<String>,
 }
 
 impl Check for Typed {
@@ -80,14 +77,12 @@ impl Check for Typed {
     }
 
     fn judge(&self, _: &[&ProbeResult], log: &AgentLog) -> Result<Verdict, EvalError> {
-        let fold = self.a.ignore_case;
-        let want = norm(&self.a.text, fold);
-        let typed: Vec<&str> = log.typed(self.a.env.as_deref()).collect();
-        Ok(match typed.iter().find(|t| norm(t, fold).contains(&want)) {
+        let typed: Vec<&str> = log.typed(self.env.as_deref()).collect();
+        Ok(match typed.iter().find(|t| self.test.test(t)) {
             Some(t) => Verdict::pass(format!("the agent typed '{}'", clip(t, 60))),
             None if typed.is_empty() => Verdict::fail("the agent has typed nothing"),
             None => Verdict::fail(format!(
-                "the agent typed {}, none containing '{}'",
+                "the agent typed {}, none {}",
                 clip(
                     &typed
                         .iter()
@@ -96,7 +91,7 @@ impl Check for Typed {
                         .join(", "),
                     80
                 ),
-                clip(&self.a.text, 60)
+                self.test
             )),
         })
     }
@@ -104,36 +99,56 @@ impl Check for Typed {
 
 pub(super) fn register(lib: &mut Library) {
     lib.add(
+        "answer",
+        "The agent's submitted answer passes a text match.",
+        Reads::Agent,
+        r#"{"text": {"equals": "42"}}"#,
+        |a: AnswerMatchArgs, _| Ok(Answer(a.text)),
+    );
+    lib.add(
         "answer_contains",
-        "The agent's submitted answer contains the text.",
+        "The agent's submitted answer contains the text (answer with `contains`).",
         Reads::Agent,
         r#"{"text": "Dortmund"}"#,
         |a: AnswerArgs, _| {
-            Ok(Answer {
-                text: a.text,
-                fold: a.ignore_case,
-                exact: false,
-            })
+            Ok(Answer(
+                TextMatch::contains(&a.text).ignoring_case(a.ignore_case),
+            ))
         },
     );
     lib.add(
         "answer_equals",
-        "The agent's submitted answer is the text (surrounding whitespace ignored).",
+        "The agent's submitted answer is the text, surrounding whitespace ignored (answer with `equals`).",
         Reads::Agent,
         r#"{"text": "42"}"#,
         |a: AnswerArgs, _| {
-            Ok(Answer {
-                text: a.text,
-                fold: a.ignore_case,
-                exact: true,
+            Ok(Answer(
+                TextMatch::equals(&a.text).ignoring_case(a.ignore_case),
+            ))
+        },
+    );
+    lib.add(
+        "typed",
+        "One of the agent's typing actions passes a text match (on one environment if `env` is given).",
+        Reads::Agent,
+        r#"{"text": {"contains": "hello world"}}"#,
+        |a: TypedMatchArgs, _| {
+            Ok(Typed {
+                test: a.text,
+                env: a.env,
             })
         },
     );
     lib.add(
         "typed_contains",
-        "One of the agent's typing actions contains the text (on one environment if `env` is given).",
+        "One of the agent's typing actions contains the text (typed with `contains`; on one environment if `env` is given).",
         Reads::Agent,
         r#"{"text": "hello world"}"#,
-        |a: TypedArgs, _| Ok(Typed { a }),
+        |a: TypedArgs, _| {
+            Ok(Typed {
+                test: TextMatch::contains(&a.text).ignoring_case(a.ignore_case),
+                env: a.env,
+            })
+        },
     );
 }

@@ -11,6 +11,7 @@
 //!   empty), and `attributes` `resource-id`, `class` and `package` copied verbatim.
 
 use super::{Library, Reads, clip};
+use crate::eval::text::TextMatch;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
 use crate::task::Platform;
 use pincer_shared::observe::TreeRequest;
@@ -79,75 +80,6 @@ fn nodes(root: &UiNode) -> impl Iterator<Item = &UiNode> {
 
 fn with_id<'a>(root: &'a UiNode, id: &'a str) -> impl Iterator<Item = &'a UiNode> {
     nodes(root).filter(move |n| rid(n) == id)
-}
-
-fn digits(s: &str) -> String {
-    s.chars().filter(char::is_ascii_digit).collect()
-}
-
-/// A test of a text, as task files write it: `{"equals": "x"}`, `{"contains": "x"}`,
-/// `{"digits": "+1 234"}` (same digits, other characters ignored) or `{"regex": "^x"}`.
-/// Case-sensitive, as CRAB compares.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-enum TextArg {
-    /// The whole text is this.
-    Equals(String),
-    /// The text contains this.
-    Contains(String),
-    /// The text's digits are this value's digits.
-    Digits(String),
-    /// The regular expression matches somewhere in the text.
-    Regex(String),
-}
-
-#[derive(Debug, Clone)]
-enum TextTest {
-    Equals(String),
-    Contains(String),
-    Digits(String),
-    Regex(regex::Regex),
-}
-
-impl TextTest {
-    fn new(a: TextArg, field: &str) -> Result<Self, String> {
-        Ok(match a {
-            TextArg::Equals(s) => Self::Equals(s),
-            TextArg::Contains(s) => Self::Contains(s),
-            TextArg::Digits(s) => {
-                let d = digits(&s);
-                if d.is_empty() {
-                    return Err(format!("`{field}.digits` '{s}' holds no digits"));
-                }
-                Self::Digits(d)
-            }
-            TextArg::Regex(r) => {
-                Self::Regex(regex::Regex::new(&r).map_err(|e| {
-                    format!("`{field}.regex` is not a valid regular expression: {e}")
-                })?)
-            }
-        })
-    }
-
-    fn test(&self, s: &str) -> bool {
-        match self {
-            Self::Equals(w) => s == w,
-            Self::Contains(w) => s.contains(w.as_str()),
-            Self::Digits(w) => digits(s) == *w,
-            Self::Regex(re) => re.is_match(s),
-        }
-    }
-}
-
-impl std::fmt::Display for TextTest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Equals(w) => write!(f, "equal to '{}'", clip(w, 50)),
-            Self::Contains(w) => write!(f, "containing '{}'", clip(w, 50)),
-            Self::Digits(w) => write!(f, "with the digits {w}"),
-            Self::Regex(re) => write!(f, "matching /{re}/"),
-        }
-    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -227,10 +159,10 @@ struct NodeArgs {
     class: Option<String>,
     /// A test of the node's `text`.
     #[serde(default)]
-    text: Option<TextArg>,
+    text: Option<TextMatch>,
     /// A test of the node's `content-desc`.
     #[serde(default)]
-    content_desc: Option<TextArg>,
+    content_desc: Option<TextMatch>,
     /// Only the first node (in document order) with that id and class counts, as CRAB's
     /// `xpath(...)[0]` does; otherwise any may match.
     #[serde(default)]
@@ -243,8 +175,8 @@ struct NodeArgs {
 struct Node {
     resource_id: Option<String>,
     class: Option<String>,
-    text: Option<TextTest>,
-    desc: Option<TextTest>,
+    text: Option<TextMatch>,
+    desc: Option<TextMatch>,
     first: bool,
 }
 
@@ -350,15 +282,10 @@ impl Check for Calendar {
                 "the screen shows no event list (RecyclerView)",
             ));
         };
-        let fold = |s: &str| {
-            if self.a.ignore_case {
-                s.to_lowercase()
-            } else {
-                s.to_owned()
-            }
+        let has = |want: &str| {
+            let m = TextMatch::contains(want).ignoring_case(self.a.ignore_case);
+            list.children.iter().any(|c| m.test(desc(c)))
         };
-        let items: Vec<String> = list.children.iter().map(|c| fold(desc(c))).collect();
-        let has = |want: &str| items.iter().any(|d| d.contains(&fold(want)));
         let shown = clip(
             &list
                 .children
@@ -676,7 +603,7 @@ struct SettingArgs {
     /// The key ("bluetooth_name").
     key: String,
     /// A test of its value.
-    value: TextArg,
+    value: TextMatch,
 }
 
 /// An Android setting (`settings get NAMESPACE KEY`).
@@ -684,7 +611,7 @@ struct SettingArgs {
 struct Setting {
     namespace: String,
     key: String,
-    value: TextTest,
+    value: TextMatch,
 }
 
 impl Check for Setting {
@@ -753,7 +680,7 @@ pub(super) fn register(lib: &mut Library) {
     );
     lib.add(
         "android_node",
-        "A node of the Android UI hierarchy, by resource id and/or class, whose text and content-desc pass tests (equals, contains, digits, regex).",
+        "A node of the Android UI hierarchy, by resource id and/or class, whose text and content-desc pass text matches.",
         Reads::Env(ANDROID),
         r#"{"resource_id": "com.android.dialer:id/digits", "text": {"digits": "123 456"}, "first": true}"#,
         |a: NodeArgs, _| {
@@ -764,8 +691,8 @@ pub(super) fn register(lib: &mut Library) {
                 return Err("`first` needs a `resource_id` or `class` to pick the first node of".into());
             }
             Ok(Node {
-                text: a.text.map(|t| TextTest::new(t, "text")).transpose()?,
-                desc: a.content_desc.map(|t| TextTest::new(t, "content_desc")).transpose()?,
+                text: a.text,
+                desc: a.content_desc,
                 resource_id: a.resource_id,
                 class: a.class,
                 first: a.first,
@@ -864,7 +791,7 @@ pub(super) fn register(lib: &mut Library) {
                 ));
             }
             Ok(Setting {
-                value: TextTest::new(a.value, "value")?,
+                value: a.value,
                 namespace: a.namespace,
                 key: a.key,
             })

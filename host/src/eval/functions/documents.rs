@@ -4,7 +4,8 @@
 //! so a check never needs an office suite on the guest. PDF text is not extracted: its
 //! fonts and content streams need a PDF engine, which pincer does not ship.
 
-use super::{ANY, Library, Reads, clip};
+use super::{ANY, Library, Reads, clip, judge_text};
+use crate::eval::text::TextMatch;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
 use pincer_shared::limits::MAX_INLINE_FILE;
 use pincer_shared::probe::{FileContent, Probe, ProbeReply};
@@ -461,6 +462,15 @@ fn read_probe(path: &str) -> Probe {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+struct TextArgs {
+    /// The document: OpenDocument (.odt, .ods, .odp), DOCX, or plain text.
+    path: String,
+    /// How its text is compared.
+    text: TextMatch,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct ContainsArgs {
     /// The document: OpenDocument (.odt, .ods, .odp), DOCX, or plain text.
     path: String,
@@ -471,39 +481,28 @@ struct ContainsArgs {
     ignore_case: bool,
 }
 
-/// A document's text contains a text.
+/// A document's text passes a text match.
 #[derive(Debug)]
-struct DocContains {
-    a: ContainsArgs,
+struct DocText {
+    path: String,
+    test: TextMatch,
 }
 
-impl Check for DocContains {
+impl Check for DocText {
     fn probes(&self) -> Vec<Probe> {
-        vec![read_probe(&self.a.path)]
+        vec![read_probe(&self.path)]
     }
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
-        let p = &self.a.path;
+        let p = &self.path;
         let doc = match document(r[0], p)? {
             Ok(d) => d,
             Err(v) => return Ok(v),
         };
-        let text = doc.text();
-        let want = &self.a.text;
-        let ok = if self.a.ignore_case {
-            text.to_lowercase().contains(&want.to_lowercase())
-        } else {
-            text.contains(want.as_str())
-        };
-        Ok(Verdict::when(
-            ok,
-            format!("{} {p} contains '{}'", doc.kind(), clip(want, 60)),
-            format!(
-                "{} {p} reads '{}', expected it to contain '{}'",
-                doc.kind(),
-                clip(&text, 60),
-                clip(want, 60)
-            ),
+        Ok(judge_text(
+            &format!("{} {p}", doc.kind()),
+            &doc.text(),
+            &self.test,
         ))
     }
 }
@@ -640,17 +639,14 @@ impl Check for Row {
                     .join(", ")
             )));
         };
-        let norm = |s: &str| {
-            let t = s.trim();
-            if self.a.ignore_case {
-                t.to_lowercase()
-            } else {
-                t.to_owned()
-            }
-        };
-        let want: Vec<String> = self.a.cells.iter().map(|c| norm(c)).collect();
+        let want: Vec<TextMatch> = self
+            .a
+            .cells
+            .iter()
+            .map(|c| TextMatch::equals(c).ignoring_case(self.a.ignore_case))
+            .collect();
         let hit = sheet.rows.iter().position(|row| {
-            row.len() >= want.len() && row.iter().zip(&want).all(|(c, w)| norm(c) == *w)
+            row.len() >= want.len() && row.iter().zip(&want).all(|(c, w)| w.test(c))
         });
         let shown = self.a.cells.join(" | ");
         Ok(match hit {
@@ -680,11 +676,28 @@ impl Check for Row {
 
 pub(super) fn register(lib: &mut Library) {
     lib.add(
+        "document_text",
+        "The text of a document (OpenDocument .odt/.ods/.odp, DOCX, or plain text) passes a text match.",
+        Reads::Env(ANY),
+        r#"{"path": "~/Documents/report.odt", "text": {"regex": "^Dear Ada"}}"#,
+        |a: TextArgs, _| {
+            Ok(DocText {
+                path: a.path,
+                test: a.text,
+            })
+        },
+    );
+    lib.add(
         "document_contains",
-        "The text of a document (OpenDocument .odt/.ods/.odp, DOCX, or plain text) contains the text.",
+        "The text of a document (OpenDocument .odt/.ods/.odp, DOCX, or plain text) contains the text (document_text with `contains`).",
         Reads::Env(ANY),
         r#"{"path": "~/Documents/report.odt", "text": "Quarterly results"}"#,
-        |a: ContainsArgs, _| Ok(DocContains { a }),
+        |a: ContainsArgs, _| {
+            Ok(DocText {
+                path: a.path,
+                test: TextMatch::contains(&a.text).ignoring_case(a.ignore_case),
+            })
+        },
     );
     lib.add(
         "clipboard_in_document",

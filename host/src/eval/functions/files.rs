@@ -1,7 +1,7 @@
 //! Files and directories: existence, content, patterns, copies and images.
 
-use super::system::final_line;
-use super::{ANY, LINUX, Library, Reads, clip};
+use super::{ANY, LINUX, Library, Reads, clip, judge_text};
+use crate::eval::text::TextMatch;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
 use pincer_shared::WireError;
 use pincer_shared::limits::MAX_INLINE_FILE;
@@ -127,6 +127,15 @@ fn read<'a>(
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+struct TextArgs {
+    /// The file.
+    path: String,
+    /// How its whole text is compared.
+    text: TextMatch,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct ContainsArgs {
     /// The file.
     path: String,
@@ -163,19 +172,11 @@ struct MatchesArgs {
     regex: String,
 }
 
-/// How a file's text is compared.
-#[derive(Debug)]
-enum TextTest {
-    Contains { text: String, ignore_case: bool },
-    Equals { content: String, trim: bool },
-    Matches(regex::Regex),
-}
-
 /// A test on a file's content.
 #[derive(Debug)]
 struct FileText {
     path: String,
-    test: TextTest,
+    test: TextMatch,
 }
 
 impl Check for FileText {
@@ -198,54 +199,11 @@ impl Check for FileText {
             )));
         }
         let text = String::from_utf8_lossy(&f.bytes);
-        let p = &self.path;
-        Ok(match &self.test {
-            TextTest::Contains {
-                text: want,
-                ignore_case,
-            } => {
-                let ok = if *ignore_case {
-                    text.to_lowercase().contains(&want.to_lowercase())
-                } else {
-                    text.contains(want.as_str())
-                };
-                Verdict::when(
-                    ok,
-                    format!("file {p} contains '{}'", clip(want, 60)),
-                    format!(
-                        "file {p} contains '{}', expected it to contain '{}'",
-                        clip(&text, 60),
-                        clip(want, 60)
-                    ),
-                )
-            }
-            TextTest::Equals { content, trim } => {
-                let (got, want) = if *trim {
-                    (text.trim(), content.trim())
-                } else {
-                    (&*text, content.as_str())
-                };
-                Verdict::when(
-                    got == want,
-                    format!("file {p} holds '{}'", clip(want, 60)),
-                    format!(
-                        "file {p} contains '{}', expected '{}'",
-                        clip(got, 60),
-                        clip(want, 60)
-                    ),
-                )
-            }
-            TextTest::Matches(re) => match re.find(final_line(&text)) {
-                Some(m) => Verdict::pass(format!(
-                    "file {p} matches /{re}/ at '{}'",
-                    clip(m.as_str(), 40)
-                )),
-                None => Verdict::fail(format!(
-                    "file {p} contains '{}', which does not match /{re}/",
-                    clip(&text, 60)
-                )),
-            },
-        })
+        Ok(judge_text(
+            &format!("file {}", self.path),
+            &text,
+            &self.test,
+        ))
     }
 }
 
@@ -436,46 +394,50 @@ pub(super) fn register(lib: &mut Library) {
         },
     );
     lib.add(
+        "file_text",
+        "The file's whole text passes a text match (contains, equals, regex or digits).",
+        Reads::Env(ANY),
+        r#"{"path": "~/notes.txt", "text": {"equals": "buy milk"}}"#,
+        |a: TextArgs, _| {
+            Ok(FileText {
+                path: a.path,
+                test: a.text,
+            })
+        },
+    );
+    lib.add(
         "file_contains",
-        "The file's text contains the given text.",
+        "The file's text contains the given text (file_text with `contains`).",
         Reads::Env(ANY),
         r#"{"path": "~/notes.txt", "text": "hello"}"#,
         |a: ContainsArgs, _| {
             Ok(FileText {
                 path: a.path,
-                test: TextTest::Contains {
-                    text: a.text,
-                    ignore_case: a.ignore_case,
-                },
+                test: TextMatch::contains(&a.text).ignoring_case(a.ignore_case),
             })
         },
     );
     lib.add(
         "file_equals",
-        "The file's whole text equals the given content (trimmed by default).",
+        "The file's whole text equals the given content, trimmed by default (file_text with `equals`).",
         Reads::Env(ANY),
         r#"{"path": "~/notes.txt", "content": "hello"}"#,
         |a: EqualsArgs, _| {
             Ok(FileText {
                 path: a.path,
-                test: TextTest::Equals {
-                    content: a.content,
-                    trim: a.trim,
-                },
+                test: TextMatch::equals(&a.content).trimmed(a.trim),
             })
         },
     );
     lib.add(
         "file_matches",
-        "A regular expression matches somewhere in the file's text.",
+        "A regular expression matches somewhere in the file's text (file_text with `regex`).",
         Reads::Env(ANY),
         r#"{"path": "~/notes.txt", "regex": "total: [0-9]+"}"#,
         |a: MatchesArgs, _| {
-            let re = regex::Regex::new(&a.regex)
-                .map_err(|e| format!("`regex` is not a valid regular expression: {e}"))?;
             Ok(FileText {
                 path: a.path,
-                test: TextTest::Matches(re),
+                test: TextMatch::regex(&a.regex, false)?,
             })
         },
     );

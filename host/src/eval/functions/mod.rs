@@ -14,7 +14,8 @@ mod media;
 mod system;
 mod tree;
 
-use super::Check;
+use super::text::{TextMatch, clip};
+use super::{Check, Verdict};
 use crate::task::Platform;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -241,18 +242,22 @@ impl Library {
     }
 }
 
-const LINUX: &[Platform] = &[Platform::Linux];
-const ANY: &[Platform] = &[Platform::Linux, Platform::Android];
-
-/// Cuts text for feedback lines.
-fn clip(s: &str, n: usize) -> String {
-    let one_line: String = s.chars().map(|c| if c == '\n' { '⏎' } else { c }).collect();
-    if one_line.chars().count() > n {
-        format!("{}…", one_line.chars().take(n).collect::<String>())
+/// The verdict of `m` on the text `what` holds ("file ~/a.txt", "the clipboard"): the text
+/// seen (for a regex, the part that matched) and what it had to be.
+fn judge_text(what: &str, text: &str, m: &TextMatch) -> Verdict {
+    if m.test(text) {
+        let seen = m.matched(text).unwrap_or(text);
+        Verdict::pass(format!("{what} reads '{}' ({m})", clip(seen, 60)))
     } else {
-        one_line
+        Verdict::fail(format!(
+            "{what} reads '{}', expected text {m}",
+            clip(text, 60)
+        ))
     }
 }
+
+const LINUX: &[Platform] = &[Platform::Linux];
+const ANY: &[Platform] = &[Platform::Linux, Platform::Android];
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,7 @@
 //! Processes, windows, the clipboard, desktop settings and command output.
 
-use super::{LINUX, Library, Reads, clip};
+use super::{LINUX, Library, Reads, clip, judge_text};
+use crate::eval::text::TextMatch;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
 use pincer_shared::probe::{Probe, ProbeReply, ProcessInfo, WindowInfo};
 use schemars::JsonSchema;
@@ -11,13 +12,6 @@ use serde::Deserialize;
 struct ProcessArgs {
     /// Process name (as in `ps -o comm`) or the file name of its program.
     name: String,
-}
-
-/// Text without its final line break, for regular expressions: command output and files
-/// end with one, and `^2$` should match `wc -l`'s "2\n" as it does in Python's `re`.
-pub(super) fn final_line(text: &str) -> &str {
-    text.strip_suffix('\n')
-        .map_or(text, |t| t.strip_suffix('\r').unwrap_or(t))
 }
 
 fn matches_process(p: &ProcessInfo, name: &str) -> bool {
@@ -68,6 +62,13 @@ impl Check for Process {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+struct TitleMatchArgs {
+    /// How the active window's title is compared.
+    text: TextMatch,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct TitleArgs {
     /// Text the active window's title must contain.
     text: String,
@@ -87,13 +88,17 @@ struct WindowProcessArgs {
 #[serde(deny_unknown_fields)]
 struct WindowExistsArgs {
     /// Text some window's title must contain.
-    title_contains: String,
+    #[serde(default)]
+    title_contains: Option<String>,
+    /// How some window's title is compared (instead of `title_contains`).
+    #[serde(default)]
+    title: Option<TextMatch>,
 }
 
 /// A property of the active window.
 #[derive(Debug)]
 enum ActiveTest {
-    Title { text: String, ignore_case: bool },
+    Title(TextMatch),
     Process(String),
 }
 
@@ -111,7 +116,7 @@ fn describe(w: &WindowInfo) -> String {
 impl Check for Active {
     fn probes(&self) -> Vec<Probe> {
         match self.0 {
-            ActiveTest::Title { .. } => vec![Probe::ActiveWindow],
+            ActiveTest::Title(_) => vec![Probe::ActiveWindow],
             // The window names its process by `comm`, which the kernel cuts to 15 bytes
             // ("gtk3-widget-fac"); the process table has the program's full name.
             ActiveTest::Process(_) => vec![Probe::ActiveWindow, Probe::Processes],
@@ -125,21 +130,11 @@ impl Check for Active {
             other => return Err(unexpected("active window", other)),
         };
         Ok(match &self.0 {
-            ActiveTest::Title { text, ignore_case } => {
-                let ok = if *ignore_case {
-                    w.title.to_lowercase().contains(&text.to_lowercase())
-                } else {
-                    w.title.contains(text.as_str())
-                };
-                Verdict::when(
-                    ok,
-                    format!("the active window is {}", describe(w)),
-                    format!(
-                        "the active window is {}, expected a title containing '{text}'",
-                        describe(w)
-                    ),
-                )
-            }
+            ActiveTest::Title(m) => Verdict::when(
+                m.test(&w.title),
+                format!("the active window is {}", describe(w)),
+                format!("the active window is {}, expected a title {m}", describe(w)),
+            ),
             ActiveTest::Process(name) => {
                 let ps = match reply(r[1], "processes")? {
                     ProbeReply::Processes(ps) => ps,
@@ -172,7 +167,7 @@ impl Check for Active {
 /// Some window's title contains a text.
 #[derive(Debug)]
 struct AnyWindow {
-    title: String,
+    title: TextMatch,
 }
 
 impl Check for AnyWindow {
@@ -185,10 +180,10 @@ impl Check for AnyWindow {
             ProbeReply::Windows(ws) => ws,
             other => return Err(unexpected("windows", other)),
         };
-        Ok(match ws.iter().find(|w| w.title.contains(&self.title)) {
+        Ok(match ws.iter().find(|w| self.title.test(&w.title)) {
             Some(w) => Verdict::pass(format!("window {} is open", describe(w))),
             None => Verdict::fail(format!(
-                "no window title contains '{}'; open: {}",
+                "no window has a title {}; open: {}",
                 self.title,
                 clip(
                     &ws.iter()
@@ -200,6 +195,13 @@ impl Check for AnyWindow {
             )),
         })
     }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ClipTextArgs {
+    /// How the clipboard's text is compared.
+    text: TextMatch,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -220,15 +222,9 @@ struct ClipMatchesArgs {
     regex: String,
 }
 
-#[derive(Debug)]
-enum ClipTest {
-    Contains { text: String, ignore_case: bool },
-    Matches(regex::Regex),
-}
-
 /// The clipboard's text.
 #[derive(Debug)]
-struct Clipboard(ClipTest);
+struct Clipboard(TextMatch);
 
 impl Check for Clipboard {
     fn probes(&self) -> Vec<Probe> {
@@ -236,40 +232,11 @@ impl Check for Clipboard {
     }
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
-        let text = match reply(r[0], "clipboard")? {
-            ProbeReply::Clipboard(Some(t)) => t,
-            ProbeReply::Clipboard(None) => return Ok(Verdict::fail("the clipboard holds no text")),
-            other => return Err(unexpected("clipboard", other)),
-        };
-        Ok(match &self.0 {
-            ClipTest::Contains {
-                text: want,
-                ignore_case,
-            } => {
-                let ok = if *ignore_case {
-                    text.to_lowercase().contains(&want.to_lowercase())
-                } else {
-                    text.contains(want.as_str())
-                };
-                Verdict::when(
-                    ok,
-                    format!("the clipboard holds '{}'", clip(text, 60)),
-                    format!(
-                        "the clipboard holds '{}', expected it to contain '{}'",
-                        clip(text, 60),
-                        clip(want, 60)
-                    ),
-                )
-            }
-            ClipTest::Matches(re) => Verdict::when(
-                re.is_match(final_line(text)),
-                format!("the clipboard holds '{}'", clip(text, 60)),
-                format!(
-                    "the clipboard holds '{}', which does not match /{re}/",
-                    clip(text, 60)
-                ),
-            ),
-        })
+        match reply(r[0], "clipboard")? {
+            ProbeReply::Clipboard(Some(t)) => Ok(judge_text("the clipboard", t, &self.0)),
+            ProbeReply::Clipboard(None) => Ok(Verdict::fail("the clipboard holds no text")),
+            other => Err(unexpected("clipboard", other)),
+        }
     }
 }
 
@@ -363,6 +330,18 @@ struct CommandArgs {
     timeout_ms: u64,
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct CommandTextArgs {
+    /// Program and arguments (no shell unless you run one).
+    argv: Vec<String>,
+    /// How its standard output is compared.
+    text: TextMatch,
+    /// Kill it after this many milliseconds.
+    #[serde(default = "ten_seconds")]
+    timeout_ms: u64,
+}
+
 fn ten_seconds() -> u64 {
     10_000
 }
@@ -371,8 +350,21 @@ fn ten_seconds() -> u64 {
 #[derive(Debug)]
 struct Command {
     argv: Vec<String>,
-    re: regex::Regex,
+    test: TextMatch,
     timeout_ms: u64,
+}
+
+impl Command {
+    fn new(argv: Vec<String>, test: TextMatch, timeout_ms: u64) -> Result<Self, String> {
+        if argv.is_empty() {
+            return Err("`argv` is empty".into());
+        }
+        Ok(Self {
+            argv,
+            test,
+            timeout_ms,
+        })
+    }
 }
 
 impl Check for Command {
@@ -399,13 +391,13 @@ impl Check for Command {
             format!(", stderr '{}'", clip(stderr.trim(), 80))
         };
         Ok(Verdict::when(
-            self.re.is_match(final_line(&text)),
+            self.test.test(&text),
             format!("`{cmd}` printed '{}'", clip(&text, 60)),
             format!(
-                "`{cmd}` printed '{}' ({}{complaint}), which does not match /{}/",
+                "`{cmd}` printed '{}' ({}{complaint}), expected output {}",
                 clip(&text, 60),
                 out.status,
-                self.re
+                self.test
             ),
         ))
     }
@@ -437,15 +429,21 @@ pub(super) fn register(lib: &mut Library) {
         },
     );
     lib.add(
+        "window_title",
+        "The active window's title passes a text match.",
+        Reads::Env(LINUX),
+        r#"{"text": {"contains": "Mousepad"}}"#,
+        |a: TitleMatchArgs, _| Ok(Active(ActiveTest::Title(a.text))),
+    );
+    lib.add(
         "window_title_contains",
-        "The active window's title contains the text.",
+        "The active window's title contains the text (window_title with `contains`).",
         Reads::Env(LINUX),
         r#"{"text": "Mousepad"}"#,
         |a: TitleArgs, _| {
-            Ok(Active(ActiveTest::Title {
-                text: a.text,
-                ignore_case: a.ignore_case,
-            }))
+            Ok(Active(ActiveTest::Title(
+                TextMatch::contains(&a.text).ignoring_case(a.ignore_case),
+            )))
         },
     );
     lib.add(
@@ -457,37 +455,42 @@ pub(super) fn register(lib: &mut Library) {
     );
     lib.add(
         "window_exists",
-        "Some open window's title contains the text.",
+        "Some open window's title contains the text (`title_contains`) or passes a text match (`title`).",
         Reads::Env(LINUX),
         r#"{"title_contains": "Untitled"}"#,
         |a: WindowExistsArgs, _| {
-            Ok(AnyWindow {
-                title: a.title_contains,
-            })
+            let title = match (a.title_contains, a.title) {
+                (Some(text), None) => TextMatch::contains(&text),
+                (None, Some(m)) => m,
+                _ => return Err("give one of `title_contains` and `title`".into()),
+            };
+            Ok(AnyWindow { title })
         },
     );
     lib.add(
+        "clipboard_text",
+        "The clipboard's text passes a text match.",
+        Reads::Env(super::ANY),
+        r#"{"text": {"equals": "4711"}}"#,
+        |a: ClipTextArgs, _| Ok(Clipboard(a.text)),
+    );
+    lib.add(
         "clipboard_contains",
-        "The clipboard's text contains the text.",
+        "The clipboard's text contains the text (clipboard_text with `contains`).",
         Reads::Env(super::ANY),
         r#"{"text": "42"}"#,
         |a: ClipContainsArgs, _| {
-            Ok(Clipboard(ClipTest::Contains {
-                text: a.text,
-                ignore_case: a.ignore_case,
-            }))
+            Ok(Clipboard(
+                TextMatch::contains(&a.text).ignoring_case(a.ignore_case),
+            ))
         },
     );
     lib.add(
         "clipboard_matches",
-        "A regular expression matches the clipboard's text.",
+        "A regular expression matches the clipboard's text (clipboard_text with `regex`).",
         Reads::Env(super::ANY),
         r#"{"regex": "^https?://"}"#,
-        |a: ClipMatchesArgs, _| {
-            let re = regex::Regex::new(&a.regex)
-                .map_err(|e| format!("`regex` is not a valid regular expression: {e}"))?;
-            Ok(Clipboard(ClipTest::Matches(re)))
-        },
+        |a: ClipMatchesArgs, _| Ok(Clipboard(TextMatch::regex(&a.regex, false)?)),
     );
     lib.add(
         "gsettings_equals",
@@ -503,27 +506,24 @@ pub(super) fn register(lib: &mut Library) {
         },
     );
     lib.add(
+        "command_output",
+        "A command run on the environment prints output that passes a text match (needs a guest that allows setup).",
+        Reads::Env(super::ANY),
+        r#"{"argv": ["wc", "-l", "/etc/hostname"], "text": {"regex": "^1 "}}"#,
+        |a: CommandTextArgs, _| Command::new(a.argv, a.text, a.timeout_ms),
+    );
+    lib.add(
         "command_output_matches",
-        "A command run on the environment prints output matching a regular expression (needs a guest that allows setup).",
+        "A command run on the environment prints output matching a regular expression (command_output with `regex`; needs a guest that allows setup).",
         Reads::Env(super::ANY),
         r#"{"argv": ["date", "+%Y"], "regex": "^20[0-9]{2}"}"#,
-        |a: CommandArgs, _| {
-            if a.argv.is_empty() {
-                return Err("`argv` is empty".into());
-            }
-            let re = regex::Regex::new(&a.regex).map_err(|e| format!("`regex` is not a valid regular expression: {e}"))?;
-            Ok(Command {
-                argv: a.argv,
-                re,
-                timeout_ms: a.timeout_ms,
-            })
-        },
+        |a: CommandArgs, _| Command::new(a.argv, TextMatch::regex(&a.regex, false)?, a.timeout_ms),
     );
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{final_line, unquote};
+    use super::unquote;
 
     #[test]
     fn gsettings_strings_compare_unquoted() {
@@ -535,13 +535,5 @@ mod tests {
         assert_eq!(unquote("''"), "");
         assert_eq!(unquote("uint32 5"), "uint32 5");
         assert_eq!(unquote("['a', 'b']"), "['a', 'b']");
-    }
-
-    #[test]
-    fn only_the_final_line_break_is_dropped() {
-        assert_eq!(final_line("2\n"), "2");
-        assert_eq!(final_line("2\r\n"), "2");
-        assert_eq!(final_line("a\nb\n\n"), "a\nb\n");
-        assert_eq!(final_line("2"), "2");
     }
 }
