@@ -6,8 +6,7 @@
 //! Each desktop gets its own home directory, so two local desktops behave like two machines
 //! (files, app settings, gsettings) and a task's reset cannot leak into another desktop.
 
-use crate::env::registry::{DesktopEntry, EnvEntry, Registry};
-use anyhow::{Context, bail};
+use crate::env::registry::{DesktopEntry, EnvEntry, Registry, RegistryError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -58,6 +57,102 @@ pub struct DesktopState {
     pub env: BTreeMap<String, String>,
 }
 
+/// Why a local desktop could not be started, stopped or kept running.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DesktopError {
+    /// The name cannot name a desktop.
+    #[error("desktop name '{0}' is not valid: use 1-64 letters, digits, '-' or '_'")]
+    InvalidName(String),
+    /// A desktop of that name is running.
+    #[error(
+        "desktop '{name}' is already up (display {display}, agent at {addr}); stop it first with `pincer desktop down {name}`"
+    )]
+    AlreadyUp {
+        /// The desktop.
+        name: String,
+        /// Its X display.
+        display: String,
+        /// Its agent's address.
+        addr: String,
+    },
+    /// A program every desktop needs is not installed.
+    #[error("{program} is not installed: apt-get install {packages} (see the README)")]
+    Missing {
+        /// The program.
+        program: &'static str,
+        /// The Debian packages that bring it.
+        packages: &'static str,
+    },
+    /// No `pincer-agent` binary to start inside the desktop.
+    #[error(
+        "pincer-agent not found next to pincer or on PATH: build it with `cargo build --release -p pincer-agent`"
+    )]
+    NoAgent,
+    /// No desktop of that name was ever started here.
+    #[error("no desktop named '{name}' (nothing in {})", dir.display())]
+    NotFound {
+        /// The name asked for.
+        name: String,
+        /// Where its state would be.
+        dir: PathBuf,
+    },
+    /// The supervisor exited before the desktop came up.
+    #[error("desktop '{name}' failed to start ({status}); supervisor log:\n{log}")]
+    Failed {
+        /// The desktop.
+        name: String,
+        /// How the supervisor exited.
+        status: std::process::ExitStatus,
+        /// The end of its log.
+        log: String,
+    },
+    /// A part of the desktop did not come up in time.
+    #[error("{what} within {} s; see {}", within.as_secs(), logs.display())]
+    TimedOut {
+        /// What did not happen ("desktop 'd' did not come up").
+        what: String,
+        /// How long it was given.
+        within: Duration,
+        /// The log to read.
+        logs: PathBuf,
+    },
+    /// A process of the desktop exited (or gave no sign of life) when it should run.
+    #[error("{what}; see {}", log.display())]
+    Process {
+        /// What happened ("Xvfb exited (signal 9)").
+        what: String,
+        /// Its log.
+        log: PathBuf,
+    },
+    /// The X server could not be used.
+    #[error("X server {display}: {message}")]
+    X11 {
+        /// The display.
+        display: String,
+        /// What failed.
+        message: String,
+    },
+    /// A file or process operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done ("starting Xvfb").
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The envs file could not be updated.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+}
+
+/// Maps an OS error to [`DesktopError::Io`] saying what was being done.
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DesktopError {
+    let what = what.into();
+    move |source| DesktopError::Io { what, source }
+}
+
 /// Directory of a named desktop.
 pub fn dir_of(name: &str) -> PathBuf {
     crate::paths::state_dir().join("desktops").join(name)
@@ -90,20 +185,20 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     Some(rest.split(' ').map(str::to_owned).collect())
 }
 
-fn valid_name(name: &str) -> anyhow::Result<()> {
+fn valid_name(name: &str) -> Result<(), DesktopError> {
     if name.is_empty()
         || name.len() > 64
         || !name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
-        bail!("desktop name '{name}' is not valid: use 1-64 letters, digits, '-' or '_'");
+        return Err(DesktopError::InvalidName(name.to_owned()));
     }
     Ok(())
 }
 
 /// The agent binary: next to this executable, else on PATH.
-pub fn agent_binary() -> anyhow::Result<PathBuf> {
+pub fn agent_binary() -> Result<PathBuf, DesktopError> {
     if let Ok(exe) = std::env::current_exe()
         && let Some(dir) = exe.parent()
     {
@@ -112,9 +207,7 @@ pub fn agent_binary() -> anyhow::Result<PathBuf> {
             return Ok(sibling);
         }
     }
-    which("pincer-agent").context(
-        "pincer-agent not found next to pincer or on PATH: build it with `cargo build --release -p pincer-agent`",
-    )
+    which("pincer-agent").ok_or(DesktopError::NoAgent)
 }
 
 fn which(program: &str) -> Option<PathBuf> {
@@ -125,32 +218,37 @@ fn which(program: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// How long a desktop may take to come up.
+const UP_WITHIN: Duration = Duration::from_secs(60);
+
 /// Starts a desktop and registers it; returns its state once the agent answers.
-pub async fn up(reg: &Registry, opts: &DesktopOptions) -> anyhow::Result<DesktopState> {
+pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, DesktopError> {
     valid_name(&opts.name)?;
     if let Some(st) = read_state(&opts.name) {
-        bail!(
-            "desktop '{}' is already up (display {}, agent at {}); stop it first with `pincer desktop down {}`",
-            opts.name,
-            st.display,
-            st.agent_addr,
-            opts.name
-        );
+        return Err(DesktopError::AlreadyUp {
+            name: opts.name.clone(),
+            display: st.display,
+            addr: st.agent_addr,
+        });
     }
-    for tool in ["Xvfb", "dbus-daemon"] {
-        if which(tool).is_none() {
-            bail!(
-                "{tool} is not installed: apt-get install xvfb dbus at-spi2-core (see the README)"
-            );
+    for program in ["Xvfb", "dbus-daemon"] {
+        if which(program).is_none() {
+            return Err(DesktopError::Missing {
+                program,
+                packages: "xvfb dbus at-spi2-core",
+            });
         }
     }
     let agent = agent_binary()?;
     let dir = dir_of(&opts.name);
-    std::fs::create_dir_all(dir.join("logs"))
-        .with_context(|| format!("creating {}", dir.display()))?;
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).map_err(io(format!("creating {}", logs.display())))?;
     let _ = std::fs::remove_file(state_file(&dir));
-    let log = std::fs::File::create(dir.join("logs/supervisor.log"))?;
-    let exe = std::env::current_exe().context("locating the pincer binary")?;
+    let log_path = logs.join("supervisor.log");
+    let log = std::fs::File::create(&log_path)
+        .map_err(io(format!("creating {}", log_path.display())))?;
+    let log2 = log.try_clone().map_err(io("duplicating a file handle"))?;
+    let exe = std::env::current_exe().map_err(io("locating the pincer binary"))?;
     let mut cmd = Command::new(exe);
     cmd.args(["desktop", "supervise", "--name", &opts.name])
         .arg("--size")
@@ -160,8 +258,8 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> anyhow::Result<Desktop
         .arg("--agent")
         .arg(&agent)
         .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
+        .stdout(log)
+        .stderr(log2);
     if !opts.window_manager {
         cmd.arg("--no-wm");
     }
@@ -181,7 +279,9 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> anyhow::Result<Desktop
             Ok(())
         });
     }
-    let mut child = cmd.spawn().context("starting the desktop supervisor")?;
+    let mut child = cmd
+        .spawn()
+        .map_err(io("starting the desktop supervisor"))?;
     let started = Instant::now();
     // A desktop that does not come up leaves nothing behind: its whole session goes.
     let abandon = |pid: u32| {
@@ -198,22 +298,22 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> anyhow::Result<Desktop
         }
         if let Ok(Some(status)) = child.try_wait() {
             abandon(child.id());
-            let log = std::fs::read_to_string(dir.join("logs/supervisor.log")).unwrap_or_default();
-            bail!(
-                "desktop '{}' failed to start ({status}); supervisor log:\n{}",
-                opts.name,
-                tail(&log, 20)
-            );
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            return Err(DesktopError::Failed {
+                name: opts.name.clone(),
+                status,
+                log: tail(&log, 20),
+            });
         }
-        if started.elapsed() > Duration::from_secs(60) {
+        if started.elapsed() > UP_WITHIN {
             abandon(child.id());
             let _ = child.kill();
             let _ = child.wait();
-            bail!(
-                "desktop '{}' did not come up within 60 s; see {}",
-                opts.name,
-                dir.join("logs").display()
-            );
+            return Err(DesktopError::TimedOut {
+                what: format!("desktop '{}' did not come up", opts.name),
+                within: UP_WITHIN,
+                logs,
+            });
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
@@ -247,7 +347,7 @@ fn tail(text: &str, n: usize) -> String {
 }
 
 /// Stops a desktop and every process it started; returns how many processes were stopped.
-pub async fn down(reg: &Registry, name: &str) -> anyhow::Result<usize> {
+pub async fn down(reg: &Registry, name: &str) -> Result<usize, DesktopError> {
     valid_name(name)?;
     let dir = dir_of(name);
     let recorded: Option<DesktopState> = std::fs::read_to_string(state_file(&dir))
@@ -260,7 +360,10 @@ pub async fn down(reg: &Registry, name: &str) -> anyhow::Result<usize> {
         .and_then(|e| e.desktop.as_ref())
         .map(|d| d.supervisor_pid);
     let Some(pid) = recorded.as_ref().map(|s| s.supervisor_pid).or(entry_pid) else {
-        bail!("no desktop named '{name}' (nothing in {})", dir.display());
+        return Err(DesktopError::NotFound {
+            name: name.to_owned(),
+            dir,
+        });
     };
     let marker = session_marker(name, pid);
     let before = desktop_processes(pid, &marker).len();
@@ -344,7 +447,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// Runs the supervisor until SIGTERM/SIGINT or until the X server dies, then stops every
 /// process of the session.
-pub fn supervise(opts: &SuperviseOptions) -> anyhow::Result<()> {
+pub fn supervise(opts: &SuperviseOptions) -> Result<(), DesktopError> {
     // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
@@ -353,7 +456,7 @@ pub fn supervise(opts: &SuperviseOptions) -> anyhow::Result<()> {
     }
     let result = run_session(opts);
     if let Err(e) = &result {
-        eprintln!("supervisor: {e:#}");
+        eprintln!("supervisor: {e}");
     }
     let me = std::process::id();
     let marker = session_marker(&opts.desktop.name, me);
@@ -379,17 +482,17 @@ fn reap() {
 }
 
 /// A random hex string from the OS.
-fn random_hex(bytes: usize) -> anyhow::Result<String> {
+fn random_hex(bytes: usize) -> Result<String, DesktopError> {
     let mut buf = vec![0u8; bytes];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
-        .context("reading /dev/urandom")?;
+        .map_err(io("reading /dev/urandom"))?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Writes an Xauthority file with one MIT-MAGIC-COOKIE-1 entry for any display
 /// (FamilyWild), usable by the server (`-auth`) and by clients (`XAUTHORITY`).
-fn write_xauthority(path: &Path, cookie: &[u8]) -> anyhow::Result<()> {
+fn write_xauthority(path: &Path, cookie: &[u8]) -> Result<(), DesktopError> {
     let mut out = Vec::new();
     let mut field = |b: &[u8]| {
         out.extend_from_slice(&(b.len() as u16).to_be_bytes());
@@ -405,17 +508,16 @@ fn write_xauthority(path: &Path, cookie: &[u8]) -> anyhow::Result<()> {
     write_private(path, &entry)
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), DesktopError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    f.write_all(bytes)?;
-    Ok(())
+        .and_then(|mut f| f.write_all(bytes))
+        .map_err(io(format!("writing {}", path.display())))
 }
 
 fn hex_bytes(s: &str) -> Vec<u8> {
@@ -425,8 +527,13 @@ fn hex_bytes(s: &str) -> Vec<u8> {
 }
 
 /// Starts Xvfb on a free display and returns it with the display name.
-fn start_xvfb(size: (u32, u32), auth: &Path, log: &Path) -> anyhow::Result<(Child, String)> {
-    let (reader, writer) = std::io::pipe()?;
+/// A new file for a process's output.
+fn log_file(path: &Path) -> Result<std::fs::File, DesktopError> {
+    std::fs::File::create(path).map_err(io(format!("creating {}", path.display())))
+}
+
+fn start_xvfb(size: (u32, u32), auth: &Path, log: &Path) -> Result<(Child, String), DesktopError> {
+    let (reader, writer) = std::io::pipe().map_err(io("making a pipe for Xvfb"))?;
     let wfd = writer.as_raw_fd();
     let mut cmd = Command::new("Xvfb");
     cmd.args([
@@ -444,7 +551,7 @@ fn start_xvfb(size: (u32, u32), auth: &Path, log: &Path) -> anyhow::Result<(Chil
     .arg(format!("{}x{}x24", size.0, size.1))
     .stdin(Stdio::null())
     .stdout(Stdio::null())
-    .stderr(std::fs::File::create(log)?);
+    .stderr(log_file(log)?);
     // SAFETY: dup2 is async-signal-safe and runs between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -454,16 +561,18 @@ fn start_xvfb(size: (u32, u32), auth: &Path, log: &Path) -> anyhow::Result<(Chil
             Ok(())
         });
     }
-    let child = cmd.spawn().context("starting Xvfb")?;
+    let child = cmd.spawn().map_err(io("starting Xvfb"))?;
     drop(writer);
     let mut line = String::new();
-    BufReader::new(reader).read_line(&mut line)?;
+    BufReader::new(reader)
+        .read_line(&mut line)
+        .map_err(io("reading Xvfb's display number"))?;
     let n = line.trim();
     if n.is_empty() {
-        bail!(
-            "Xvfb exited before reporting a display; see {}",
-            log.display()
-        );
+        return Err(DesktopError::Process {
+            what: "Xvfb exited before reporting a display".into(),
+            log: log.to_owned(),
+        });
     }
     Ok((child, format!(":{n}")))
 }
@@ -472,7 +581,7 @@ fn start_dbus(
     env: &BTreeMap<String, String>,
     runtime: &Path,
     log: &Path,
-) -> anyhow::Result<(Child, String)> {
+) -> Result<(Child, String), DesktopError> {
     let mut child = Command::new("dbus-daemon")
         .args(["--session", "--nofork", "--print-address=1", "--nopidfile"])
         .arg(format!("--address=unix:path={}/bus", runtime.display()))
@@ -480,17 +589,21 @@ fn start_dbus(
         .envs(env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log)?)
+        .stderr(log_file(log)?)
         .spawn()
-        .context("starting dbus-daemon")?;
+        .map_err(io("starting dbus-daemon"))?;
     let mut line = String::new();
-    BufReader::new(child.stdout.take().context("dbus stdout")?).read_line(&mut line)?;
+    if let Some(out) = child.stdout.take() {
+        BufReader::new(out)
+            .read_line(&mut line)
+            .map_err(io("reading dbus-daemon's address"))?;
+    }
     let addr = line.trim().to_owned();
     if addr.is_empty() {
-        bail!(
-            "dbus-daemon exited before printing its address; see {}",
-            log.display()
-        );
+        return Err(DesktopError::Process {
+            what: "dbus-daemon exited before printing its address".into(),
+            log: log.to_owned(),
+        });
     }
     Ok((child, addr))
 }
@@ -499,36 +612,57 @@ fn spawn_logged(
     argv: &[&str],
     env: &BTreeMap<String, String>,
     log: &Path,
-) -> anyhow::Result<Child> {
-    let out = std::fs::File::create(log)?;
+) -> Result<Child, DesktopError> {
+    let out = log_file(log)?;
+    let err = out.try_clone().map_err(io("duplicating a file handle"))?;
     Command::new(argv[0])
         .args(&argv[1..])
         .env_clear()
         .envs(env)
         .stdin(Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out)
+        .stdout(out)
+        .stderr(err)
         .spawn()
-        .with_context(|| format!("starting {}", argv[0]))
+        .map_err(io(format!("starting {}", argv[0])))
 }
 
 /// Waits until the window manager actually manages new windows. Window managers announce
 /// themselves (`_NET_SUPPORTING_WM_CHECK`) before they handle map requests, and a window
 /// mapped in that gap can stay unmapped for good; so map 1x1 probe windows until one gets
 /// `WM_STATE`.
-fn wait_for_window_manager(display: &str, xauth: &Path) -> anyhow::Result<()> {
-    use x11rb::connection::Connection;
-    use x11rb::protocol::xproto::{AtomEnum, ConnectionExt, CreateWindowAux, WindowClass};
-    use x11rb::wrapper::ConnectionExt as _;
+fn wait_for_window_manager(display: &str, xauth: &Path, log: &Path) -> Result<(), DesktopError> {
     // SAFETY: the supervisor is single-threaded here; nothing reads the environment
     // concurrently. x11rb reads XAUTHORITY to authenticate.
     unsafe {
         std::env::set_var("XAUTHORITY", xauth);
     }
-    let (conn, screen) = x11rb::connect(Some(display)).context("connecting to the new X server")?;
+    const WITHIN: Duration = Duration::from_secs(20);
+    match window_manager_manages(display, WITHIN) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(DesktopError::TimedOut {
+            what: "the window manager did not start managing windows".into(),
+            within: WITHIN,
+            logs: log.to_owned(),
+        }),
+        Err(e) => Err(DesktopError::X11 {
+            display: display.to_owned(),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// Maps probe windows until one is managed (true) or `within` passes (false).
+fn window_manager_manages(
+    display: &str,
+    within: Duration,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    use x11rb::connection::Connection;
+    use x11rb::protocol::xproto::{AtomEnum, ConnectionExt, CreateWindowAux, WindowClass};
+    use x11rb::wrapper::ConnectionExt as _;
+    let (conn, screen) = x11rb::connect(Some(display))?;
     let root = conn.setup().roots[screen].root;
     let wm_state = conn.intern_atom(false, b"WM_STATE")?.reply()?.atom;
-    let until = Instant::now() + Duration::from_secs(20);
+    let until = Instant::now() + within;
     while Instant::now() < until {
         let probe = conn.generate_id()?;
         conn.create_window(
@@ -560,10 +694,10 @@ fn wait_for_window_manager(display: &str, xauth: &Path) -> anyhow::Result<()> {
         conn.destroy_window(probe)?;
         conn.sync()?;
         if managed {
-            return Ok(());
+            return Ok(true);
         }
     }
-    bail!("the window manager did not start managing windows within 20 s; see logs/wm.log")
+    Ok(false)
 }
 
 #[derive(Deserialize)]
@@ -577,7 +711,7 @@ fn start_agent(
     dir: &Path,
     env: &BTreeMap<String, String>,
     port: u16,
-) -> anyhow::Result<(Child, AgentReady)> {
+) -> Result<(Child, AgentReady), DesktopError> {
     let ready = dir.join("agent.ready");
     let _ = std::fs::remove_file(&ready);
     let mut args: Vec<String> = vec![
@@ -596,35 +730,43 @@ fn start_agent(
     if opts.desktop.read_only {
         args.push("--read-only".into());
     }
+    let log_path = dir.join("logs/agent.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(dir.join("logs/agent.log"))?;
+        .open(&log_path)
+        .map_err(io(format!("opening {}", log_path.display())))?;
+    let err = log.try_clone().map_err(io("duplicating a file handle"))?;
     let mut child = Command::new(&opts.agent)
         .args(&args)
         .env_clear()
         .envs(env)
         .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
+        .stdout(log)
+        .stderr(err)
         .spawn()
-        .with_context(|| format!("starting {}", opts.agent.display()))?;
+        .map_err(io(format!("starting {}", opts.agent.display())))?;
     let started = Instant::now();
+    const WITHIN: Duration = Duration::from_secs(20);
     loop {
         if let Ok(t) = std::fs::read_to_string(&ready)
             && let Ok(r) = serde_json::from_str::<AgentReady>(&t)
         {
             return Ok((child, r));
         }
-        if let Some(st) = child.try_wait()? {
-            bail!(
-                "pincer-agent exited at start ({st}); see {}",
-                dir.join("logs/agent.log").display()
-            );
+        if let Ok(Some(st)) = child.try_wait() {
+            return Err(DesktopError::Process {
+                what: format!("pincer-agent exited at start ({st})"),
+                log: log_path,
+            });
         }
-        if started.elapsed() > Duration::from_secs(20) {
+        if started.elapsed() > WITHIN {
             let _ = child.kill();
-            bail!("pincer-agent did not get ready within 20 s");
+            return Err(DesktopError::TimedOut {
+                what: "pincer-agent did not get ready".into(),
+                within: WITHIN,
+                logs: log_path,
+            });
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -705,20 +847,21 @@ pub fn leaks_outside(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p)) || NAMES.contains(&name)
 }
 
-fn run_session(opts: &SuperviseOptions) -> anyhow::Result<()> {
+fn run_session(opts: &SuperviseOptions) -> Result<(), DesktopError> {
     let d = &opts.desktop;
     let dir = dir_of(&d.name);
     let runtime = dir.join("runtime");
     let logs = dir.join("logs");
+    let home = d.home.clone().unwrap_or_else(|| dir.join("home"));
     let _ = std::fs::remove_dir_all(&runtime);
-    std::fs::create_dir_all(&runtime)?;
-    std::fs::create_dir_all(&logs)?;
+    for made in [&runtime, &logs, &home] {
+        std::fs::create_dir_all(made).map_err(io(format!("creating {}", made.display())))?;
+    }
     std::fs::set_permissions(
         &runtime,
         std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )?;
-    let home = d.home.clone().unwrap_or_else(|| dir.join("home"));
-    std::fs::create_dir_all(&home)?;
+    )
+    .map_err(io(format!("making {} private", runtime.display())))?;
 
     let xauth = runtime.join("Xauthority");
     write_xauthority(&xauth, &hex_bytes(&random_hex(16)?))?;
@@ -782,13 +925,18 @@ fn run_session(opts: &SuperviseOptions) -> anyhow::Result<()> {
             &[w]
         };
         spawn_logged(argv, &env, &logs.join("wm.log"))?;
-        wait_for_window_manager(&display, &xauth)?;
+        wait_for_window_manager(&display, &xauth, &logs.join("wm.log"))?;
     }
 
     let (mut agent, ready) = start_agent(opts, &dir, &env, d.port)?;
-    let port = crate::env::registry::resolve(&ready.addr)
-        .map(|a| a.port())
-        .map_err(anyhow::Error::msg)?;
+    let port = ready
+        .addr
+        .parse::<std::net::SocketAddr>()
+        .map_err(|e| DesktopError::Process {
+            what: format!("pincer-agent reported the address '{}' ({e})", ready.addr),
+            log: logs.join("agent.log"),
+        })?
+        .port();
     let state = DesktopState {
         name: d.name.clone(),
         display: display.clone(),
@@ -801,8 +949,10 @@ fn run_session(opts: &SuperviseOptions) -> anyhow::Result<()> {
         env: env.clone(),
     };
     let tmp = dir.join("desktop.json.tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(&state)?)?;
-    std::fs::rename(&tmp, state_file(&dir))?;
+    let json = serde_json::to_string_pretty(&state).map_err(|e| io("writing desktop.json")(e.into()))?;
+    std::fs::write(&tmp, json)
+        .and_then(|()| std::fs::rename(&tmp, state_file(&dir)))
+        .map_err(io(format!("writing {}", state_file(&dir).display())))?;
     eprintln!(
         "supervisor: desktop '{}' up on {display}, agent at {}",
         d.name, ready.addr
@@ -812,16 +962,24 @@ fn run_session(opts: &SuperviseOptions) -> anyhow::Result<()> {
     let mut xvfb = _xvfb;
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
-        if let Some(st) = xvfb.try_wait()? {
-            bail!("Xvfb exited ({st}); the desktop is gone");
+        if let Ok(Some(st)) = xvfb.try_wait() {
+            return Err(DesktopError::Process {
+                what: format!("Xvfb exited ({st}); the desktop is gone"),
+                log: logs.join("xvfb.log"),
+            });
         }
-        if let Some(st) = agent.try_wait()? {
+        if let Ok(Some(st)) = agent.try_wait() {
             if STOP.load(Ordering::SeqCst) {
                 break;
             }
             restarts.retain(|t| t.elapsed() < Duration::from_secs(60));
             if restarts.len() >= 5 {
-                bail!("pincer-agent exited 5 times within a minute (last: {st}); giving up");
+                return Err(DesktopError::Process {
+                    what: format!(
+                        "pincer-agent exited 5 times within a minute (last: {st}); giving up"
+                    ),
+                    log: logs.join("agent.log"),
+                });
             }
             restarts.push(Instant::now());
             eprintln!("supervisor: pincer-agent exited ({st}); restarting on port {port}");

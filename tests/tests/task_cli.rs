@@ -148,6 +148,41 @@ fn validate_accepts_a_good_directory_and_names_what_is_wrong_in_a_bad_file() {
     );
 }
 
+/// Files named on the command line are each validated; one that does not load is reported
+/// and the rest still checked; every error says each thing once.
+#[test]
+fn validate_takes_files_and_says_each_thing_once() {
+    let sb = Sandbox::new();
+    let a = sb.path().join("a.json");
+    let b = sb.path().join("b.json");
+    write_json(&a, &good_task("cli-a"));
+    write_json(&b, &good_task("cli-b"));
+    let out = sb.pincer_ok(&["task", "validate", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(out.contains("ok   cli-a") && out.contains("ok   cli-b"), "{out}");
+    assert!(out.contains("all 2 tasks are valid"), "{out}");
+
+    let missing = sb.path().join("missing.json");
+    let run = sb.pincer(&[
+        "task",
+        "validate",
+        a.to_str().unwrap(),
+        missing.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    assert!(!run.status.success());
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stdout.contains("ok   cli-b"), "the file after the bad one was not checked: {stdout}");
+    assert!(stderr.contains("1 of 3 tasks are invalid"), "{stderr}");
+    let all = format!("{stdout}{stderr}");
+    assert_eq!(
+        all.matches("No such file or directory").count(),
+        1,
+        "the OS error is said once: {all}"
+    );
+    assert!(all.contains("missing.json"), "{all}");
+}
+
 #[test]
 fn graphs_export_as_dot_and_mermaid() {
     let sb = Sandbox::new();

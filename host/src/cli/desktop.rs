@@ -104,7 +104,7 @@ pub(crate) fn parse_size(s: &str) -> Result<(u32, u32), String> {
 }
 
 pub(crate) fn supervise(a: &SuperviseArgs) -> anyhow::Result<()> {
-    desktop::supervise(&SuperviseOptions {
+    Ok(desktop::supervise(&SuperviseOptions {
         desktop: DesktopOptions {
             name: a.name.clone(),
             size: a.size,
@@ -114,7 +114,7 @@ pub(crate) fn supervise(a: &SuperviseArgs) -> anyhow::Result<()> {
             home: a.home.clone(),
         },
         agent: a.agent.clone(),
-    })
+    })?)
 }
 
 pub(crate) async fn run(cmd: DesktopCmd, reg: &Registry) -> anyhow::Result<()> {

@@ -144,7 +144,7 @@ pub(crate) async fn run(cmd: EnvCmd, reg: &Registry) -> anyhow::Result<()> {
             platform,
         } => {
             let token = Token::load(&token_file)?;
-            let sock = resolve(&addr).map_err(anyhow::Error::msg)?;
+            let sock = resolve(&addr)?;
             let spec = EnvSpec {
                 name: name.clone(),
                 addr: sock,
@@ -232,7 +232,7 @@ async fn list(reg: &Registry) -> anyhow::Result<()> {
                         Ok(rtt) => format!("up ({:.2} ms)", rtt.as_secs_f64() * 1000.0),
                         Err(err) => format!("down: {err}"),
                     },
-                    Err(err) => format!("down: {err:#}"),
+                    Err(err) => format!("down: {}", super::describe(&err)),
                 }
             }
         };
@@ -267,7 +267,7 @@ async fn listen(
     accept_new: bool,
     count: Option<usize>,
 ) -> anyhow::Result<()> {
-    let sock = resolve(addr).map_err(anyhow::Error::msg)?;
+    let sock = resolve(addr)?;
     let identity = listener::host_identity()?;
     let token_file = token_file.unwrap_or_else(listener::default_token_file);
     let token = Token::load_or_create(&token_file)?;

@@ -80,7 +80,7 @@ struct EnvArg {
 
 impl EnvArg {
     async fn connect(&self, reg: &Registry) -> anyhow::Result<Environment> {
-        reg.connect(self.env.as_deref(), Deadlines::default()).await
+        Ok(reg.connect(self.env.as_deref(), Deadlines::default()).await?)
     }
 }
 
@@ -154,8 +154,44 @@ fn report(r: anyhow::Result<()>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", describe(e.as_ref()));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// An error and its causes on one line, each message once: errors that name their cause in
+/// their own message would otherwise print it twice ("x: denied: denied").
+pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = String::new();
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        let msg = c.to_string();
+        if !out.contains(&msg) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&msg);
+        }
+        cause = c.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+
+    #[test]
+    fn a_cause_already_named_is_not_repeated() {
+        let io = std::io::Error::other("point (99999, 5) is outside the 1920x1080 screen");
+        let wrapped = anyhow::Error::new(io).context("env 'desk': invalid argument: point (99999, 5) is outside the 1920x1080 screen");
+        assert_eq!(
+            describe(wrapped.as_ref()),
+            "env 'desk': invalid argument: point (99999, 5) is outside the 1920x1080 screen"
+        );
+        let io = std::io::Error::other("permission denied");
+        let wrapped = anyhow::Error::new(io).context("reading ~/a.txt");
+        assert_eq!(describe(wrapped.as_ref()), "reading ~/a.txt: permission denied");
     }
 }

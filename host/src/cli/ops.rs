@@ -173,6 +173,10 @@ pub(crate) async fn probe(a: ProbeArgs, reg: &Registry) -> anyhow::Result<()> {
         ProbeCmd::Processes => Probe::Processes,
         ProbeCmd::Clipboard => Probe::Clipboard,
     };
+    let path = match &p {
+        Probe::ReadFile { path, .. } | Probe::ListDir { path } => path.clone(),
+        _ => String::new(),
+    };
     let env = a.env.connect(reg).await?;
     let reply = env.probe(p).await?;
     if a.json {
@@ -180,7 +184,9 @@ pub(crate) async fn probe(a: ProbeArgs, reg: &Registry) -> anyhow::Result<()> {
         return Ok(());
     }
     match reply {
-        ProbeReply::File(None) | ProbeReply::Dir(None) => bail!("no such file or directory"),
+        ProbeReply::File(None) | ProbeReply::Dir(None) => {
+            bail!("env '{}': {path}: no such file or directory", env.name())
+        }
         ProbeReply::File(Some(f)) => {
             std::io::stdout().write_all(&f.bytes)?;
             if (f.bytes.len() as u64) < f.total_size {

@@ -27,7 +27,12 @@ pub(crate) enum TaskCmd {
         id: String,
     },
     /// Check task files (syntax, functions, arguments, roles, cycles) without running them.
-    Validate(TasksArg),
+    Validate {
+        /// Task files or directories; without any, the tasks of `--tasks`.
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        tasks: TasksArg,
+    },
     /// Print a task's checkpoint graph.
     Graph {
         #[command(flatten)]
@@ -149,29 +154,46 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
             let set = tasks.load()?;
             println!("{}", serde_json::to_string_pretty(find(&set, &id)?)?);
         }
-        TaskCmd::Validate(t) => {
-            let set = t.load()?;
-            let mut bad = 0;
-            for (task, src) in &set.tasks {
-                let oracle = task.oracle.as_deref().map_or(Ok(()), task::oracle::check);
-                match (Graph::build(task, &lib), oracle) {
-                    (Ok(g), Ok(())) => {
-                        println!("ok   {} ({} checkpoints) {src}", task.id, g.len());
-                    }
-                    (Err(e), _) => {
+        TaskCmd::Validate { files, tasks } => {
+            let specs: Vec<String> = if files.is_empty() {
+                vec![tasks.tasks]
+            } else {
+                files.iter().map(|f| f.display().to_string()).collect()
+            };
+            let (mut bad, mut total) = (0, 0);
+            for spec in &specs {
+                // A file that does not load is one invalid task; the others are still checked.
+                let set = match task::load_path(spec) {
+                    Ok(set) => set,
+                    Err(e) => {
                         bad += 1;
-                        println!("FAIL {src}: {e}");
+                        total += 1;
+                        println!("FAIL {e}");
+                        continue;
                     }
-                    (_, Err(e)) => {
-                        bad += 1;
-                        println!("FAIL {src}: task '{}': {e}", task.id);
+                };
+                total += set.tasks.len();
+                for (task, src) in &set.tasks {
+                    let oracle = task.oracle.as_deref().map_or(Ok(()), task::oracle::check);
+                    match (Graph::build(task, &lib), oracle) {
+                        (Ok(g), Ok(())) => {
+                            println!("ok   {} ({} checkpoints) {src}", task.id, g.len());
+                        }
+                        (Err(e), _) => {
+                            bad += 1;
+                            println!("FAIL {src}: {e}");
+                        }
+                        (_, Err(e)) => {
+                            bad += 1;
+                            println!("FAIL {src}: task '{}': {e}", task.id);
+                        }
                     }
                 }
             }
             if bad > 0 {
-                bail!("{bad} of {} tasks are invalid", set.tasks.len());
+                bail!("{bad} of {total} tasks are invalid");
             }
-            println!("all {} tasks are valid", set.tasks.len());
+            println!("all {total} tasks are valid");
         }
         TaskCmd::Graph { tasks, id, format } => {
             let set = tasks.load()?;

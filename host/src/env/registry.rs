@@ -6,7 +6,7 @@
 //! An entry either dials its guest (`addr`, for `pincer-agent --listen`) or listens for it
 //! to dial in (`listen`, for `pincer-agent --connect`); both kinds work with every command.
 
-use super::{Deadlines, DialInSpec, EnvSpec, Environment, listener};
+use super::{ClientError, Deadlines, DialInSpec, EnvSpec, Environment, listener};
 use pincer_shared::identity::{Fingerprint, Token};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -132,6 +132,36 @@ pub enum RegistryError {
         /// What is wrong.
         message: String,
     },
+}
+
+/// Why an environment could not be connected to: its entry, or the connection.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The envs file or its entry for the environment.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// Dialling, listening or the handshake.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+/// An address that is not one.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AddrError {
+    /// Not `HOST:PORT`, or the host is unknown.
+    #[error("address '{addr}': {source} (write it as HOST:PORT)")]
+    Invalid {
+        /// The address as written.
+        addr: String,
+        /// What the resolver said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The host has no address.
+    #[error("address '{0}' resolves to nothing")]
+    Nothing(String),
 }
 
 fn known_list(known: &[String]) -> String {
@@ -284,12 +314,12 @@ impl Registry {
         match (&e.addr, &e.listen) {
             (Some(addr), None) => Ok(Reach::Dial(EnvSpec {
                 name: name.to_owned(),
-                addr: resolve(addr).map_err(bad)?,
+                addr: resolve(addr).map_err(|e| bad(e.to_string()))?,
                 fingerprint: fingerprint()?,
                 token: token()?,
             })),
             (None, Some(listen)) => {
-                let listen = resolve(listen).map_err(bad)?;
+                let listen = resolve(listen).map_err(|e| bad(e.to_string()))?;
                 let fingerprint = fingerprint()?.ok_or_else(|| {
                     bad(format!(
                         "a guest that dials in needs its pinned fingerprint: run `pincer env listen {listen} --accept-new` once while it dials in, or set fingerprint to what `pincer-agent --print-fingerprint` prints on the guest"
@@ -318,7 +348,7 @@ impl Registry {
         &self,
         name: Option<&str>,
         deadlines: Deadlines,
-    ) -> anyhow::Result<Environment> {
+    ) -> Result<Environment, ConnectError> {
         let (name, entry) = self.entry(name)?;
         let spec = match self.reach_of(&name, &entry)? {
             Reach::Dial(spec) => spec,
@@ -328,13 +358,15 @@ impl Registry {
             }
         };
         if spec.fingerprint.is_none() {
-            anyhow::bail!(
-                "environment '{}' has no pinned fingerprint in {}: run `pincer env add {} {} --token-file ... --trust` once to pin it",
-                spec.name,
-                self.path.display(),
-                spec.name,
-                spec.addr
-            );
+            return Err(RegistryError::BadEntry {
+                message: format!(
+                    "no pinned fingerprint: run `pincer env add {} {} --token-file ... --trust` once to pin it",
+                    spec.name, spec.addr
+                ),
+                name: spec.name,
+                path: self.path.clone(),
+            }
+            .into());
         }
         Ok(Environment::connect(spec, deadlines).await?)
     }
@@ -361,11 +393,14 @@ impl Registry {
 }
 
 /// Resolves `HOST:PORT`.
-pub fn resolve(addr: &str) -> Result<SocketAddr, String> {
+pub fn resolve(addr: &str) -> Result<SocketAddr, AddrError> {
     addr.to_socket_addrs()
-        .map_err(|e| format!("address '{addr}': {e} (write it as HOST:PORT)"))?
+        .map_err(|source| AddrError::Invalid {
+            addr: addr.to_owned(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| format!("address '{addr}' resolves to nothing"))
+        .ok_or_else(|| AddrError::Nothing(addr.to_owned()))
 }
 
 #[cfg(test)]
