@@ -152,6 +152,24 @@ impl Backend {
             .map_err(|e| AgentError(format!("encoding the request: {e}")))?;
         let stored = wire::encode(self.provider, &chat, Images::Reference);
         let headers = self.headers()?;
+        self.send(who, &headers, body, stored)
+            .await
+            .map_err(|e| AgentError(self.scrub(e.to_string())))
+    }
+
+    /// The attempts of one call. Server texts in the error are not scrubbed yet.
+    async fn send(
+        &self,
+        who: &str,
+        headers: &HeaderMap,
+        body: Vec<u8>,
+        stored: serde_json::Value,
+    ) -> Result<Call, CallError> {
+        let fail = |failure| CallError {
+            provider: self.provider,
+            url: self.url.clone(),
+            failure,
+        };
         let attempts = self.retries + 1;
         let mut last = String::new();
         for attempt in 0..attempts {
@@ -171,20 +189,13 @@ impl Backend {
                         Ok(bytes) if status.is_success() => {
                             let v: serde_json::Value =
                                 serde_json::from_slice(&bytes).map_err(|e| {
-                                    AgentError(self.scrub(format!(
-                                        "{} API at {}: the reply is not JSON ({e}): {}",
-                                        self.provider,
-                                        self.url,
-                                        wire::error_message(&bytes)
-                                    )))
+                                    fail(Failure::NotJson {
+                                        error: e.to_string(),
+                                        body: wire::error_message(&bytes),
+                                    })
                                 })?;
-                            let reply =
-                                wire::decode(self.provider, &v).map_err(|e| {
-                                    AgentError(self.scrub(format!(
-                                        "{} API at {}: {e}",
-                                        self.provider, self.url
-                                    )))
-                                })?;
+                            let reply = wire::decode(self.provider, &v)
+                                .map_err(|e| fail(Failure::Unexpected(e)))?;
                             let exchange = Exchange {
                                 who: who.to_owned(),
                                 request: stored,
@@ -195,21 +206,19 @@ impl Backend {
                             return Ok(Call { reply, exchange });
                         }
                         Ok(bytes) => {
-                            let what = format!(
+                            let answer = format!(
                                 "{} {}: {}",
                                 status.as_u16(),
                                 status.canonical_reason().unwrap_or(""),
                                 wire::error_message(&bytes)
                             );
                             if !retryable(status) {
-                                return Err(AgentError(self.scrub(format!(
-                                    "{} API at {} refused the request: {what}{}",
-                                    self.provider,
-                                    self.url,
-                                    self.hint(status)
-                                ))));
+                                return Err(fail(Failure::Refused {
+                                    answer,
+                                    hint: self.hint(status),
+                                }));
                             }
-                            last = what;
+                            last = answer;
                             asked
                         }
                         Err(e) => {
@@ -230,14 +239,7 @@ impl Backend {
                     last = describe(&e);
                     None
                 }
-                Err(e) => {
-                    return Err(AgentError(self.scrub(format!(
-                        "{} API at {}: {}",
-                        self.provider,
-                        self.url,
-                        describe(&e)
-                    ))));
-                }
+                Err(e) => return Err(fail(Failure::Transport(describe(&e)))),
             };
             if attempt + 1 < attempts {
                 let wait = wait.unwrap_or_else(|| backoff(attempt)).min(MAX_WAIT);
@@ -245,26 +247,63 @@ impl Backend {
                 tokio::time::sleep(wait).await;
             }
         }
-        Err(AgentError(self.scrub(format!(
-            "{} API at {} failed {attempts} time{}; the last: {last}",
-            self.provider,
-            self.url,
-            if attempts == 1 { "" } else { "s" }
-        ))))
+        Err(fail(Failure::Exhausted { attempts, last }))
     }
 
-    /// What to do about a refusal.
+    /// What to do about a refused request.
     fn hint(&self, status: StatusCode) -> String {
         match status {
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                format!(" (check the API key for {})", self.provider)
-            }
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => " (check the API key)".to_owned(),
             StatusCode::NOT_FOUND => {
                 format!(" (is the model '{}' and the base_url right?)", self.model)
             }
             _ => String::new(),
         }
     }
+}
+
+/// Why a model call failed: the endpoint, then what went wrong there.
+#[derive(Debug, thiserror::Error)]
+#[error("{provider} API at {url} {failure}")]
+struct CallError {
+    provider: Provider,
+    url: String,
+    failure: Failure,
+}
+
+/// What went wrong in a model call.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// An answer that asking again cannot change: a bad key, an unknown model, a bad request.
+    #[error("refused the request: {answer}{hint}")]
+    Refused {
+        /// The status and the server's message.
+        answer: String,
+        /// What to check, if pincer knows.
+        hint: String,
+    },
+    /// A successful answer whose body is not JSON.
+    #[error("sent a reply that is not JSON ({error}): {body}")]
+    NotJson {
+        /// Why it does not parse.
+        error: String,
+        /// The start of the body.
+        body: String,
+    },
+    /// A JSON reply that is not what the API documents.
+    #[error("sent a reply pincer cannot read: {}", .0.0)]
+    Unexpected(wire::WireError),
+    /// A failure of the HTTP client that another attempt would repeat.
+    #[error("failed: {0}")]
+    Transport(String),
+    /// Every attempt failed in a way that may pass.
+    #[error("failed {attempts} time{}; the last: {last}", if *attempts == 1 { "" } else { "s" })]
+    Exhausted {
+        /// How many attempts were made.
+        attempts: u32,
+        /// What the last one came to.
+        last: String,
+    },
 }
 
 /// Rate limits, overloads, server errors and request timeouts may pass.
