@@ -223,6 +223,36 @@ fn error(status: u16, message: &str) -> Scripted {
     }
 }
 
+/// Gemini's quota 429 in the shape the Gemini API sends it (recorded in
+/// RooCodeInc/Roo-Code#3883: `QuotaFailure`, `Help` and `RetryInfo` details), asking for
+/// the stand-in's own `retryDelay`.
+fn gemini_quota(retry_delay: &str) -> Scripted {
+    Scripted {
+        status: 429,
+        headers: Vec::new(),
+        body: json!({"error": {
+            "code": 429,
+            "message": "You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.",
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [
+                {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{
+                    "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_input_token_count",
+                    "quotaId": "GenerateContentInputTokensPerModelPerMinute-FreeTier",
+                    "quotaDimensions": {"location": "global", "model": "stand-in-model"},
+                    "quotaValue": "250000"
+                }]},
+                {"@type": "type.googleapis.com/google.rpc.Help", "links": [{
+                    "description": "Learn more about Gemini API quotas",
+                    "url": "https://ai.google.dev/gemini-api/docs/rate-limits"
+                }]},
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay}
+            ]
+        }}),
+        usage: (0, 0),
+        delay: Duration::ZERO,
+    }
+}
+
 /// A successful reply of provider `p` with this text, tool calls and usage.
 fn reply(p: Provider, text: &str, calls: &[(&str, Value)], usage: (u64, u64)) -> Scripted {
     let body = match p {
@@ -736,6 +766,60 @@ async fn a_429_is_retried_after_the_time_the_server_asks() {
         standin.requests()[1].body,
         "the same request is sent again"
     );
+}
+
+#[tokio::test]
+async fn a_gemini_quota_429_is_retried_after_the_delay_in_its_body() {
+    let p = Provider::Gemini;
+    let (standin, mut a) = desktop_agent(
+        p,
+        &[],
+        vec![gemini_quota("1.5s"), call(p, "complete", json!({}), (7, 3))],
+    )
+    .await;
+    let t = Instant::now();
+    let d = a.act(&on_desktop(0)).await.expect("the retry succeeds");
+    assert!(
+        t.elapsed() >= Duration::from_millis(1450),
+        "waited {:?}, not the 1.5 s asked (the first backoff is 1 to 1.25 s)",
+        t.elapsed()
+    );
+    assert_eq!(d.actions, vec![AgentAction::Complete]);
+    assert_eq!(standin.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn a_wait_longer_than_pincer_allows_fails_at_once_saying_how_long() {
+    let mut limited = error(429, "Rate limit reached for requests");
+    limited.headers.push(("retry-after", "600".into()));
+    for (p, answer, asked) in [
+        (Provider::Gemini, gemini_quota("3600s"), "3600 s"),
+        (Provider::OpenAi, limited, "600 s"),
+    ] {
+        let (standin, mut a) = desktop_agent(p, &[], vec![answer]).await;
+        let t = Instant::now();
+        let msg = a
+            .act(&on_desktop(0))
+            .await
+            .expect_err("no sleeping that long")
+            .to_string();
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "{p}: slept {:?}",
+            t.elapsed()
+        );
+        assert!(
+            msg.contains(&format!("asked to wait {asked} before the next attempt"))
+                && msg.contains("429 Too Many Requests")
+                && msg.contains(if p == Provider::Gemini {
+                    "exceeded your current quota"
+                } else {
+                    "Rate limit reached"
+                }),
+            "{p}: {msg}"
+        );
+        assert_eq!(standin.requests().len(), 1, "{p}: not retried");
+    }
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! The HTTP client of one agent: POSTs a chat to the provider, retries 429s, 5xxs and lost
-//! connections with exponential backoff (or as long as `Retry-After` says), bounds each
+//! connections with exponential backoff (or as long as the server asks, in a header or in
+//! Gemini's `RetryInfo`; one that asks too long fails the call at once), bounds each
 //! request by the timeout, and returns the decoded reply with the exchange to store. The
 //! key is sent only as a request header (`Authorization`, `x-api-key`, `x-goog-api-key`),
 //! never in the URL, and is scrubbed from every error text.
@@ -19,7 +20,12 @@ const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// The first wait before retrying; doubled each time.
 const BACKOFF_BASE: Duration = Duration::from_secs(1);
 
-/// The longest wait between attempts, whatever the server asks.
+/// The longest wait between attempts. A server that asks for a longer one (a quota that
+/// resets in an hour) gets no further attempt: the call fails at once and says how long
+/// the server asked, since a retry before then fails again and sleeping until then would
+/// hold the task for nothing. This is the only bound on a wait: a model call has no
+/// deadline of its own (`timeout_s` bounds each attempt; the runner checks a task's
+/// `max_seconds` between steps).
 const MAX_WAIT: Duration = Duration::from_secs(120);
 
 /// One model call's outcome.
@@ -206,6 +212,7 @@ impl Backend {
                             return Ok(Call { reply, exchange });
                         }
                         Ok(bytes) => {
+                            let asked = asked.or_else(|| wire::retry_delay(&bytes));
                             let answer = format!(
                                 "{} {}: {}",
                                 status.as_u16(),
@@ -242,7 +249,16 @@ impl Backend {
                 Err(e) => return Err(fail(Failure::Transport(describe(&e)))),
             };
             if attempt + 1 < attempts {
-                let wait = wait.unwrap_or_else(|| backoff(attempt)).min(MAX_WAIT);
+                let wait = match wait {
+                    Some(asked) if asked > MAX_WAIT => {
+                        return Err(fail(Failure::WaitTooLong {
+                            asked,
+                            answer: last,
+                        }));
+                    }
+                    Some(asked) => asked,
+                    None => backoff(attempt),
+                };
                 tracing::warn!(provider = %self.provider, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, "model API call failed, retrying: {}", self.scrub(last.clone()));
                 tokio::time::sleep(wait).await;
             }
@@ -296,6 +312,18 @@ enum Failure {
     /// A failure of the HTTP client that another attempt would repeat.
     #[error("failed: {0}")]
     Transport(String),
+    /// The server asked for a longer wait before the next attempt than pincer waits.
+    #[error(
+        "asked to wait {} s before the next attempt, more than the {} s pincer waits, so the call stops here (try again after that wait); the answer: {answer}",
+        asked.as_secs_f64(),
+        MAX_WAIT.as_secs()
+    )]
+    WaitTooLong {
+        /// The wait the server asked for.
+        asked: Duration,
+        /// The status and the server's message.
+        answer: String,
+    },
     /// Every attempt failed in a way that may pass.
     #[error("failed {attempts} time{}; the last: {last}", if *attempts == 1 { "" } else { "s" })]
     Exhausted {
@@ -313,8 +341,8 @@ fn retryable(status: StatusCode) -> bool {
         || status.is_server_error()
 }
 
-/// How long the server asks us to wait: `retry-after-ms` (OpenAI) or `Retry-After` in
-/// seconds. (HTTP dates fall back to the backoff.)
+/// How long the server's headers ask us to wait: `retry-after-ms` (OpenAI) or
+/// `Retry-After` in seconds. (HTTP dates fall back to the backoff.)
 fn retry_after(h: &HeaderMap) -> Option<Duration> {
     let num = |name: &str| {
         h.get(name)?
@@ -325,11 +353,10 @@ fn retry_after(h: &HeaderMap) -> Option<Duration> {
             .ok()
             .filter(|v| v.is_finite() && *v >= 0.0)
     };
+    // try_from: a huge number must not panic the agent.
     num("retry-after-ms")
-        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
-        .or_else(|| {
-            num("retry-after").map(|s| Duration::from_secs_f64(s.min(MAX_WAIT.as_secs_f64())))
-        })
+        .and_then(|ms| Duration::try_from_secs_f64(ms / 1000.0).ok())
+        .or_else(|| num("retry-after").and_then(|s| Duration::try_from_secs_f64(s).ok()))
 }
 
 /// 1 s, 2 s, 4 s, ... with up to a quarter more at random, so parallel workers spread out.
@@ -373,7 +400,13 @@ mod tests {
         );
         assert_eq!(retry_after(&h), None);
         h.insert("retry-after", HeaderValue::from_static("100000"));
-        assert_eq!(retry_after(&h), Some(MAX_WAIT));
+        assert_eq!(
+            retry_after(&h),
+            Some(Duration::from_secs(100_000)),
+            "kept whole, so the call can say how long was asked"
+        );
+        h.insert("retry-after-ms", HeaderValue::from_static("1e300"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(100_000)));
     }
 
     #[test]
