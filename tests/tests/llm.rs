@@ -315,6 +315,66 @@ fn call(p: Provider, name: &str, args: Value, usage: (u64, u64)) -> Scripted {
     reply(p, "", &[(name, args)], usage)
 }
 
+/// A refusal of provider `p` as its API sends one, and what the agent should make of it.
+/// OpenAI: `message.refusal` with `content` null (openai-python `ChatCompletionMessage`).
+/// Anthropic: `stop_reason` "refusal" with `stop_details` and the text before the cut (the
+/// body in Anthropic's "Handle streaming refusals"). Gemini: a blocked prompt, no candidates
+/// and `promptFeedback.blockReason` (google-genai `GenerateContentResponse`).
+fn refusal(p: Provider, usage: (u64, u64)) -> (Scripted, &'static str) {
+    let (body, said) = match p {
+        Provider::OpenAi => (
+            json!({
+                "id": "chatcmpl-standin", "object": "chat.completion", "model": "stand-in-model",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+                    "refusal": "I'm sorry, I cannot assist with that request."},
+                    "logprobs": null, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}
+            }),
+            "the model refused: I'm sorry, I cannot assist with that request.",
+        ),
+        Provider::Anthropic => (
+            json!({
+                "id": "msg_standin", "type": "message", "role": "assistant", "model": "stand-in-model",
+                "content": [{"type": "text", "text": "Hello.."}],
+                "stop_reason": "refusal",
+                "stop_details": {"type": "refusal", "category": "cyber",
+                    "explanation": "This request was declined because it could enable cyber harm."},
+                "usage": {"input_tokens": usage.0, "output_tokens": usage.1}
+            }),
+            "the model refused: This request was declined because it could enable cyber harm. (stop_reason refusal, category cyber)",
+        ),
+        _ => (
+            json!({
+                "promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
+                "usageMetadata": {"promptTokenCount": usage.0, "candidatesTokenCount": usage.1, "totalTokenCount": usage.0 + usage.1},
+                "modelVersion": "stand-in-model"
+            }),
+            "the model refused: Gemini blocked the prompt (promptFeedback.blockReason PROHIBITED_CONTENT)",
+        ),
+    };
+    let scripted = Scripted {
+        status: 200,
+        headers: Vec::new(),
+        body,
+        usage,
+        delay: Duration::ZERO,
+    };
+    (scripted, said)
+}
+
+/// The roles of a request's messages, in order.
+fn roles_sent(p: Provider, body: &Value) -> Vec<String> {
+    let msgs = match p {
+        Provider::Gemini => &body["contents"],
+        _ => &body["messages"],
+    };
+    msgs.as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| m["role"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
 // ---------------------------------------------------------------------------------------
 // Reading requests
 // ---------------------------------------------------------------------------------------
@@ -684,6 +744,75 @@ async fn json_mode_sends_no_tools_and_reads_the_action_from_text() {
         assert!(
             sys.contains("- \"click\": Left-click") && sys.contains("reply with a JSON object"),
             "{p}: {sys}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_is_reported_as_one_and_its_turn_taken_back() {
+    for p in PROVIDERS {
+        let (refused, said) = refusal(p, (50, 4));
+        let (standin, mut a) = desktop_agent(
+            p,
+            &[],
+            vec![
+                refused,
+                call(p, "click", json!({"target": {"element": 2}}), (60, 5)),
+            ],
+        )
+        .await;
+        let d = a.act(&on_desktop(0)).await.expect("a refusal is an answer");
+        assert!(d.actions.is_empty(), "{p}: {d:?}");
+        assert_eq!(d.invalid.as_deref(), Some(said), "{p}");
+        assert_eq!(
+            (d.usage.prompt, d.usage.completion),
+            (50, 4),
+            "{p}: counted"
+        );
+        assert_eq!(
+            d.exchanges.len(),
+            1,
+            "{p}: the refusal is in the trajectory"
+        );
+        let feedback = format!("your last output was not a valid action: {said}");
+        let d = a
+            .act(&observation(1, vec![view("desktop")], &[&feedback]))
+            .await
+            .unwrap();
+        assert_eq!(d.actions, vec![click_element("desktop", 2)], "{p}");
+        let next = &standin.requests()[1].body;
+        let first_turn = match p {
+            Provider::OpenAi => vec!["system", "user"],
+            _ => vec!["user"],
+        };
+        assert_eq!(
+            roles_sent(p, next),
+            first_turn,
+            "{p}: the refused turn is not sent again"
+        );
+        assert!(
+            text_of(next).contains(&feedback),
+            "{p}: but the model hears of it"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refusing_planner_or_main_agent_is_named_and_nothing_is_handed_on() {
+    let p = Provider::OpenAi;
+    for (structure, who) in [
+        ("structure=planner", "planner"),
+        ("structure=per-env", "main agent"),
+    ] {
+        let (refused, said) = refusal(p, (5, 1));
+        let (standin, mut a) = desktop_agent(p, &[structure], vec![refused]).await;
+        let d = a.act(&on_desktop(0)).await.expect("a refusal is an answer");
+        let want = said.replace("the model", &format!("the {who}"));
+        assert_eq!(d.invalid.as_deref(), Some(want.as_str()), "{structure}");
+        assert_eq!(
+            standin.requests().len(),
+            1,
+            "{structure}: no sub-goal to hand on"
         );
     }
 }
@@ -1348,6 +1477,35 @@ async fn invalid_outputs_are_fed_back_and_three_in_a_row_end_the_run() {
     assert!(
         text_of(&reqs[2].body)
             .contains("click element 999 on desktop failed: there is no element 999"),
+        "fed back"
+    );
+    assert_eq!((rec.usage.prompt, rec.usage.completion), (30, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_recorded_fed_back_and_end_the_run_like_invalid_outputs() {
+    let p = Provider::Anthropic;
+    let sb = Sandbox::new();
+    let (refused, said) = refusal(p, (10, 1));
+    let standin = StandIn::replying(vec![refused.clone(), refused.clone(), refused]).await;
+    let (rec, steps, _) = run_zenity(&sb, "llm-refusal", 10, standin.settings(p, &[])).await;
+    assert_eq!(rec.termination, Termination::InvalidAction, "{rec:?}");
+    assert_eq!(rec.detail.as_deref(), Some(said));
+    assert_eq!(steps.len(), 3);
+    assert!(
+        steps
+            .iter()
+            .all(|s| s.invalid.as_deref() == Some(said) && s.actions.is_empty())
+    );
+    assert_eq!(
+        steps[0].thought.as_deref(),
+        Some("Hello.."),
+        "the text before the cut"
+    );
+    assert_eq!(steps[0].exchanges[0].response["stop_reason"], "refusal");
+    assert!(
+        text_of(&standin.requests()[1].body)
+            .contains(&format!("your last output was not a valid action: {said}")),
         "fed back"
     );
     assert_eq!((rec.usage.prompt, rec.usage.completion), (30, 3));

@@ -3,7 +3,7 @@
 //! `max_tokens` always given. Assistant turns are echoed with the API's own blocks.
 
 use super::super::conversation::{Message, Part, Role, ToolCall};
-use super::{Chat, Images, Reply, WireError, u64_at};
+use super::{Chat, Images, Refusal, Reply, WireError, text_at, u64_at};
 use crate::agent::Usage;
 use serde_json::{Value, json};
 
@@ -126,14 +126,26 @@ pub(super) fn decode(body: &Value) -> Result<Reply, WireError> {
             + u64_at(u, "cache_read_input_tokens"),
         completion: u64_at(u, "output_tokens"),
     });
+    let stop = body.get("stop_reason").and_then(Value::as_str);
+    // The safety classifiers cut the reply off; what came before the cut is in `content`.
+    let refusal = (stop == Some("refusal")).then(|| {
+        let details = body.get("stop_details");
+        Refusal {
+            text: text_at(details, "explanation")
+                .unwrap_or("Anthropic's safety classifiers stopped the reply")
+                .to_owned(),
+            marker: Some(match text_at(details, "category") {
+                Some(c) => format!("stop_reason refusal, category {c}"),
+                None => "stop_reason refusal".to_owned(),
+            }),
+        }
+    });
     Ok(Reply {
         text: texts.join("\n"),
         calls,
         usage,
-        stop: body
-            .get("stop_reason")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
+        stop: stop.map(str::to_owned),
+        refusal,
         message: Message {
             role: Role::Assistant,
             parts,
@@ -231,5 +243,37 @@ mod tests {
         let b = encode(&chat(&m, &[]), Images::Inline);
         assert_eq!(b["messages"][1]["content"][0]["signature"], "sig");
         assert!(decode(&json!({"type": "error"})).is_err());
+        assert_eq!(r.refusal, None);
+    }
+
+    #[test]
+    fn a_refusal_stop_is_a_refusal_with_its_explanation() {
+        // The Message of anthropic-sdk-python: stop_reason "refusal" and RefusalStopDetails.
+        let body = |details: Value| {
+            json!({
+                "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-5-5",
+                "content": [{"type": "text", "text": "Hello.."}],
+                "stop_reason": "refusal", "stop_details": details,
+                "usage": {"input_tokens": 10, "output_tokens": 2}
+            })
+        };
+        let r = decode(&body(json!({"type": "refusal", "category": "cyber",
+            "explanation": "This request was declined because it could enable cyber harm."})))
+        .unwrap();
+        assert_eq!(
+            r.refusal.map(|r| r.to_string()).as_deref(),
+            Some(
+                "This request was declined because it could enable cyber harm. (stop_reason refusal, category cyber)"
+            )
+        );
+        assert_eq!(r.text, "Hello..", "the text before the cut is kept as such");
+        let r = decode(&body(
+            json!({"type": "refusal", "category": null, "explanation": null}),
+        ))
+        .unwrap();
+        assert_eq!(
+            r.refusal.map(|r| r.to_string()).as_deref(),
+            Some("Anthropic's safety classifiers stopped the reply (stop_reason refusal)")
+        );
     }
 }

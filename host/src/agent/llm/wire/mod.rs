@@ -61,8 +61,31 @@ pub(crate) struct Reply {
     pub(crate) usage: Usage,
     /// Why generation stopped, as the API says it.
     pub(crate) stop: Option<String>,
+    /// Set when the model, or the provider's safety system, declined to answer: whatever
+    /// text or calls came with it are not an answer.
+    pub(crate) refusal: Option<Refusal>,
     /// The reply as a message for the conversation.
     pub(crate) message: Message,
+}
+
+/// A declined answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// What the provider said about it, or what is known when it says nothing.
+    pub(crate) text: String,
+    /// The response field that marks it, when the text does not show it
+    /// ("stop_reason refusal, category cyber").
+    pub(crate) marker: Option<String>,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)?;
+        match &self.marker {
+            Some(m) => write!(f, " ({m})"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A response body that is not what the API documents.
@@ -155,6 +178,14 @@ fn arguments(raw: &str) -> serde_json::Value {
         return serde_json::json!({});
     }
     serde_json::from_str(raw).unwrap_or_else(|_| serde_json::Value::String(raw.to_owned()))
+}
+
+/// The trimmed, non-empty string at `key`.
+fn text_at<'a>(v: Option<&'a serde_json::Value>, key: &str) -> Option<&'a str> {
+    v?.get(key)?
+        .as_str()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
 }
 
 fn u64_at(v: &serde_json::Value, key: &str) -> u64 {
