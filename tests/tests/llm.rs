@@ -631,7 +631,11 @@ async fn each_provider_gets_the_system_prompt_tools_and_the_marked_png() {
         if p == Provider::Anthropic {
             assert_eq!(
                 r.headers.get("anthropic-version").map(String::as_str),
-                Some("2023-06-01")
+                Some("2026-10-21")
+            );
+            assert!(
+                r.body.get("temperature").is_none(),
+                "2026-10-21 refuses any temperature"
             );
         }
         let sys = system_prompt(p, &r.body);
@@ -717,6 +721,24 @@ async fn each_provider_gets_the_system_prompt_tools_and_the_marked_png() {
             "{p}: the response is stored as received: {resp}"
         );
     }
+}
+
+#[tokio::test]
+async fn the_anthropic_version_can_be_the_old_one_that_takes_a_temperature() {
+    let p = Provider::Anthropic;
+    let (standin, mut a) = desktop_agent(
+        p,
+        &["api_version=2023-06-01", "temperature=0.3"],
+        vec![call(p, "complete", json!({}), (1, 1))],
+    )
+    .await;
+    a.act(&on_desktop(0)).await.expect("a decision");
+    let r = &standin.requests()[0];
+    assert_eq!(
+        r.headers.get("anthropic-version").map(String::as_str),
+        Some("2023-06-01")
+    );
+    assert_eq!(r.body["temperature"], 0.3);
 }
 
 #[tokio::test]

@@ -26,7 +26,8 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     agent: String,
     /// LLM agent options KEY=VALUE: base_url, api_key_env, structure=single|planner|per-env,
-    /// history=N, mode=tools|json, temperature, max_tokens, timeout_s, retries (repeatable).
+    /// history=N, mode=tools|json, temperature, max_tokens, timeout_s, retries, api_version
+    /// (anthropic-version; repeatable).
     #[arg(long = "agent-opt", value_name = "KEY=VALUE")]
     agent_opts: Vec<String>,
     /// An environment set as ROLE=ENV,ROLE=ENV with names from the envs file (repeatable:

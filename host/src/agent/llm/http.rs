@@ -6,16 +6,13 @@
 //! never in the URL, and is scrubbed from every error text.
 
 use super::conversation::Message;
-use super::wire::{self, Chat, Images, Reply};
+use super::wire::{self, AnthropicVersion, Chat, Images, Reply};
 use super::{Provider, Secret, Settings};
 use crate::agent::{AgentError, Exchange, ToolSpec};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The `anthropic-version` pincer speaks.
-const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// The first wait before retrying; doubled each time.
 const BACKOFF_BASE: Duration = Duration::from_secs(1);
@@ -50,6 +47,7 @@ pub(crate) struct Backend {
     temperature: Option<f64>,
     max_tokens: Option<u32>,
     openai_official: bool,
+    anthropic_version: AnthropicVersion,
 }
 
 impl std::fmt::Debug for Backend {
@@ -95,6 +93,7 @@ impl Backend {
             temperature: s.temperature,
             max_tokens: s.max_tokens,
             openai_official: s.provider == Provider::OpenAi && super::is_openai_host(&s.base_url),
+            anthropic_version: s.anthropic_version,
         })
     }
 
@@ -123,7 +122,7 @@ impl Backend {
         if self.provider == Provider::Anthropic {
             h.insert(
                 "anthropic-version",
-                HeaderValue::from_static(ANTHROPIC_VERSION),
+                HeaderValue::from_static(self.anthropic_version.as_str()),
             );
         }
         Ok(h)
@@ -437,18 +436,24 @@ mod tests {
         assert!(h["x-goog-api-key"].is_sensitive());
         assert_eq!(b.scrub("bad key AIza-secret".into()), "bad key <redacted>");
         assert!(!format!("{b:?}").contains("AIza"));
-        let s = Settings::parse("anthropic:claude", &[]).unwrap();
-        let h = Backend::new(&s, Some(Secret("sk-ant".into())))
-            .unwrap()
-            .headers()
-            .unwrap();
+        let anthropic = |o: &[&str]| {
+            let o: Vec<String> = o.iter().map(|s| (*s).to_owned()).collect();
+            let s = Settings::parse("anthropic:claude", &o).unwrap();
+            Backend::new(&s, Some(Secret("sk-ant".into())))
+                .unwrap()
+                .headers()
+                .unwrap()
+        };
+        let h = anthropic(&[]);
         assert_eq!(
             (
                 h["x-api-key"].to_str().unwrap(),
                 h["anthropic-version"].to_str().unwrap()
             ),
-            ("sk-ant", ANTHROPIC_VERSION)
+            ("sk-ant", "2026-10-21")
         );
+        let h = anthropic(&["api_version=2023-06-01"]);
+        assert_eq!(h["anthropic-version"], "2023-06-01");
         let s = Settings::parse(
             "openai:llama",
             &["base_url=http://localhost:11434/v1".to_owned()],

@@ -7,6 +7,8 @@ mod anthropic;
 mod gemini;
 mod openai;
 
+pub(crate) use anthropic::Version as AnthropicVersion;
+
 use super::Provider;
 use super::conversation::{Message, ToolCall};
 use crate::agent::{ToolSpec, Usage};
