@@ -1612,13 +1612,18 @@ fn pincer_run_stops_before_starting_when_the_key_or_an_option_is_wrong() {
         assert!(!out.status.success());
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
-    let e = run("anthropic:claude-sonnet-4-5", &[]);
+    let e = run("anthropic:claude-sonnet-5-5", &[]);
     assert!(e.contains("set ANTHROPIC_API_KEY"), "{e}");
-    let e = run("gemini:gemini-2.5-flash", &[]);
+    let e = run("gemini:gemini-3.8-flash", &[]);
     assert!(e.contains("set GEMINI_API_KEY or GOOGLE_API_KEY"), "{e}");
-    let e = run("openai:gpt-4o", &["structure=swarm"]);
+    let e = run("openai:gpt-6.1-terra", &["structure=swarm"]);
     assert!(
         e.contains("structure=swarm") && e.contains("single, planner, per-env"),
+        "{e}"
+    );
+    let e = run("anthropic:claude-sonnet-5-5", &["temperature=0.5"]);
+    assert!(
+        e.contains("takes no temperature") && e.contains("api_version=2023-06-01"),
         "{e}"
     );
     let e = run("llama:3", &[]);

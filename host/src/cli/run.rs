@@ -21,8 +21,8 @@ pub(crate) struct RunArgs {
     /// Only tasks with this tag (repeatable; any matches).
     #[arg(long = "tag")]
     tags: Vec<String>,
-    /// The agent: oracle, random, human, or an LLM as PROVIDER:MODEL (openai:gpt-4o,
-    /// anthropic:claude-sonnet-4-5, gemini:gemini-2.5-flash).
+    /// The agent: oracle, random, human, or an LLM as PROVIDER:MODEL
+    /// (anthropic:claude-sonnet-5-5, gemini:gemini-3.8-flash, openai:gpt-6.1-terra).
     #[arg(long)]
     agent: String,
     /// LLM agent options KEY=VALUE: base_url, api_key_env, structure=single|planner|per-env,

@@ -425,11 +425,11 @@ mod tests {
 
     #[test]
     fn keys_go_in_headers_and_never_into_texts() {
-        let s = Settings::parse("gemini:gemini-2.5-flash", &[]).unwrap();
+        let s = Settings::parse("gemini:gemini-3.8-flash", &[]).unwrap();
         let b = Backend::new(&s, Some(Secret("AIza-secret".into()))).unwrap();
         assert_eq!(
             b.url,
-            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-3.8-flash:generateContent"
         );
         let h = b.headers().unwrap();
         assert_eq!(h["x-goog-api-key"], "AIza-secret");

@@ -163,7 +163,7 @@ pub struct Settings {
 #[non_exhaustive]
 pub enum SettingsError {
     /// `--agent` is not `PROVIDER:MODEL`.
-    #[error("--agent '{0}': write PROVIDER:MODEL with PROVIDER one of {names} (e.g. openai:gpt-4o)", names = Provider::NAMES)]
+    #[error("--agent '{0}': write PROVIDER:MODEL with PROVIDER one of {names} (e.g. anthropic:claude-sonnet-5-5)", names = Provider::NAMES)]
     Spec(String),
     /// The provider is not one pincer speaks.
     #[error("--agent: unknown provider '{0}'; use one of {names}", names = Provider::NAMES)]
@@ -418,12 +418,12 @@ mod tests {
 
     #[test]
     fn specs_and_options_parse_with_defaults() {
-        let s = Settings::parse("anthropic:claude-sonnet-4-5", &[]).unwrap();
+        let s = Settings::parse("anthropic:claude-sonnet-5-5", &[]).unwrap();
         assert_eq!(
             (s.provider, s.model.as_str(), s.base_url.as_str()),
             (
                 Provider::Anthropic,
-                "claude-sonnet-4-5",
+                "claude-sonnet-5-5",
                 "https://api.anthropic.com"
             )
         );
@@ -439,13 +439,13 @@ mod tests {
         );
         assert_eq!(s.key, KeySource::Env(vec!["ANTHROPIC_API_KEY".into()]));
         assert_eq!(s.anthropic_version, AnthropicVersion::DEFAULT);
-        let g = Settings::parse("gemini:gemini-2.5-flash", &[]).unwrap();
+        let g = Settings::parse("gemini:gemini-3.8-flash", &[]).unwrap();
         assert_eq!(
             g.key,
             KeySource::Env(vec!["GEMINI_API_KEY".into(), "GOOGLE_API_KEY".into()])
         );
         let s = Settings::parse(
-            "openai:gpt-4o",
+            "openai:gpt-6.1-terra",
             &opts(&[
                 "structure=per-env",
                 "history=2",
@@ -503,7 +503,7 @@ mod tests {
     #[test]
     fn bad_settings_name_the_option_and_what_is_allowed() {
         let err = |spec: &str, o: &[&str]| Settings::parse(spec, &opts(o)).unwrap_err().to_string();
-        assert!(err("gpt-4o", &[]).contains("PROVIDER:MODEL"));
+        assert!(err("gpt-6.1-terra", &[]).contains("PROVIDER:MODEL"));
         assert!(err("mistral:large", &[]).contains("openai, anthropic, gemini"));
         assert!(err("openai:", &[]).contains("PROVIDER:MODEL"));
         assert!(err("openai:m", &["structure"]).contains("KEY=VALUE"));
