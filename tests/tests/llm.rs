@@ -223,6 +223,36 @@ fn error(status: u16, message: &str) -> Scripted {
     }
 }
 
+/// Gemini's quota 429 in the shape the Gemini API sends it (recorded in
+/// RooCodeInc/Roo-Code#3883: `QuotaFailure`, `Help` and `RetryInfo` details), asking for
+/// the stand-in's own `retryDelay`.
+fn gemini_quota(retry_delay: &str) -> Scripted {
+    Scripted {
+        status: 429,
+        headers: Vec::new(),
+        body: json!({"error": {
+            "code": 429,
+            "message": "You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.",
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [
+                {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{
+                    "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_input_token_count",
+                    "quotaId": "GenerateContentInputTokensPerModelPerMinute-FreeTier",
+                    "quotaDimensions": {"location": "global", "model": "stand-in-model"},
+                    "quotaValue": "250000"
+                }]},
+                {"@type": "type.googleapis.com/google.rpc.Help", "links": [{
+                    "description": "Learn more about Gemini API quotas",
+                    "url": "https://ai.google.dev/gemini-api/docs/rate-limits"
+                }]},
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay}
+            ]
+        }}),
+        usage: (0, 0),
+        delay: Duration::ZERO,
+    }
+}
+
 /// A successful reply of provider `p` with this text, tool calls and usage.
 fn reply(p: Provider, text: &str, calls: &[(&str, Value)], usage: (u64, u64)) -> Scripted {
     let body = match p {
@@ -283,6 +313,66 @@ fn reply(p: Provider, text: &str, calls: &[(&str, Value)], usage: (u64, u64)) ->
 
 fn call(p: Provider, name: &str, args: Value, usage: (u64, u64)) -> Scripted {
     reply(p, "", &[(name, args)], usage)
+}
+
+/// A refusal of provider `p` as its API sends one, and what the agent should make of it.
+/// OpenAI: `message.refusal` with `content` null (openai-python `ChatCompletionMessage`).
+/// Anthropic: `stop_reason` "refusal" with `stop_details` and the text before the cut (the
+/// body in Anthropic's "Handle streaming refusals"). Gemini: a blocked prompt, no candidates
+/// and `promptFeedback.blockReason` (google-genai `GenerateContentResponse`).
+fn refusal(p: Provider, usage: (u64, u64)) -> (Scripted, &'static str) {
+    let (body, said) = match p {
+        Provider::OpenAi => (
+            json!({
+                "id": "chatcmpl-standin", "object": "chat.completion", "model": "stand-in-model",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+                    "refusal": "I'm sorry, I cannot assist with that request."},
+                    "logprobs": null, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": usage.0, "completion_tokens": usage.1, "total_tokens": usage.0 + usage.1}
+            }),
+            "the model refused: I'm sorry, I cannot assist with that request.",
+        ),
+        Provider::Anthropic => (
+            json!({
+                "id": "msg_standin", "type": "message", "role": "assistant", "model": "stand-in-model",
+                "content": [{"type": "text", "text": "Hello.."}],
+                "stop_reason": "refusal",
+                "stop_details": {"type": "refusal", "category": "cyber",
+                    "explanation": "This request was declined because it could enable cyber harm."},
+                "usage": {"input_tokens": usage.0, "output_tokens": usage.1}
+            }),
+            "the model refused: This request was declined because it could enable cyber harm. (stop_reason refusal, category cyber)",
+        ),
+        _ => (
+            json!({
+                "promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
+                "usageMetadata": {"promptTokenCount": usage.0, "candidatesTokenCount": usage.1, "totalTokenCount": usage.0 + usage.1},
+                "modelVersion": "stand-in-model"
+            }),
+            "the model refused: Gemini blocked the prompt (promptFeedback.blockReason PROHIBITED_CONTENT)",
+        ),
+    };
+    let scripted = Scripted {
+        status: 200,
+        headers: Vec::new(),
+        body,
+        usage,
+        delay: Duration::ZERO,
+    };
+    (scripted, said)
+}
+
+/// The roles of a request's messages, in order.
+fn roles_sent(p: Provider, body: &Value) -> Vec<String> {
+    let msgs = match p {
+        Provider::Gemini => &body["contents"],
+        _ => &body["messages"],
+    };
+    msgs.as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| m["role"].as_str().unwrap_or_default().to_owned())
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -541,7 +631,11 @@ async fn each_provider_gets_the_system_prompt_tools_and_the_marked_png() {
         if p == Provider::Anthropic {
             assert_eq!(
                 r.headers.get("anthropic-version").map(String::as_str),
-                Some("2023-06-01")
+                Some("2026-10-21")
+            );
+            assert!(
+                r.body.get("temperature").is_none(),
+                "2026-10-21 refuses any temperature"
             );
         }
         let sys = system_prompt(p, &r.body);
@@ -630,6 +724,24 @@ async fn each_provider_gets_the_system_prompt_tools_and_the_marked_png() {
 }
 
 #[tokio::test]
+async fn the_anthropic_version_can_be_the_old_one_that_takes_a_temperature() {
+    let p = Provider::Anthropic;
+    let (standin, mut a) = desktop_agent(
+        p,
+        &["api_version=2023-06-01", "temperature=0.3"],
+        vec![call(p, "complete", json!({}), (1, 1))],
+    )
+    .await;
+    a.act(&on_desktop(0)).await.expect("a decision");
+    let r = &standin.requests()[0];
+    assert_eq!(
+        r.headers.get("anthropic-version").map(String::as_str),
+        Some("2023-06-01")
+    );
+    assert_eq!(r.body["temperature"], 0.3);
+}
+
+#[tokio::test]
 async fn json_mode_sends_no_tools_and_reads_the_action_from_text() {
     for p in PROVIDERS {
         let (standin, mut a) = desktop_agent(
@@ -654,6 +766,75 @@ async fn json_mode_sends_no_tools_and_reads_the_action_from_text() {
         assert!(
             sys.contains("- \"click\": Left-click") && sys.contains("reply with a JSON object"),
             "{p}: {sys}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_is_reported_as_one_and_its_turn_taken_back() {
+    for p in PROVIDERS {
+        let (refused, said) = refusal(p, (50, 4));
+        let (standin, mut a) = desktop_agent(
+            p,
+            &[],
+            vec![
+                refused,
+                call(p, "click", json!({"target": {"element": 2}}), (60, 5)),
+            ],
+        )
+        .await;
+        let d = a.act(&on_desktop(0)).await.expect("a refusal is an answer");
+        assert!(d.actions.is_empty(), "{p}: {d:?}");
+        assert_eq!(d.invalid.as_deref(), Some(said), "{p}");
+        assert_eq!(
+            (d.usage.prompt, d.usage.completion),
+            (50, 4),
+            "{p}: counted"
+        );
+        assert_eq!(
+            d.exchanges.len(),
+            1,
+            "{p}: the refusal is in the trajectory"
+        );
+        let feedback = format!("your last output was not a valid action: {said}");
+        let d = a
+            .act(&observation(1, vec![view("desktop")], &[&feedback]))
+            .await
+            .unwrap();
+        assert_eq!(d.actions, vec![click_element("desktop", 2)], "{p}");
+        let next = &standin.requests()[1].body;
+        let first_turn = match p {
+            Provider::OpenAi => vec!["system", "user"],
+            _ => vec!["user"],
+        };
+        assert_eq!(
+            roles_sent(p, next),
+            first_turn,
+            "{p}: the refused turn is not sent again"
+        );
+        assert!(
+            text_of(next).contains(&feedback),
+            "{p}: but the model hears of it"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refusing_planner_or_main_agent_is_named_and_nothing_is_handed_on() {
+    let p = Provider::OpenAi;
+    for (structure, who) in [
+        ("structure=planner", "planner"),
+        ("structure=per-env", "main agent"),
+    ] {
+        let (refused, said) = refusal(p, (5, 1));
+        let (standin, mut a) = desktop_agent(p, &[structure], vec![refused]).await;
+        let d = a.act(&on_desktop(0)).await.expect("a refusal is an answer");
+        let want = said.replace("the model", &format!("the {who}"));
+        assert_eq!(d.invalid.as_deref(), Some(want.as_str()), "{structure}");
+        assert_eq!(
+            standin.requests().len(),
+            1,
+            "{structure}: no sub-goal to hand on"
         );
     }
 }
@@ -736,6 +917,60 @@ async fn a_429_is_retried_after_the_time_the_server_asks() {
         standin.requests()[1].body,
         "the same request is sent again"
     );
+}
+
+#[tokio::test]
+async fn a_gemini_quota_429_is_retried_after_the_delay_in_its_body() {
+    let p = Provider::Gemini;
+    let (standin, mut a) = desktop_agent(
+        p,
+        &[],
+        vec![gemini_quota("1.5s"), call(p, "complete", json!({}), (7, 3))],
+    )
+    .await;
+    let t = Instant::now();
+    let d = a.act(&on_desktop(0)).await.expect("the retry succeeds");
+    assert!(
+        t.elapsed() >= Duration::from_millis(1450),
+        "waited {:?}, not the 1.5 s asked (the first backoff is 1 to 1.25 s)",
+        t.elapsed()
+    );
+    assert_eq!(d.actions, vec![AgentAction::Complete]);
+    assert_eq!(standin.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn a_wait_longer_than_pincer_allows_fails_at_once_saying_how_long() {
+    let mut limited = error(429, "Rate limit reached for requests");
+    limited.headers.push(("retry-after", "600".into()));
+    for (p, answer, asked) in [
+        (Provider::Gemini, gemini_quota("3600s"), "3600 s"),
+        (Provider::OpenAi, limited, "600 s"),
+    ] {
+        let (standin, mut a) = desktop_agent(p, &[], vec![answer]).await;
+        let t = Instant::now();
+        let msg = a
+            .act(&on_desktop(0))
+            .await
+            .expect_err("no sleeping that long")
+            .to_string();
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "{p}: slept {:?}",
+            t.elapsed()
+        );
+        assert!(
+            msg.contains(&format!("asked to wait {asked} before the next attempt"))
+                && msg.contains("429 Too Many Requests")
+                && msg.contains(if p == Provider::Gemini {
+                    "exceeded your current quota"
+                } else {
+                    "Rate limit reached"
+                }),
+            "{p}: {msg}"
+        );
+        assert_eq!(standin.requests().len(), 1, "{p}: not retried");
+    }
 }
 
 #[tokio::test]
@@ -1270,6 +1505,35 @@ async fn invalid_outputs_are_fed_back_and_three_in_a_row_end_the_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_recorded_fed_back_and_end_the_run_like_invalid_outputs() {
+    let p = Provider::Anthropic;
+    let sb = Sandbox::new();
+    let (refused, said) = refusal(p, (10, 1));
+    let standin = StandIn::replying(vec![refused.clone(), refused.clone(), refused]).await;
+    let (rec, steps, _) = run_zenity(&sb, "llm-refusal", 10, standin.settings(p, &[])).await;
+    assert_eq!(rec.termination, Termination::InvalidAction, "{rec:?}");
+    assert_eq!(rec.detail.as_deref(), Some(said));
+    assert_eq!(steps.len(), 3);
+    assert!(
+        steps
+            .iter()
+            .all(|s| s.invalid.as_deref() == Some(said) && s.actions.is_empty())
+    );
+    assert_eq!(
+        steps[0].thought.as_deref(),
+        Some("Hello.."),
+        "the text before the cut"
+    );
+    assert_eq!(steps[0].exchanges[0].response["stop_reason"], "refusal");
+    assert!(
+        text_of(&standin.requests()[1].body)
+            .contains(&format!("your last output was not a valid action: {said}")),
+        "fed back"
+    );
+    assert_eq!((rec.usage.prompt, rec.usage.completion), (30, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completing_before_the_checkpoints_pass_is_a_false_completion() {
     let p = Provider::OpenAi;
     let sb = Sandbox::new();
@@ -1348,13 +1612,18 @@ fn pincer_run_stops_before_starting_when_the_key_or_an_option_is_wrong() {
         assert!(!out.status.success());
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
-    let e = run("anthropic:claude-sonnet-4-5", &[]);
+    let e = run("anthropic:claude-sonnet-5-5", &[]);
     assert!(e.contains("set ANTHROPIC_API_KEY"), "{e}");
-    let e = run("gemini:gemini-2.5-flash", &[]);
+    let e = run("gemini:gemini-3.8-flash", &[]);
     assert!(e.contains("set GEMINI_API_KEY or GOOGLE_API_KEY"), "{e}");
-    let e = run("openai:gpt-4o", &["structure=swarm"]);
+    let e = run("openai:gpt-6.1-terra", &["structure=swarm"]);
     assert!(
         e.contains("structure=swarm") && e.contains("single, planner, per-env"),
+        "{e}"
+    );
+    let e = run("anthropic:claude-sonnet-5-5", &["temperature=0.5"]);
+    assert!(
+        e.contains("takes no temperature") && e.contains("api_version=2023-06-01"),
         "{e}"
     );
     let e = run("llama:3", &[]);

@@ -127,7 +127,7 @@ pub struct AgentError(pub String);
 
 /// Something that chooses actions.
 pub trait Agent: Send {
-    /// A short name for results ("oracle", "openai:gpt-4o").
+    /// A short name for results ("oracle", "anthropic:claude-sonnet-5-5").
     fn name(&self) -> String;
 
     /// Starts a task; agents keep per-task state (history, oracle position) from here.

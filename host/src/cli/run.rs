@@ -21,12 +21,13 @@ pub(crate) struct RunArgs {
     /// Only tasks with this tag (repeatable; any matches).
     #[arg(long = "tag")]
     tags: Vec<String>,
-    /// The agent: oracle, random, human, or an LLM as PROVIDER:MODEL (openai:gpt-4o,
-    /// anthropic:claude-sonnet-4-5, gemini:gemini-2.5-flash).
+    /// The agent: oracle, random, human, or an LLM as PROVIDER:MODEL
+    /// (anthropic:claude-sonnet-5-5, gemini:gemini-3.8-flash, openai:gpt-6.1-terra).
     #[arg(long)]
     agent: String,
     /// LLM agent options KEY=VALUE: base_url, api_key_env, structure=single|planner|per-env,
-    /// history=N, mode=tools|json, temperature, max_tokens, timeout_s, retries (repeatable).
+    /// history=N, mode=tools|json, temperature, max_tokens, timeout_s, retries, api_version
+    /// (anthropic-version; repeatable).
     #[arg(long = "agent-opt", value_name = "KEY=VALUE")]
     agent_opts: Vec<String>,
     /// An environment set as ROLE=ENV,ROLE=ENV with names from the envs file (repeatable:

@@ -2,7 +2,8 @@
 //! structures. Each decision makes one model call (`single`), a planner call then a tool
 //! agent call (`planner`), or a main agent call then the chosen environment's sub-agent
 //! call (`per-env`). Replies become actions through `actions::parse`/`parse_text`; an
-//! unusable reply becomes an invalid decision with the reason, told back to the model.
+//! unusable reply becomes an invalid decision with the reason, told back to the model. So
+//! does a refusal ("the model refused: ..."), whose turn also leaves the conversation.
 
 use super::conversation::{Conversation, ToolCall, ToolResult};
 use super::http::{Backend, Call};
@@ -80,8 +81,27 @@ fn result(c: &ToolCall, content: impl Into<String>) -> ToolResult {
     }
 }
 
+/// Puts a read reply into its conversation with what became of its calls; a refused one
+/// takes its turn back out instead (the runner's feedback tells the model of the refusal).
+fn record(conv: &mut Conversation, reply: &Reply, results: Vec<ToolResult>) {
+    if reply.refusal.is_some() {
+        conv.withdraw();
+    } else {
+        conv.answer(reply.message.clone());
+        conv.settle(results);
+    }
+}
+
 /// Reads a reply as actions on `roles` with the tools named `allowed`.
 fn read(reply: &Reply, mode: Mode, roles: &Roles, allowed: &[ToolSpec]) -> Reading {
+    // Whatever came with a refusal (the text before a cut, a call) is not an answer; the
+    // turn is withdrawn, so its calls need no results.
+    if let Some(refusal) = &reply.refusal {
+        return Reading {
+            actions: Err(format!("the model refused: {refusal}")),
+            results: Vec::new(),
+        };
+    }
     let offered = |name: &str| allowed.iter().any(|t| t.name == name);
     let names = || {
         allowed
@@ -334,9 +354,8 @@ impl LlmAgent {
                 agent.ask(prompt::observation(obs, &st.brief, &all, n, true, None));
                 let reply =
                     Self::call(backend, "agent", agent, mode, &mut usage, &mut exchanges).await?;
-                agent.answer(reply.message.clone());
                 let r = read(&reply, mode, &st.roles, &agent.tools);
-                agent.settle(r.results);
+                record(agent, &reply, r.results);
                 (r.actions, Some(reply.text).filter(|t| !t.is_empty()))
             }
             Chats::Planner {
@@ -357,8 +376,11 @@ impl LlmAgent {
                     &mut exchanges,
                 )
                 .await?;
-                planner.answer(plan.message.clone());
-                if plan.text.is_empty() {
+                // The planner has no tools: nothing to settle.
+                record(planner, &plan, Vec::new());
+                if let Some(refusal) = &plan.refusal {
+                    (Err(format!("the planner refused: {refusal}")), None)
+                } else if plan.text.is_empty() {
                     let why = format!(
                         "the planner gave no next step (stop reason: {})",
                         plan.stop.as_deref().unwrap_or("none")
@@ -384,9 +406,8 @@ impl LlmAgent {
                         &mut exchanges,
                     )
                     .await?;
-                    tools.answer(reply.message.clone());
                     let r = read(&reply, mode, &st.roles, &tools.tools);
-                    tools.settle(r.results);
+                    record(tools, &reply, r.results);
                     *report = Some(match &r.actions {
                         Ok(a) => a
                             .iter()
@@ -405,60 +426,65 @@ impl LlmAgent {
                 main.ask(prompt::observation(obs, &st.brief, &all, n, false, preface));
                 let order =
                     Self::call(backend, "main", main, mode, &mut usage, &mut exchanges).await?;
-                main.answer(order.message.clone());
-                let (parsed, call) = read_main(&order, mode, &st.roles);
-                let mut results: Vec<ToolResult> = order
-                    .calls
-                    .iter()
-                    .skip(1)
-                    .map(|c| result(c, "ignored: one call per turn"))
-                    .collect();
-                let (actions, thought, said) = match parsed {
-                    Err(e) => (Err(e.clone()), None, format!("not done: {e}")),
-                    Ok(Order::Meta(a)) => (Ok(vec![a]), None, "done".to_owned()),
-                    Ok(Order::Delegate { env, instruction }) => {
-                        let (Some(sub), Some(view), Some(p)) =
-                            (envs.get_mut(&env), obs.view(&env), st.roles.get(&env))
-                        else {
-                            return Err(AgentError(format!(
-                                "the observation has no view of '{env}'"
-                            )));
-                        };
-                        let one: Roles = [(env.clone(), *p)].into();
-                        let preface = format!("Sub-goal from the main agent: {instruction}\n\n");
-                        sub.ask(prompt::observation(
-                            obs,
-                            &st.brief,
-                            &[view],
-                            n,
-                            true,
-                            Some(preface),
-                        ));
-                        let reply =
-                            Self::call(backend, &env, sub, mode, &mut usage, &mut exchanges)
-                                .await?;
-                        sub.answer(reply.message.clone());
-                        let r = read(&reply, mode, &one, &sub.tools);
-                        sub.settle(r.results);
-                        let said = match &r.actions {
-                            Ok(a) => format!(
-                                "the {env} agent did: {}",
-                                a.iter()
-                                    .map(AgentAction::describe)
-                                    .collect::<Vec<_>>()
-                                    .join("; ")
-                            ),
-                            Err(e) => format!("the {env} agent's reply was unusable: {e}"),
-                        };
-                        (r.actions, Some(format!("{env}: {instruction}")), said)
+                if let Some(refusal) = &order.refusal {
+                    main.withdraw();
+                    (Err(format!("the main agent refused: {refusal}")), None)
+                } else {
+                    main.answer(order.message.clone());
+                    let (parsed, call) = read_main(&order, mode, &st.roles);
+                    let mut results: Vec<ToolResult> = order
+                        .calls
+                        .iter()
+                        .skip(1)
+                        .map(|c| result(c, "ignored: one call per turn"))
+                        .collect();
+                    let (actions, thought, said) = match parsed {
+                        Err(e) => (Err(e.clone()), None, format!("not done: {e}")),
+                        Ok(Order::Meta(a)) => (Ok(vec![a]), None, "done".to_owned()),
+                        Ok(Order::Delegate { env, instruction }) => {
+                            let (Some(sub), Some(view), Some(p)) =
+                                (envs.get_mut(&env), obs.view(&env), st.roles.get(&env))
+                            else {
+                                return Err(AgentError(format!(
+                                    "the observation has no view of '{env}'"
+                                )));
+                            };
+                            let one: Roles = [(env.clone(), *p)].into();
+                            let preface =
+                                format!("Sub-goal from the main agent: {instruction}\n\n");
+                            sub.ask(prompt::observation(
+                                obs,
+                                &st.brief,
+                                &[view],
+                                n,
+                                true,
+                                Some(preface),
+                            ));
+                            let reply =
+                                Self::call(backend, &env, sub, mode, &mut usage, &mut exchanges)
+                                    .await?;
+                            let r = read(&reply, mode, &one, &sub.tools);
+                            record(sub, &reply, r.results);
+                            let said = match &r.actions {
+                                Ok(a) => format!(
+                                    "the {env} agent did: {}",
+                                    a.iter()
+                                        .map(AgentAction::describe)
+                                        .collect::<Vec<_>>()
+                                        .join("; ")
+                                ),
+                                Err(e) => format!("the {env} agent's reply was unusable: {e}"),
+                            };
+                            (r.actions, Some(format!("{env}: {instruction}")), said)
+                        }
+                    };
+                    match call {
+                        Some(c) => results.insert(0, result(&c, said)),
+                        None => *report = Some(said),
                     }
-                };
-                match call {
-                    Some(c) => results.insert(0, result(&c, said)),
-                    None => *report = Some(said),
+                    main.settle(results);
+                    (actions, thought)
                 }
-                main.settle(results);
-                (actions, thought)
             }
         };
         Ok(match actions {
@@ -573,6 +599,7 @@ mod tests {
             calls,
             usage: Usage::default(),
             stop: Some("stop".into()),
+            refusal: None,
             message: Message {
                 role: Role::Assistant,
                 parts: vec![],
@@ -689,6 +716,28 @@ mod tests {
             .actions
             .unwrap_err()
             .contains("not an action here")
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_no_action_whatever_came_with_it() {
+        let tools = actions::tools(&roles());
+        let mut r = reply(
+            "Sure, clicking",
+            vec![("click", json!({"target": {"element": 2}}))],
+        );
+        r.refusal = Some(super::super::wire::Refusal {
+            text: "This request was declined.".into(),
+            marker: Some("stop_reason refusal".into()),
+        });
+        let read = read(&r, Mode::Tools, &roles(), &tools);
+        assert_eq!(
+            read.actions,
+            Err("the model refused: This request was declined. (stop_reason refusal)".into())
+        );
+        assert!(
+            read.results.is_empty(),
+            "the turn is withdrawn, its call with it"
         );
     }
 

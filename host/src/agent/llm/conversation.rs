@@ -147,6 +147,21 @@ impl Conversation {
         self.messages.push(reply);
     }
 
+    /// Takes back the turn just asked, whose reply was refused: the APIs refuse again while
+    /// the refused prompt stays in the history (Anthropic says to remove it). The tool
+    /// results it carried are owed again, so the calls they answer are still answered.
+    pub(crate) fn withdraw(&mut self) {
+        if self.messages.last().is_some_and(|m| m.role == Role::User) {
+            let prompt = self.messages.pop().into_iter().flat_map(|m| m.parts);
+            self.owed = prompt
+                .filter_map(|p| match p {
+                    Part::Result(r) => Some(r),
+                    _ => None,
+                })
+                .collect();
+        }
+    }
+
     /// Says what became of the last reply's tool calls (told at the next turn).
     pub(crate) fn settle(&mut self, results: Vec<ToolResult>) {
         self.owed = results;
@@ -256,6 +271,29 @@ mod tests {
         ));
         assert!(matches!(&w[4].parts[0], Part::Result(r) if r.id == "c4"));
         assert!(matches!(&w[4].parts[2], Part::Image(i) if i.name == "step-005-desktop-marks.png"));
+    }
+
+    #[test]
+    fn a_withdrawn_turn_leaves_no_trace_but_its_results_stay_owed() {
+        let mut c = Conversation::new("sys".into(), Vec::new(), 5);
+        c.ask(vec![Part::Text("obs 1".into())]);
+        c.answer(reply("a"));
+        c.settle(vec![ToolResult {
+            id: "a".into(),
+            name: "click".into(),
+            content: "executed".into(),
+        }]);
+        c.ask(vec![Part::Text("obs 2 (refused)".into()), image(2)]);
+        c.withdraw();
+        assert_eq!(c.len(), 2, "the refused prompt is gone");
+        c.ask(vec![Part::Text("obs 3".into())]);
+        let w = c.window();
+        assert_eq!(w.len(), 3);
+        assert!(
+            matches!(&w[2].parts[0], Part::Result(r) if r.id == "a"),
+            "the call before the refusal is still answered"
+        );
+        assert!(w.iter().all(|m| !m.text().contains("refused")));
     }
 
     #[test]

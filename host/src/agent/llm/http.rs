@@ -1,11 +1,12 @@
 //! The HTTP client of one agent: POSTs a chat to the provider, retries 429s, 5xxs and lost
-//! connections with exponential backoff (or as long as `Retry-After` says), bounds each
+//! connections with exponential backoff (or as long as the server asks, in a header or in
+//! Gemini's `RetryInfo`; one that asks too long fails the call at once), bounds each
 //! request by the timeout, and returns the decoded reply with the exchange to store. The
 //! key is sent only as a request header (`Authorization`, `x-api-key`, `x-goog-api-key`),
 //! never in the URL, and is scrubbed from every error text.
 
 use super::conversation::Message;
-use super::wire::{self, Chat, Images, Reply};
+use super::wire::{self, AnthropicVersion, Chat, Images, Reply};
 use super::{Provider, Secret, Settings};
 use crate::agent::{AgentError, Exchange, ToolSpec};
 use reqwest::StatusCode;
@@ -13,13 +14,15 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The `anthropic-version` pincer speaks.
-const ANTHROPIC_VERSION: &str = "2023-06-01";
-
 /// The first wait before retrying; doubled each time.
 const BACKOFF_BASE: Duration = Duration::from_secs(1);
 
-/// The longest wait between attempts, whatever the server asks.
+/// The longest wait between attempts. A server that asks for a longer one (a quota that
+/// resets in an hour) gets no further attempt: the call fails at once and says how long
+/// the server asked, since a retry before then fails again and sleeping until then would
+/// hold the task for nothing. This is the only bound on a wait: a model call has no
+/// deadline of its own (`timeout_s` bounds each attempt; the runner checks a task's
+/// `max_seconds` between steps).
 const MAX_WAIT: Duration = Duration::from_secs(120);
 
 /// One model call's outcome.
@@ -44,6 +47,7 @@ pub(crate) struct Backend {
     temperature: Option<f64>,
     max_tokens: Option<u32>,
     openai_official: bool,
+    anthropic_version: AnthropicVersion,
 }
 
 impl std::fmt::Debug for Backend {
@@ -89,6 +93,7 @@ impl Backend {
             temperature: s.temperature,
             max_tokens: s.max_tokens,
             openai_official: s.provider == Provider::OpenAi && super::is_openai_host(&s.base_url),
+            anthropic_version: s.anthropic_version,
         })
     }
 
@@ -117,7 +122,7 @@ impl Backend {
         if self.provider == Provider::Anthropic {
             h.insert(
                 "anthropic-version",
-                HeaderValue::from_static(ANTHROPIC_VERSION),
+                HeaderValue::from_static(self.anthropic_version.as_str()),
             );
         }
         Ok(h)
@@ -152,6 +157,24 @@ impl Backend {
             .map_err(|e| AgentError(format!("encoding the request: {e}")))?;
         let stored = wire::encode(self.provider, &chat, Images::Reference);
         let headers = self.headers()?;
+        self.send(who, &headers, body, stored)
+            .await
+            .map_err(|e| AgentError(self.scrub(e.to_string())))
+    }
+
+    /// The attempts of one call. Server texts in the error are not scrubbed yet.
+    async fn send(
+        &self,
+        who: &str,
+        headers: &HeaderMap,
+        body: Vec<u8>,
+        stored: serde_json::Value,
+    ) -> Result<Call, CallError> {
+        let fail = |failure| CallError {
+            provider: self.provider,
+            url: self.url.clone(),
+            failure,
+        };
         let attempts = self.retries + 1;
         let mut last = String::new();
         for attempt in 0..attempts {
@@ -171,20 +194,13 @@ impl Backend {
                         Ok(bytes) if status.is_success() => {
                             let v: serde_json::Value =
                                 serde_json::from_slice(&bytes).map_err(|e| {
-                                    AgentError(self.scrub(format!(
-                                        "{} API at {}: the reply is not JSON ({e}): {}",
-                                        self.provider,
-                                        self.url,
-                                        wire::error_message(&bytes)
-                                    )))
+                                    fail(Failure::NotJson {
+                                        error: e.to_string(),
+                                        body: wire::error_message(&bytes),
+                                    })
                                 })?;
-                            let reply =
-                                wire::decode(self.provider, &v).map_err(|e| {
-                                    AgentError(self.scrub(format!(
-                                        "{} API at {}: {e}",
-                                        self.provider, self.url
-                                    )))
-                                })?;
+                            let reply = wire::decode(self.provider, &v)
+                                .map_err(|e| fail(Failure::Unexpected(e)))?;
                             let exchange = Exchange {
                                 who: who.to_owned(),
                                 request: stored,
@@ -195,21 +211,20 @@ impl Backend {
                             return Ok(Call { reply, exchange });
                         }
                         Ok(bytes) => {
-                            let what = format!(
+                            let asked = asked.or_else(|| wire::retry_delay(&bytes));
+                            let answer = format!(
                                 "{} {}: {}",
                                 status.as_u16(),
                                 status.canonical_reason().unwrap_or(""),
                                 wire::error_message(&bytes)
                             );
                             if !retryable(status) {
-                                return Err(AgentError(self.scrub(format!(
-                                    "{} API at {} refused the request: {what}{}",
-                                    self.provider,
-                                    self.url,
-                                    self.hint(status)
-                                ))));
+                                return Err(fail(Failure::Refused {
+                                    answer,
+                                    hint: self.hint(status),
+                                }));
                             }
-                            last = what;
+                            last = answer;
                             asked
                         }
                         Err(e) => {
@@ -230,41 +245,92 @@ impl Backend {
                     last = describe(&e);
                     None
                 }
-                Err(e) => {
-                    return Err(AgentError(self.scrub(format!(
-                        "{} API at {}: {}",
-                        self.provider,
-                        self.url,
-                        describe(&e)
-                    ))));
-                }
+                Err(e) => return Err(fail(Failure::Transport(describe(&e)))),
             };
             if attempt + 1 < attempts {
-                let wait = wait.unwrap_or_else(|| backoff(attempt)).min(MAX_WAIT);
+                let wait = match wait {
+                    Some(asked) if asked > MAX_WAIT => {
+                        return Err(fail(Failure::WaitTooLong {
+                            asked,
+                            answer: last,
+                        }));
+                    }
+                    Some(asked) => asked,
+                    None => backoff(attempt),
+                };
                 tracing::warn!(provider = %self.provider, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, "model API call failed, retrying: {}", self.scrub(last.clone()));
                 tokio::time::sleep(wait).await;
             }
         }
-        Err(AgentError(self.scrub(format!(
-            "{} API at {} failed {attempts} time{}; the last: {last}",
-            self.provider,
-            self.url,
-            if attempts == 1 { "" } else { "s" }
-        ))))
+        Err(fail(Failure::Exhausted { attempts, last }))
     }
 
-    /// What to do about a refusal.
+    /// What to do about a refused request.
     fn hint(&self, status: StatusCode) -> String {
         match status {
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                format!(" (check the API key for {})", self.provider)
-            }
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => " (check the API key)".to_owned(),
             StatusCode::NOT_FOUND => {
                 format!(" (is the model '{}' and the base_url right?)", self.model)
             }
             _ => String::new(),
         }
     }
+}
+
+/// Why a model call failed: the endpoint, then what went wrong there.
+#[derive(Debug, thiserror::Error)]
+#[error("{provider} API at {url} {failure}")]
+struct CallError {
+    provider: Provider,
+    url: String,
+    failure: Failure,
+}
+
+/// What went wrong in a model call.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// An answer that asking again cannot change: a bad key, an unknown model, a bad request.
+    #[error("refused the request: {answer}{hint}")]
+    Refused {
+        /// The status and the server's message.
+        answer: String,
+        /// What to check, if pincer knows.
+        hint: String,
+    },
+    /// A successful answer whose body is not JSON.
+    #[error("sent a reply that is not JSON ({error}): {body}")]
+    NotJson {
+        /// Why it does not parse.
+        error: String,
+        /// The start of the body.
+        body: String,
+    },
+    /// A JSON reply that is not what the API documents.
+    #[error("sent a reply pincer cannot read: {}", .0.0)]
+    Unexpected(wire::WireError),
+    /// A failure of the HTTP client that another attempt would repeat.
+    #[error("failed: {0}")]
+    Transport(String),
+    /// The server asked for a longer wait before the next attempt than pincer waits.
+    #[error(
+        "asked to wait {} s before the next attempt, more than the {} s pincer waits, so the call stops here (try again after that wait); the answer: {answer}",
+        asked.as_secs_f64(),
+        MAX_WAIT.as_secs()
+    )]
+    WaitTooLong {
+        /// The wait the server asked for.
+        asked: Duration,
+        /// The status and the server's message.
+        answer: String,
+    },
+    /// Every attempt failed in a way that may pass.
+    #[error("failed {attempts} time{}; the last: {last}", if *attempts == 1 { "" } else { "s" })]
+    Exhausted {
+        /// How many attempts were made.
+        attempts: u32,
+        /// What the last one came to.
+        last: String,
+    },
 }
 
 /// Rate limits, overloads, server errors and request timeouts may pass.
@@ -274,8 +340,8 @@ fn retryable(status: StatusCode) -> bool {
         || status.is_server_error()
 }
 
-/// How long the server asks us to wait: `retry-after-ms` (OpenAI) or `Retry-After` in
-/// seconds. (HTTP dates fall back to the backoff.)
+/// How long the server's headers ask us to wait: `retry-after-ms` (OpenAI) or
+/// `Retry-After` in seconds. (HTTP dates fall back to the backoff.)
 fn retry_after(h: &HeaderMap) -> Option<Duration> {
     let num = |name: &str| {
         h.get(name)?
@@ -286,11 +352,10 @@ fn retry_after(h: &HeaderMap) -> Option<Duration> {
             .ok()
             .filter(|v| v.is_finite() && *v >= 0.0)
     };
+    // try_from: a huge number must not panic the agent.
     num("retry-after-ms")
-        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
-        .or_else(|| {
-            num("retry-after").map(|s| Duration::from_secs_f64(s.min(MAX_WAIT.as_secs_f64())))
-        })
+        .and_then(|ms| Duration::try_from_secs_f64(ms / 1000.0).ok())
+        .or_else(|| num("retry-after").and_then(|s| Duration::try_from_secs_f64(s).ok()))
 }
 
 /// 1 s, 2 s, 4 s, ... with up to a quarter more at random, so parallel workers spread out.
@@ -334,7 +399,13 @@ mod tests {
         );
         assert_eq!(retry_after(&h), None);
         h.insert("retry-after", HeaderValue::from_static("100000"));
-        assert_eq!(retry_after(&h), Some(MAX_WAIT));
+        assert_eq!(
+            retry_after(&h),
+            Some(Duration::from_secs(100_000)),
+            "kept whole, so the call can say how long was asked"
+        );
+        h.insert("retry-after-ms", HeaderValue::from_static("1e300"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(100_000)));
     }
 
     #[test]
@@ -354,29 +425,35 @@ mod tests {
 
     #[test]
     fn keys_go_in_headers_and_never_into_texts() {
-        let s = Settings::parse("gemini:gemini-2.5-flash", &[]).unwrap();
+        let s = Settings::parse("gemini:gemini-3.8-flash", &[]).unwrap();
         let b = Backend::new(&s, Some(Secret("AIza-secret".into()))).unwrap();
         assert_eq!(
             b.url,
-            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-3.8-flash:generateContent"
         );
         let h = b.headers().unwrap();
         assert_eq!(h["x-goog-api-key"], "AIza-secret");
         assert!(h["x-goog-api-key"].is_sensitive());
         assert_eq!(b.scrub("bad key AIza-secret".into()), "bad key <redacted>");
         assert!(!format!("{b:?}").contains("AIza"));
-        let s = Settings::parse("anthropic:claude", &[]).unwrap();
-        let h = Backend::new(&s, Some(Secret("sk-ant".into())))
-            .unwrap()
-            .headers()
-            .unwrap();
+        let anthropic = |o: &[&str]| {
+            let o: Vec<String> = o.iter().map(|s| (*s).to_owned()).collect();
+            let s = Settings::parse("anthropic:claude", &o).unwrap();
+            Backend::new(&s, Some(Secret("sk-ant".into())))
+                .unwrap()
+                .headers()
+                .unwrap()
+        };
+        let h = anthropic(&[]);
         assert_eq!(
             (
                 h["x-api-key"].to_str().unwrap(),
                 h["anthropic-version"].to_str().unwrap()
             ),
-            ("sk-ant", ANTHROPIC_VERSION)
+            ("sk-ant", "2026-10-21")
         );
+        let h = anthropic(&["api_version=2023-06-01"]);
+        assert_eq!(h["anthropic-version"], "2023-06-01");
         let s = Settings::parse(
             "openai:llama",
             &["base_url=http://localhost:11434/v1".to_owned()],

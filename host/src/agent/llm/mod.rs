@@ -19,6 +19,7 @@ mod wire;
 use super::Agent;
 use super::AgentError;
 use std::time::Duration;
+use wire::AnthropicVersion;
 
 /// The model APIs pincer speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +154,8 @@ pub struct Settings {
     max_tokens: Option<u32>,
     timeout: Duration,
     retries: u32,
+    /// The `anthropic-version` sent (Anthropic only).
+    anthropic_version: AnthropicVersion,
 }
 
 /// Why the agent settings are unusable.
@@ -160,7 +163,7 @@ pub struct Settings {
 #[non_exhaustive]
 pub enum SettingsError {
     /// `--agent` is not `PROVIDER:MODEL`.
-    #[error("--agent '{0}': write PROVIDER:MODEL with PROVIDER one of {names} (e.g. openai:gpt-4o)", names = Provider::NAMES)]
+    #[error("--agent '{0}': write PROVIDER:MODEL with PROVIDER one of {names} (e.g. anthropic:claude-sonnet-5-5)", names = Provider::NAMES)]
     Spec(String),
     /// The provider is not one pincer speaks.
     #[error("--agent: unknown provider '{0}'; use one of {names}", names = Provider::NAMES)]
@@ -194,8 +197,7 @@ pub enum SettingsError {
 }
 
 /// The options `--agent-opt` takes.
-pub const OPTIONS: &str =
-    "base_url, api_key_env, structure, history, mode, temperature, max_tokens, timeout_s, retries";
+pub const OPTIONS: &str = "base_url, api_key_env, structure, history, mode, temperature, max_tokens, timeout_s, retries, api_version";
 
 fn bad(key: &str, value: &str, expected: impl Into<String>) -> SettingsError {
     SettingsError::BadValue {
@@ -248,6 +250,7 @@ impl Settings {
             max_tokens: None,
             timeout: Duration::from_secs(120),
             retries: 3,
+            anthropic_version: AnthropicVersion::DEFAULT,
         };
         let mut base_url_given = false;
         let mut key_env: Option<String> = None;
@@ -298,8 +301,36 @@ impl Settings {
                 "max_tokens" => s.max_tokens = Some(number(key, value, 1u32, 1_000_000)?),
                 "timeout_s" => s.timeout = Duration::from_secs(number(key, value, 1u64, 3600)?),
                 "retries" => s.retries = number(key, value, 0u32, 20)?,
+                "api_version" if provider != Provider::Anthropic => {
+                    return Err(bad(
+                        key,
+                        value,
+                        "only the anthropic provider has API versions",
+                    ));
+                }
+                "api_version" => {
+                    s.anthropic_version = AnthropicVersion::parse(value).ok_or_else(|| {
+                        let all: Vec<&str> =
+                            AnthropicVersion::ALL.iter().map(|v| v.as_str()).collect();
+                        bad(key, value, format!("one of {}", all.join(", ")))
+                    })?
+                }
                 other => return Err(SettingsError::UnknownOption(other.to_owned())),
             }
+        }
+        if let Some(t) = s.temperature
+            && provider == Provider::Anthropic
+            && !s.anthropic_version.takes_temperature()
+        {
+            let oldest = AnthropicVersion::ALL[0].as_str();
+            return Err(bad(
+                "temperature",
+                &t.to_string(),
+                format!(
+                    "the Anthropic API version {} takes no temperature; leave it out, or add --agent-opt api_version={oldest}",
+                    s.anthropic_version.as_str()
+                ),
+            ));
         }
         s.key = match key_env {
             Some(var) => KeySource::Env(vec![var]),
@@ -387,12 +418,12 @@ mod tests {
 
     #[test]
     fn specs_and_options_parse_with_defaults() {
-        let s = Settings::parse("anthropic:claude-sonnet-4-5", &[]).unwrap();
+        let s = Settings::parse("anthropic:claude-sonnet-5-5", &[]).unwrap();
         assert_eq!(
             (s.provider, s.model.as_str(), s.base_url.as_str()),
             (
                 Provider::Anthropic,
-                "claude-sonnet-4-5",
+                "claude-sonnet-5-5",
                 "https://api.anthropic.com"
             )
         );
@@ -407,13 +438,14 @@ mod tests {
             )
         );
         assert_eq!(s.key, KeySource::Env(vec!["ANTHROPIC_API_KEY".into()]));
-        let g = Settings::parse("gemini:gemini-2.5-flash", &[]).unwrap();
+        assert_eq!(s.anthropic_version, AnthropicVersion::DEFAULT);
+        let g = Settings::parse("gemini:gemini-3.8-flash", &[]).unwrap();
         assert_eq!(
             g.key,
             KeySource::Env(vec!["GEMINI_API_KEY".into(), "GOOGLE_API_KEY".into()])
         );
         let s = Settings::parse(
-            "openai:gpt-4o",
+            "openai:gpt-6.1-terra",
             &opts(&[
                 "structure=per-env",
                 "history=2",
@@ -471,7 +503,7 @@ mod tests {
     #[test]
     fn bad_settings_name_the_option_and_what_is_allowed() {
         let err = |spec: &str, o: &[&str]| Settings::parse(spec, &opts(o)).unwrap_err().to_string();
-        assert!(err("gpt-4o", &[]).contains("PROVIDER:MODEL"));
+        assert!(err("gpt-6.1-terra", &[]).contains("PROVIDER:MODEL"));
         assert!(err("mistral:large", &[]).contains("openai, anthropic, gemini"));
         assert!(err("openai:", &[]).contains("PROVIDER:MODEL"));
         assert!(err("openai:m", &["structure"]).contains("KEY=VALUE"));
@@ -491,6 +523,33 @@ mod tests {
         assert!(err("openai:m", &["timeout_s=0"]).contains("timeout_s"));
         assert!(err("openai:m", &["base_url=localhost:8000"]).contains("http://"));
         assert!(err("openai:m", &["api_key_env=MY-KEY"]).contains("environment variable"));
+    }
+
+    #[test]
+    fn the_anthropic_version_is_chosen_and_gates_the_temperature() {
+        let anthropic = |o: &[&str]| Settings::parse("anthropic:claude-sonnet-5-5", &opts(o));
+        let old = anthropic(&["temperature=0.3", "api_version=2023-06-01"]).unwrap();
+        assert_eq!(
+            (old.anthropic_version, old.temperature),
+            (AnthropicVersion::V2023_06_01, Some(0.3))
+        );
+        let e = anthropic(&["temperature=0.3"]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--agent-opt temperature=0.3: the Anthropic API version 2026-10-21 takes no temperature; leave it out, or add --agent-opt api_version=2023-06-01"
+        );
+        let e = anthropic(&["api_version=2024-01-01"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("one of 2023-06-01, 2026-10-21"), "{e}");
+        let e = Settings::parse("openai:m", &opts(&["api_version=2023-06-01"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("only the anthropic provider"), "{e}");
+        assert!(
+            Settings::parse("openai:m", &opts(&["temperature=0.3"])).is_ok(),
+            "other providers keep their temperature"
+        );
     }
 
     #[test]

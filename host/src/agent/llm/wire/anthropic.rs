@@ -3,12 +3,51 @@
 //! `max_tokens` always given. Assistant turns are echoed with the API's own blocks.
 
 use super::super::conversation::{Message, Part, Role, ToolCall};
-use super::{Chat, Images, Reply, WireError, u64_at};
+use super::{Chat, Images, Refusal, Reply, WireError, text_at, u64_at};
 use crate::agent::Usage;
 use serde_json::{Value, json};
 
 /// Output tokens when the settings give none (the API requires a number).
 const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// The `anthropic-version`s pincer speaks, oldest first. A version fixes the shapes of the
+/// request and the response; each one listed is one pincer's encoder and decoder match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Version {
+    /// The Messages API as it was from 2023 to October 2026.
+    V2023_06_01,
+    /// Removes `temperature`, `top_p` and `top_k` (a request with one gets a 400) and
+    /// rejects `document` blocks in assistant turns and `citations` on user text blocks,
+    /// which pincer never sends. Responses are unchanged.
+    V2026_10_21,
+}
+
+impl Version {
+    /// Every version, oldest first.
+    pub(crate) const ALL: [Self; 2] = [Self::V2023_06_01, Self::V2026_10_21];
+
+    /// What pincer sends unless `api_version` says otherwise: the newest version, which
+    /// Anthropic recommends and its SDKs send since 2026-10-21. pincer's requests and the
+    /// responses it reads are the same in both, except that this one takes no temperature.
+    pub(crate) const DEFAULT: Self = Self::V2026_10_21;
+
+    /// As written in the header.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::V2023_06_01 => "2023-06-01",
+            Self::V2026_10_21 => "2026-10-21",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+
+    /// Whether a request may set `temperature`.
+    pub(crate) fn takes_temperature(self) -> bool {
+        self < Self::V2026_10_21
+    }
+}
 
 pub(super) fn encode(chat: &Chat<'_>, images: Images) -> Value {
     let mut messages = Vec::new();
@@ -126,14 +165,26 @@ pub(super) fn decode(body: &Value) -> Result<Reply, WireError> {
             + u64_at(u, "cache_read_input_tokens"),
         completion: u64_at(u, "output_tokens"),
     });
+    let stop = body.get("stop_reason").and_then(Value::as_str);
+    // The safety classifiers cut the reply off; what came before the cut is in `content`.
+    let refusal = (stop == Some("refusal")).then(|| {
+        let details = body.get("stop_details");
+        Refusal {
+            text: text_at(details, "explanation")
+                .unwrap_or("Anthropic's safety classifiers stopped the reply")
+                .to_owned(),
+            marker: Some(match text_at(details, "category") {
+                Some(c) => format!("stop_reason refusal, category {c}"),
+                None => "stop_reason refusal".to_owned(),
+            }),
+        }
+    });
     Ok(Reply {
         text: texts.join("\n"),
         calls,
         usage,
-        stop: body
-            .get("stop_reason")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
+        stop: stop.map(str::to_owned),
+        refusal,
         message: Message {
             role: Role::Assistant,
             parts,
@@ -231,5 +282,49 @@ mod tests {
         let b = encode(&chat(&m, &[]), Images::Inline);
         assert_eq!(b["messages"][1]["content"][0]["signature"], "sig");
         assert!(decode(&json!({"type": "error"})).is_err());
+        assert_eq!(r.refusal, None);
+    }
+
+    #[test]
+    fn versions_are_listed_oldest_first_and_the_newest_is_the_default() {
+        assert!(Version::ALL.is_sorted_by(|a, b| a < b && a.as_str() < b.as_str()));
+        assert_eq!(Some(&Version::DEFAULT), Version::ALL.last());
+        for v in Version::ALL {
+            assert_eq!(Version::parse(v.as_str()), Some(v));
+        }
+        assert_eq!(Version::parse("2024-01-01"), None);
+        assert!(Version::V2023_06_01.takes_temperature());
+        assert!(!Version::V2026_10_21.takes_temperature());
+    }
+
+    #[test]
+    fn a_refusal_stop_is_a_refusal_with_its_explanation() {
+        // The Message of anthropic-sdk-python: stop_reason "refusal" and RefusalStopDetails.
+        let body = |details: Value| {
+            json!({
+                "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-5-5",
+                "content": [{"type": "text", "text": "Hello.."}],
+                "stop_reason": "refusal", "stop_details": details,
+                "usage": {"input_tokens": 10, "output_tokens": 2}
+            })
+        };
+        let r = decode(&body(json!({"type": "refusal", "category": "cyber",
+            "explanation": "This request was declined because it could enable cyber harm."})))
+        .unwrap();
+        assert_eq!(
+            r.refusal.map(|r| r.to_string()).as_deref(),
+            Some(
+                "This request was declined because it could enable cyber harm. (stop_reason refusal, category cyber)"
+            )
+        );
+        assert_eq!(r.text, "Hello..", "the text before the cut is kept as such");
+        let r = decode(&body(
+            json!({"type": "refusal", "category": null, "explanation": null}),
+        ))
+        .unwrap();
+        assert_eq!(
+            r.refusal.map(|r| r.to_string()).as_deref(),
+            Some("Anthropic's safety classifiers stopped the reply (stop_reason refusal)")
+        );
     }
 }

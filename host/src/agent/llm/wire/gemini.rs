@@ -4,7 +4,7 @@
 //! Model turns are echoed as returned (they carry thought signatures).
 
 use super::super::conversation::{Message, Part, Role, ToolCall};
-use super::{Chat, Images, Reply, WireError, u64_at};
+use super::{Chat, Images, Refusal, Reply, WireError, text_at, u64_at};
 use crate::agent::Usage;
 use serde_json::{Value, json};
 
@@ -105,6 +105,19 @@ fn schema(v: &Value) -> Option<Value> {
     Some(Value::Object(out))
 }
 
+/// The finish reasons of a candidate that Gemini's filters withheld (google-genai's
+/// `FinishReason`); the others (`STOP`, `MAX_TOKENS`, `MALFORMED_FUNCTION_CALL`, ...) end
+/// an answer.
+const WITHHELD: [&str; 7] = [
+    "SAFETY",
+    "RECITATION",
+    "BLOCKLIST",
+    "PROHIBITED_CONTENT",
+    "SPII",
+    "IMAGE_SAFETY",
+    "IMAGE_PROHIBITED_CONTENT",
+];
+
 pub(super) fn decode(body: &Value) -> Result<Reply, WireError> {
     let usage = body
         .get("usageMetadata")
@@ -113,22 +126,25 @@ pub(super) fn decode(body: &Value) -> Result<Reply, WireError> {
             completion: u64_at(u, "candidatesTokenCount") + u64_at(u, "thoughtsTokenCount"),
         });
     let Some(cand) = body.get("candidates").and_then(|c| c.get(0)) else {
-        // A blocked prompt has no candidates; that is the model's answer, not a fault.
-        let why = body
-            .get("promptFeedback")
-            .and_then(|f| f.get("blockReason"))
-            .and_then(Value::as_str)
-            .ok_or_else(|| {
-                WireError(format!(
-                    "no candidates in {}",
-                    body.to_string().chars().take(300).collect::<String>()
-                ))
-            })?;
+        // A blocked prompt has no candidates; that is a refusal, not a fault.
+        let feedback = body.get("promptFeedback");
+        let why = text_at(feedback, "blockReason").ok_or_else(|| {
+            WireError(format!(
+                "no candidates in {}",
+                body.to_string().chars().take(300).collect::<String>()
+            ))
+        })?;
         return Ok(Reply {
             text: String::new(),
             calls: Vec::new(),
             usage,
-            stop: Some(format!("blocked: {why}")),
+            stop: None,
+            refusal: Some(Refusal {
+                text: text_at(feedback, "blockReasonMessage")
+                    .unwrap_or("Gemini blocked the prompt")
+                    .to_owned(),
+                marker: Some(format!("promptFeedback.blockReason {why}")),
+            }),
             message: Message {
                 role: Role::Assistant,
                 parts: Vec::new(),
@@ -177,14 +193,19 @@ pub(super) fn decode(body: &Value) -> Result<Reply, WireError> {
         .get("parts")
         .and_then(Value::as_array)
         .is_some_and(|p| !p.is_empty());
+    let stop = cand.get("finishReason").and_then(Value::as_str);
+    let refusal = stop.filter(|s| WITHHELD.contains(s)).map(|s| Refusal {
+        text: text_at(Some(cand), "finishMessage")
+            .unwrap_or("Gemini withheld the reply")
+            .to_owned(),
+        marker: Some(format!("finishReason {s}")),
+    });
     Ok(Reply {
         text: texts.join("\n"),
         calls,
         usage,
-        stop: cand
-            .get("finishReason")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
+        stop: stop.map(str::to_owned),
+        refusal,
         message: Message {
             role: Role::Assistant,
             parts,
@@ -273,15 +294,47 @@ mod tests {
             b["contents"][1]["parts"][2]["thoughtSignature"], "c2ln",
             "the signature goes back"
         );
-        let blocked = decode(&json!({"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 9}})).unwrap();
-        assert_eq!(
-            (
-                blocked.stop.as_deref(),
-                blocked.usage.prompt,
-                blocked.calls.len()
-            ),
-            (Some("blocked: SAFETY"), 9, 0)
-        );
+        assert_eq!(r.refusal, None);
         assert!(decode(&json!({})).is_err());
+    }
+
+    #[test]
+    fn blocked_prompts_and_withheld_candidates_are_refusals() {
+        let refusal = |body: Value| decode(&body).unwrap().refusal.map(|r| r.to_string());
+        // GenerateContentResponse.promptFeedback of google-genai: no candidates at all.
+        let blocked = json!({
+            "promptFeedback": {"blockReason": "PROHIBITED_CONTENT", "safetyRatings": []},
+            "usageMetadata": {"promptTokenCount": 9, "totalTokenCount": 9}
+        });
+        assert_eq!(decode(&blocked).unwrap().usage.prompt, 9);
+        assert_eq!(
+            refusal(blocked).as_deref(),
+            Some("Gemini blocked the prompt (promptFeedback.blockReason PROHIBITED_CONTENT)")
+        );
+        assert_eq!(
+            refusal(json!({"promptFeedback": {"blockReason": "SAFETY",
+                "blockReasonMessage": "The prompt was blocked for safety."}}))
+            .as_deref(),
+            Some("The prompt was blocked for safety. (promptFeedback.blockReason SAFETY)")
+        );
+        // A candidate the filters withheld: a finish reason, ratings, and no content.
+        let withheld = |reason: &str| {
+            json!({"candidates": [{"finishReason": reason, "index": 0, "safetyRatings": [
+                {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": true}
+            ]}]})
+        };
+        assert_eq!(
+            refusal(withheld("SAFETY")).as_deref(),
+            Some("Gemini withheld the reply (finishReason SAFETY)")
+        );
+        let mut with_message = withheld("RECITATION");
+        with_message["candidates"][0]["finishMessage"] = json!("The reply recited a source.");
+        assert_eq!(
+            refusal(with_message).as_deref(),
+            Some("The reply recited a source. (finishReason RECITATION)")
+        );
+        for answered in ["STOP", "MAX_TOKENS", "MALFORMED_FUNCTION_CALL"] {
+            assert_eq!(refusal(withheld(answered)), None, "{answered}");
+        }
     }
 }

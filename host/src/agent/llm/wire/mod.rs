@@ -7,6 +7,8 @@ mod anthropic;
 mod gemini;
 mod openai;
 
+pub(crate) use anthropic::Version as AnthropicVersion;
+
 use super::Provider;
 use super::conversation::{Message, ToolCall};
 use crate::agent::{ToolSpec, Usage};
@@ -61,8 +63,31 @@ pub(crate) struct Reply {
     pub(crate) usage: Usage,
     /// Why generation stopped, as the API says it.
     pub(crate) stop: Option<String>,
+    /// Set when the model, or the provider's safety system, declined to answer: whatever
+    /// text or calls came with it are not an answer.
+    pub(crate) refusal: Option<Refusal>,
     /// The reply as a message for the conversation.
     pub(crate) message: Message,
+}
+
+/// A declined answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// What the provider said about it, or what is known when it says nothing.
+    pub(crate) text: String,
+    /// The response field that marks it, when the text does not show it
+    /// ("stop_reason refusal, category cyber").
+    pub(crate) marker: Option<String>,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)?;
+        match &self.marker {
+            Some(m) => write!(f, " ({m})"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A response body that is not what the API documents.
@@ -117,6 +142,37 @@ pub(crate) fn error_message(body: &[u8]) -> String {
     }
 }
 
+/// How long an error body asks the client to wait: the `retryDelay` of a
+/// `google.rpc.RetryInfo` entry in `error.details` (Gemini's quota 429 carries its wait
+/// there, not in a header).
+pub(crate) fn retry_delay(body: &[u8]) -> Option<std::time::Duration> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    v.get("error")?
+        .get("details")?
+        .as_array()?
+        .iter()
+        .find(|d| {
+            d.get("@type").and_then(serde_json::Value::as_str)
+                == Some("type.googleapis.com/google.rpc.RetryInfo")
+        })?
+        .get("retryDelay")?
+        .as_str()
+        .and_then(protobuf_duration)
+}
+
+/// A `google.protobuf.Duration` in its JSON form: seconds with up to nine fractional
+/// digits and an `s` ("37s", "1.5s"). Negative or malformed ones are none.
+fn protobuf_duration(s: &str) -> Option<std::time::Duration> {
+    let secs = s.strip_suffix('s')?;
+    let (whole, frac) = secs.split_once('.').unwrap_or((secs, ""));
+    let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || !digits(whole) || !digits(frac) || frac.len() > 9 {
+        return None;
+    }
+    let nanos = format!("{frac:0<9}").parse::<u32>().ok()?;
+    Some(std::time::Duration::new(whole.parse().ok()?, nanos))
+}
+
 /// A tool call's arguments from a JSON string (OpenAI sends them as text); the raw string
 /// when it does not parse, so the agent can say so.
 fn arguments(raw: &str) -> serde_json::Value {
@@ -124,6 +180,14 @@ fn arguments(raw: &str) -> serde_json::Value {
         return serde_json::json!({});
     }
     serde_json::from_str(raw).unwrap_or_else(|_| serde_json::Value::String(raw.to_owned()))
+}
+
+/// The trimmed, non-empty string at `key`.
+fn text_at<'a>(v: Option<&'a serde_json::Value>, key: &str) -> Option<&'a str> {
+    v?.get(key)?
+        .as_str()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
 }
 
 fn u64_at(v: &serde_json::Value, key: &str) -> u64 {
@@ -216,6 +280,45 @@ pub(crate) mod tests {
             "<html>bad gateway</html>"
         );
         assert!(error_message(&[b'x'; 2000]).ends_with("..."));
+    }
+
+    #[test]
+    fn a_retry_info_delay_is_read_from_the_error_details() {
+        use std::time::Duration;
+        // Gemini's quota 429 as recorded in RooCodeInc/Roo-Code#3883.
+        let quota = |delay: &str| {
+            serde_json::json!({"error": {
+                "code": 429,
+                "message": "You exceeded your current quota, please check your plan and billing details.",
+                "status": "RESOURCE_EXHAUSTED",
+                "details": [
+                    {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{
+                        "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_input_token_count",
+                        "quotaId": "GenerateContentInputTokensPerModelPerMinute-FreeTier",
+                        "quotaDimensions": {"location": "global", "model": "gemini-2.5-flash"},
+                        "quotaValue": "250000"
+                    }]},
+                    {"@type": "type.googleapis.com/google.rpc.Help", "links": [{
+                        "description": "Learn more about Gemini API quotas",
+                        "url": "https://ai.google.dev/gemini-api/docs/rate-limits"
+                    }]},
+                    {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay}
+                ]
+            }})
+            .to_string()
+        };
+        let delay = |d: &str| retry_delay(quota(d).as_bytes());
+        assert_eq!(delay("26s"), Some(Duration::from_secs(26)));
+        assert_eq!(delay("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(delay("0.000000001s"), Some(Duration::from_nanos(1)));
+        for bad in ["26", "-3s", "1.5.2s", "s", ".5s", "1.0000000001s", "1e3s"] {
+            assert_eq!(delay(bad), None, "{bad}");
+        }
+        assert_eq!(
+            retry_delay(br#"{"error": {"message": "Rate limit reached", "type": "requests"}}"#),
+            None
+        );
+        assert_eq!(retry_delay(b"<html>429</html>"), None);
     }
 
     #[test]

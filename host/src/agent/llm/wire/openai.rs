@@ -3,7 +3,7 @@
 //! assistant message, images as `image_url` data URLs, tools as `function`s.
 
 use super::super::conversation::{Message, Part, Role, ToolCall};
-use super::{Chat, Images, Reply, WireError, arguments, u64_at};
+use super::{Chat, Images, Refusal, Reply, WireError, arguments, text_at, u64_at};
 use crate::agent::Usage;
 use serde_json::{Value, json};
 
@@ -133,6 +133,20 @@ pub(super) fn decode(body: &Value) -> Result<Reply, WireError> {
         prompt: u64_at(u, "prompt_tokens"),
         completion: u64_at(u, "completion_tokens"),
     });
+    let stop = choice.get("finish_reason").and_then(Value::as_str);
+    // A refusal comes in its own field with `content` null; a content filter (Azure,
+    // compatible servers) only says so in the finish reason.
+    let refusal = match text_at(Some(msg), "refusal") {
+        Some(said) => Some(Refusal {
+            text: said.to_owned(),
+            marker: None,
+        }),
+        None if stop == Some("content_filter") => Some(Refusal {
+            text: "the provider's content filter withheld the reply".into(),
+            marker: Some("finish_reason content_filter".into()),
+        }),
+        None => None,
+    };
     let mut parts = Vec::new();
     if !text.is_empty() {
         parts.push(Part::Text(text.clone()));
@@ -142,10 +156,8 @@ pub(super) fn decode(body: &Value) -> Result<Reply, WireError> {
         text,
         calls,
         usage,
-        stop: choice
-            .get("finish_reason")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
+        stop: stop.map(str::to_owned),
+        refusal,
         message: Message {
             role: Role::Assistant,
             parts,
@@ -259,5 +271,33 @@ mod tests {
                 .0
                 .contains("no choices")
         );
+        assert_eq!(r.refusal, None);
+    }
+
+    #[test]
+    fn refusals_and_filtered_replies_are_refusals() {
+        // As ChatCompletionMessage has it (openai-python): `refusal` a string, `content` null.
+        let refused = decode(&json!({
+            "id": "chatcmpl-9nYAG9LPNonX8DAyrkwYfemr3C8HC", "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+                "refusal": "I'm sorry, I cannot assist with that request."},
+                "logprobs": null, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 81, "completion_tokens": 11, "total_tokens": 92}
+        }))
+        .unwrap();
+        assert_eq!(
+            refused.refusal.map(|r| r.to_string()).as_deref(),
+            Some("I'm sorry, I cannot assist with that request.")
+        );
+        assert_eq!((refused.text.as_str(), refused.usage.completion), ("", 11));
+        let filtered = decode(&json!({"choices": [{"index": 0,
+            "message": {"role": "assistant", "content": null}, "finish_reason": "content_filter"}]}))
+        .unwrap();
+        assert_eq!(
+            filtered.refusal.map(|r| r.to_string()).as_deref(),
+            Some("the provider's content filter withheld the reply (finish_reason content_filter)")
+        );
+        let null = decode(&json!({"choices": [{"message": {"content": "Done.", "refusal": null}, "finish_reason": "stop"}]})).unwrap();
+        assert_eq!(null.refusal, None, "a null refusal is none");
     }
 }
