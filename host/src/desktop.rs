@@ -245,8 +245,8 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
     std::fs::create_dir_all(&logs).map_err(io(format!("creating {}", logs.display())))?;
     let _ = std::fs::remove_file(state_file(&dir));
     let log_path = logs.join("supervisor.log");
-    let log = std::fs::File::create(&log_path)
-        .map_err(io(format!("creating {}", log_path.display())))?;
+    let log =
+        std::fs::File::create(&log_path).map_err(io(format!("creating {}", log_path.display())))?;
     let log2 = log.try_clone().map_err(io("duplicating a file handle"))?;
     let exe = std::env::current_exe().map_err(io("locating the pincer binary"))?;
     let mut cmd = Command::new(exe);
@@ -279,9 +279,7 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
             Ok(())
         });
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(io("starting the desktop supervisor"))?;
+    let mut child = cmd.spawn().map_err(io("starting the desktop supervisor"))?;
     let started = Instant::now();
     // A desktop that does not come up leaves nothing behind: its whole session goes.
     let abandon = |pid: u32| {
@@ -949,7 +947,8 @@ fn run_session(opts: &SuperviseOptions) -> Result<(), DesktopError> {
         env: env.clone(),
     };
     let tmp = dir.join("desktop.json.tmp");
-    let json = serde_json::to_string_pretty(&state).map_err(|e| io("writing desktop.json")(e.into()))?;
+    let json =
+        serde_json::to_string_pretty(&state).map_err(|e| io("writing desktop.json")(e.into()))?;
     std::fs::write(&tmp, json)
         .and_then(|()| std::fs::rename(&tmp, state_file(&dir)))
         .map_err(io(format!("writing {}", state_file(&dir).display())))?;

@@ -1272,8 +1272,7 @@ async fn run_zenity(
         envs: [("desktop".to_owned(), Arc::new(env))].into(),
         platforms: roles(&["desktop"]),
     };
-    let agent: AgentFactory =
-        Arc::new(move |seed| llm::build(&settings, seed).map_err(anyhow::Error::from));
+    let agent: AgentFactory = Arc::new(move |seed| llm::build(&settings, seed));
     let records = pincer::run::run(RunConfig {
         tasks: vec![task],
         agent,

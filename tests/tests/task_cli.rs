@@ -158,7 +158,10 @@ fn validate_takes_files_and_says_each_thing_once() {
     write_json(&a, &good_task("cli-a"));
     write_json(&b, &good_task("cli-b"));
     let out = sb.pincer_ok(&["task", "validate", a.to_str().unwrap(), b.to_str().unwrap()]);
-    assert!(out.contains("ok   cli-a") && out.contains("ok   cli-b"), "{out}");
+    assert!(
+        out.contains("ok   cli-a") && out.contains("ok   cli-b"),
+        "{out}"
+    );
     assert!(out.contains("all 2 tasks are valid"), "{out}");
 
     let missing = sb.path().join("missing.json");
@@ -172,7 +175,10 @@ fn validate_takes_files_and_says_each_thing_once() {
     assert!(!run.status.success());
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(stdout.contains("ok   cli-b"), "the file after the bad one was not checked: {stdout}");
+    assert!(
+        stdout.contains("ok   cli-b"),
+        "the file after the bad one was not checked: {stdout}"
+    );
     assert!(stderr.contains("1 of 3 tasks are invalid"), "{stderr}");
     let all = format!("{stdout}{stderr}");
     assert_eq!(

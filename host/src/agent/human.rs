@@ -74,7 +74,7 @@ impl Agent for Human {
             }
             let line = match stdin_lines()
                 .lock()
-                .map_err(|_| AgentError("stdin reader failed".into()))?
+                .map_err(|e| AgentError::Input(e.to_string()))?
                 .try_recv()
             {
                 Ok(l) => Some(l),

@@ -120,10 +120,32 @@ pub struct Decision {
     pub exchanges: Vec<Exchange>,
 }
 
-/// Why an agent could not decide (the model API failed, the oracle lost its way).
+/// Why an agent could not decide. The runner ends the task run as an agent error with this
+/// message; the variants tell apart what a person would fix in different places.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct AgentError(pub String);
+#[non_exhaustive]
+pub enum AgentError {
+    /// The agent was asked for an action before `begin` gave it a task.
+    #[error("the agent was asked to act before a task began")]
+    NotStarted,
+    /// The observation lacks the view of an environment the agent must act on.
+    #[error("the observation has no view of '{0}'")]
+    NoView(String),
+    /// The agent cannot work on this machine at all (no TLS trust store, no API key, a key
+    /// that cannot be sent): every task would fail the same way.
+    #[error("{0}")]
+    Setup(String),
+    /// The model API failed after its retries, or answered what pincer cannot use. The text
+    /// names the provider and endpoint and never holds the key.
+    #[error("{0}")]
+    Model(String),
+    /// The oracle's solution does not fit the task or what the environment shows.
+    #[error("oracle: {0}")]
+    Oracle(String),
+    /// The person working on the task could not be read from (the terminal went away).
+    #[error("reading the person's input: {0}")]
+    Input(String),
+}
 
 /// Something that chooses actions.
 pub trait Agent: Send {

@@ -26,14 +26,14 @@ impl Oracle {
     fn role(&self, env: &Option<String>) -> Result<String, AgentError> {
         match env {
             Some(e) if self.roles.contains_key(e) => Ok(e.clone()),
-            Some(e) => Err(AgentError(format!(
-                "oracle step names environment '{e}', which the task lacks"
+            Some(e) => Err(AgentError::Oracle(format!(
+                "a step names environment '{e}', which the task lacks"
             ))),
             None if self.roles.len() == 1 => {
                 Ok(self.roles.keys().next().cloned().unwrap_or_default())
             }
-            None => Err(AgentError(
-                "oracle step needs `env`: the task has several environments".into(),
+            None => Err(AgentError::Oracle(
+                "a step needs `env`: the task has several environments".into(),
             )),
         }
     }
@@ -41,10 +41,10 @@ impl Oracle {
     /// The UI tree of `role`'s view.
     fn tree<'o>(obs: &'o Observation, role: &str) -> Result<&'o UiTree, AgentError> {
         obs.view(role)
-            .ok_or_else(|| AgentError(format!("no view of '{role}'")))?
+            .ok_or_else(|| AgentError::NoView(role.to_owned()))?
             .tree
             .as_ref()
-            .ok_or_else(|| AgentError("the observation has no UI tree".into()))
+            .ok_or_else(|| AgentError::Oracle(format!("the view of '{role}' has no UI tree")))
     }
 
     /// The screen point of a locator in the current view.
@@ -93,8 +93,8 @@ impl Oracle {
     fn wait_for(&mut self, what: String, limit: Duration) -> Result<Decision, AgentError> {
         let since = *self.waiting_since.get_or_insert_with(Instant::now);
         if since.elapsed() > limit {
-            return Err(AgentError(format!(
-                "oracle step {}: {what} did not appear within {limit:?}",
+            return Err(AgentError::Oracle(format!(
+                "step {}: {what} did not appear within {limit:?}",
                 self.next + 1
             )));
         }
@@ -115,11 +115,11 @@ impl Agent for Oracle {
     }
 
     fn begin(&mut self, brief: &TaskBrief) -> Result<(), AgentError> {
-        self.steps = brief
-            .oracle
-            .clone()
-            .ok_or_else(|| AgentError(format!("task '{}' has no oracle solution", brief.id)))?;
-        oracle::check(&self.steps).map_err(|e| AgentError(format!("task '{}': {e}", brief.id)))?;
+        self.steps = brief.oracle.clone().ok_or_else(|| {
+            AgentError::Oracle(format!("task '{}' has no oracle solution", brief.id))
+        })?;
+        oracle::check(&self.steps)
+            .map_err(|e| AgentError::Oracle(format!("task '{}': {e}", brief.id)))?;
         self.next = 0;
         self.vars.clear();
         self.roles = brief.roles.clone();
@@ -217,7 +217,7 @@ impl Agent for Oracle {
                 } => {
                     let role = self.role(env)?;
                     let re = regex::Regex::new(pattern)
-                        .map_err(|e| AgentError(format!("oracle read pattern: {e}")))?;
+                        .map_err(|e| AgentError::Oracle(format!("read pattern: {e}")))?;
                     let Some(value) = Self::read(obs, &role, target, &re)? else {
                         let limit = Duration::from_millis(timeout_ms.unwrap_or(20_000));
                         return self.wait_for(format!("{target} showing /{pattern}/"), limit);

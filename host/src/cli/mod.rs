@@ -80,7 +80,9 @@ struct EnvArg {
 
 impl EnvArg {
     async fn connect(&self, reg: &Registry) -> anyhow::Result<Environment> {
-        Ok(reg.connect(self.env.as_deref(), Deadlines::default()).await?)
+        Ok(reg
+            .connect(self.env.as_deref(), Deadlines::default())
+            .await?)
     }
 }
 
@@ -185,13 +187,18 @@ mod tests {
     #[test]
     fn a_cause_already_named_is_not_repeated() {
         let io = std::io::Error::other("point (99999, 5) is outside the 1920x1080 screen");
-        let wrapped = anyhow::Error::new(io).context("env 'desk': invalid argument: point (99999, 5) is outside the 1920x1080 screen");
+        let wrapped = anyhow::Error::new(io).context(
+            "env 'desk': invalid argument: point (99999, 5) is outside the 1920x1080 screen",
+        );
         assert_eq!(
             describe(wrapped.as_ref()),
             "env 'desk': invalid argument: point (99999, 5) is outside the 1920x1080 screen"
         );
         let io = std::io::Error::other("permission denied");
         let wrapped = anyhow::Error::new(io).context("reading ~/a.txt");
-        assert_eq!(describe(wrapped.as_ref()), "reading ~/a.txt: permission denied");
+        assert_eq!(
+            describe(wrapped.as_ref()),
+            "reading ~/a.txt: permission denied"
+        );
     }
 }

@@ -94,9 +94,7 @@ pub(crate) fn agent_factory(spec: &str, opts: &[String]) -> anyhow::Result<(Agen
             let settings = pincer::agent::llm::Settings::parse(llm, opts)?;
             // Fail now, not in the middle of a run, if the key or model is missing.
             settings.check()?;
-            Arc::new(move |seed| {
-                pincer::agent::llm::build(&settings, seed).map_err(anyhow::Error::from)
-            })
+            Arc::new(move |seed| pincer::agent::llm::build(&settings, seed))
         }
         other => bail!(
             "unknown agent '{other}': use oracle, random, human, or PROVIDER:MODEL (openai:..., anthropic:..., gemini:...)"
@@ -180,7 +178,7 @@ pub(crate) async fn run(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
             Ok(s) => s,
             Err(e) => {
                 made.stop(reg).await;
-                return Err(e);
+                return Err(e.into());
             }
         }
     } else {

@@ -39,6 +39,30 @@ enum Rule {
     Digits(String),
 }
 
+/// Why a text match cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TextMatchError {
+    /// No rule, or more than one.
+    #[error(
+        "give exactly one of `contains`, `equals`, `regex` or `digits` (e.g. {{\"contains\": \"hello\"}})"
+    )]
+    OneRule,
+    /// The regular expression does not compile.
+    #[error("`regex` is not a valid regular expression: {0}")]
+    Regex(String),
+    /// A `digits` value without digits.
+    #[error("`digits` '{0}' holds no digits")]
+    NoDigits(String),
+}
+
+/// Checkpoint builders report bad argument values as text (see [`super::functions`]).
+impl From<TextMatchError> for String {
+    fn from(e: TextMatchError) -> Self {
+        e.to_string()
+    }
+}
+
 /// The JSON shape, before it is checked to name exactly one rule.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -58,9 +82,9 @@ struct Spec {
 }
 
 impl TryFrom<Spec> for TextMatch {
-    type Error = String;
+    type Error = TextMatchError;
 
-    fn try_from(s: Spec) -> Result<Self, String> {
+    fn try_from(s: Spec) -> Result<Self, TextMatchError> {
         let rules = [
             s.contains.map(|t| ("contains", t)),
             s.equals.map(|t| ("equals", t)),
@@ -69,10 +93,7 @@ impl TryFrom<Spec> for TextMatch {
         ];
         let mut given = rules.into_iter().flatten();
         let (Some((rule, text)), None) = (given.next(), given.next()) else {
-            return Err(
-                "give exactly one of `contains`, `equals`, `regex` or `digits` (e.g. {\"contains\": \"hello\"})"
-                    .into(),
-            );
+            return Err(TextMatchError::OneRule);
         };
         let m = match rule {
             "contains" => Self::contains(&text),
@@ -108,11 +129,11 @@ impl TextMatch {
     }
 
     /// The regular expression matches somewhere in the text.
-    pub fn regex(pattern: &str, ignore_case: bool) -> Result<Self, String> {
+    pub fn regex(pattern: &str, ignore_case: bool) -> Result<Self, TextMatchError> {
         let re = regex::RegexBuilder::new(pattern)
             .case_insensitive(ignore_case)
             .build()
-            .map_err(|e| format!("`regex` is not a valid regular expression: {e}"))?;
+            .map_err(|e| TextMatchError::Regex(e.to_string()))?;
         Ok(Self {
             rule: Rule::Regex(re),
             ignore_case,
@@ -121,10 +142,10 @@ impl TextMatch {
     }
 
     /// The text's digits are the digits of `want` (other characters ignored on both sides).
-    pub fn digits(want: &str) -> Result<Self, String> {
+    pub fn digits(want: &str) -> Result<Self, TextMatchError> {
         let d = digits_of(want);
         if d.is_empty() {
-            return Err(format!("`digits` '{want}' holds no digits"));
+            return Err(TextMatchError::NoDigits(want.to_owned()));
         }
         Ok(Self {
             rule: Rule::Digits(d),

@@ -2,8 +2,8 @@
 //! wrong, so everything past `results.jsonl` is optional: a missing `run.json`, `tasks.json`,
 //! trajectory or screenshot is noted and the report goes on without it.
 
+use super::ReportError;
 use crate::run::record::{self, StepRecord, TaskRecord};
-use anyhow::{Context, bail};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
@@ -71,16 +71,16 @@ pub(crate) struct NodeSpec {
 
 impl RunDir {
     /// Reads a run directory; fails only if it is not one (no `results.jsonl`).
-    pub(crate) fn read(dir: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn read(dir: &Path) -> Result<Self, ReportError> {
         let results = crate::run::results_file(dir);
         if !results.is_file() {
-            bail!(
-                "{} is not a run directory: it has no results.jsonl (pincer run --out DIR writes one)",
-                dir.display()
-            );
+            return Err(ReportError::NotARun(dir.to_owned()));
         }
-        let all = record::read_results(&results)
-            .with_context(|| format!("reading {}", results.display()))?;
+        let all = record::read_results(&results).map_err(|source| ReportError::Io {
+            what: "reading",
+            path: results.clone(),
+            source,
+        })?;
         let meta = read_meta(&dir.join("run.json"));
         let graphs = read_graphs(&dir.join("tasks.json"));
 

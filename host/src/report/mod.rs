@@ -16,8 +16,30 @@ mod tables;
 #[cfg(test)]
 mod tests;
 
-use anyhow::Context;
 use std::path::{Path, PathBuf};
+
+/// Why a report could not be written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReportError {
+    /// The directory holds no run.
+    #[error(
+        "{} is not a run directory: it has no results.jsonl (pincer run --out DIR writes one)",
+        .0.display()
+    )]
+    NotARun(PathBuf),
+    /// Reading the results or writing a report file failed.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// "reading" or "writing".
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// Where a report was written.
 #[derive(Debug, Clone)]
@@ -31,7 +53,7 @@ pub struct ReportPaths {
 /// Writes `report.md` and `report.html` into a run directory. Fails only when `dir` is not a
 /// run directory or the files cannot be written; missing trajectories, screenshots or task
 /// definitions are shown as missing.
-pub fn write(dir: &Path) -> anyhow::Result<ReportPaths> {
+pub fn write(dir: &Path) -> Result<ReportPaths, ReportError> {
     let run = load::RunDir::read(dir)?;
     let paths = ReportPaths {
         html: dir.join("report.html"),
@@ -43,10 +65,15 @@ pub fn write(dir: &Path) -> anyhow::Result<ReportPaths> {
 }
 
 /// Writes through a temporary file so a reader never sees half a report.
-fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
     let mut name = path.file_name().unwrap_or_default().to_owned();
     name.push(".tmp");
     let tmp = path.with_file_name(name);
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|source| ReportError::Io {
+            what: "writing",
+            path: path.to_owned(),
+            source,
+        })
 }

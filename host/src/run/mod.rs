@@ -7,13 +7,14 @@ pub mod record;
 pub mod sets;
 pub mod task;
 
-use crate::agent::Agent;
 use crate::agent::observe::ObservationConfig;
+use crate::agent::{Agent, AgentError};
+use crate::desktop::DesktopError;
+use crate::env::registry::{ConnectError, RegistryError};
 use crate::eval::functions::Library;
 use crate::eval::graph::Graph;
 use crate::metrics::{Summary, Termination};
 use crate::task::Task;
-use anyhow::{Context, bail};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use record::{JsonlWriter, TaskRecord};
 use sets::EnvSet;
@@ -23,7 +24,91 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Makes a fresh agent for a worker (each set has its own).
-pub type AgentFactory = Arc<dyn Fn(u64) -> anyhow::Result<Box<dyn Agent>> + Send + Sync>;
+pub type AgentFactory = Arc<dyn Fn(u64) -> Result<Box<dyn Agent>, AgentError> + Send + Sync>;
+
+/// Why a run could not start or carry on. Failures inside one task run are not errors of
+/// the run: they are recorded with that task run's termination.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// Tasks that do not validate; nothing ran.
+    #[error("{} invalid tasks:\n{}", .0.len(), .0.join("\n"))]
+    InvalidTasks(Vec<String>),
+    /// The run directory has results and `--resume` was not given.
+    #[error("{} already holds results: pass --resume to continue that run, or choose another --out", .0.display())]
+    OutExists(PathBuf),
+    /// No environment set can run a task.
+    #[error("no environment set has the roles task '{task}' needs ({})", roles.join(", "))]
+    NoSetFits {
+        /// The task.
+        task: String,
+        /// Its roles.
+        roles: Vec<String>,
+    },
+    /// Two tasks give one role different platforms.
+    #[error("role '{role}' is {one} in one task and {other} in task '{task}'")]
+    RoleConflict {
+        /// The role.
+        role: String,
+        /// Its platform in an earlier task.
+        one: crate::task::Platform,
+        /// Its platform in `task`.
+        other: crate::task::Platform,
+        /// The task.
+        task: String,
+    },
+    /// A role no local desktop can play.
+    #[error(
+        "the tasks need '{0}', which is not a Linux desktop: give environments with --set {0}=NAME"
+    )]
+    NotLocal(String),
+    /// A `--set` specification that cannot be used.
+    #[error("--set '{spec}': {problem}")]
+    BadSet {
+        /// The specification as given.
+        spec: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A local desktop for the run did not start.
+    #[error("starting local desktop '{name}' for role '{role}': {source}")]
+    Desktop {
+        /// The desktop.
+        name: String,
+        /// Its role.
+        role: String,
+        /// Why (boxed: desktop errors are large, and rare).
+        #[source]
+        source: Box<DesktopError>,
+    },
+    /// An environment of a set could not be reached.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The envs file.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// An agent could not be made.
+    #[error("making the agent: {0}")]
+    Agent(#[from] AgentError),
+    /// Writing the run directory failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being written.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A worker of the run stopped abnormally (a bug).
+    #[error("a worker failed: {0}")]
+    Worker(String),
+}
+
+/// Maps an OS error to [`RunError::Io`] saying what was being written.
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+    let what = what.into();
+    move |source| RunError::Io { what, source }
+}
 
 /// What to run.
 pub struct RunConfig {
@@ -180,7 +265,7 @@ async fn healthy(set: &EnvSet) -> bool {
 }
 
 /// Validates every task before anything runs; returns the built graphs.
-pub fn prepare(tasks: &[Task], lib: &Library) -> anyhow::Result<Vec<Arc<Graph>>> {
+pub fn prepare(tasks: &[Task], lib: &Library) -> Result<Vec<Arc<Graph>>, RunError> {
     let mut graphs = Vec::new();
     let mut errors = Vec::new();
     for t in tasks {
@@ -193,31 +278,29 @@ pub fn prepare(tasks: &[Task], lib: &Library) -> anyhow::Result<Vec<Arc<Graph>>>
         }
     }
     if !errors.is_empty() {
-        bail!("{} invalid tasks:\n{}", errors.len(), errors.join("\n"));
+        return Err(RunError::InvalidTasks(errors));
     }
     Ok(graphs)
 }
 
 /// Refuses a run directory that already holds results unless resuming: call it before
 /// starting environments, so a mistake costs nothing.
-pub fn check_out(out: &Path, resume: bool) -> anyhow::Result<()> {
+pub fn check_out(out: &Path, resume: bool) -> Result<(), RunError> {
     if !resume && results_file(out).exists() {
-        bail!(
-            "{} already holds results: pass --resume to continue that run, or choose another --out",
-            out.display()
-        );
+        return Err(RunError::OutExists(out.to_owned()));
     }
     Ok(())
 }
 
 /// Runs everything; returns every record of the run directory (earlier ones included when
 /// resuming).
-pub async fn run(cfg: RunConfig) -> anyhow::Result<Vec<TaskRecord>> {
+pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
     check_out(&cfg.out, cfg.resume)?;
-    std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating {}", cfg.out.display()))?;
+    std::fs::create_dir_all(&cfg.out).map_err(io(format!("creating {}", cfg.out.display())))?;
     let results_path = results_file(&cfg.out);
     let previous = if cfg.resume {
-        record::read_results(&results_path)?
+        record::read_results(&results_path)
+            .map_err(io(format!("reading {}", results_path.display())))?
     } else {
         Vec::new()
     };
@@ -239,11 +322,10 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Vec<TaskRecord>> {
     for (i, _) in &queue {
         let t = &cfg.tasks[*i];
         if !cfg.sets.iter().any(|s| s.fits(t)) {
-            bail!(
-                "no environment set has the roles task '{}' needs ({})",
-                t.id,
-                t.envs.keys().cloned().collect::<Vec<_>>().join(", ")
-            );
+            return Err(RunError::NoSetFits {
+                task: t.id.clone(),
+                roles: t.envs.keys().cloned().collect(),
+            });
         }
     }
     let skipped = done.len();
@@ -261,19 +343,23 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Vec<TaskRecord>> {
         "sets": cfg.sets.iter().map(|s| (s.name.clone(), s.envs.keys().cloned().collect::<Vec<_>>())).collect::<Vec<_>>(),
         "observation": cfg.observation,
     });
-    std::fs::write(
-        cfg.out.join("run.json"),
-        serde_json::to_string_pretty(&meta)?,
-    )?;
+    let write_json = |name: &str, value: serde_json::Result<String>| {
+        let path = cfg.out.join(name);
+        value
+            .map_err(std::io::Error::from)
+            .and_then(|text| std::fs::write(&path, text))
+            .map_err(io(format!("writing {}", path.display())))
+    };
+    write_json("run.json", serde_json::to_string_pretty(&meta))?;
     // The report draws each task's checkpoint graph (`after` edges) from these.
-    std::fs::write(
-        cfg.out.join("tasks.json"),
-        serde_json::to_string_pretty(&cfg.tasks)?,
-    )?;
+    write_json("tasks.json", serde_json::to_string_pretty(&cfg.tasks))?;
 
     let display = Arc::new(Display::new(queue.len() as u64, &cfg.sets));
     let queue = Arc::new(Mutex::new(queue));
-    let writer = Arc::new(Mutex::new(JsonlWriter::append(&results_path)?));
+    let writer = Arc::new(Mutex::new(
+        JsonlWriter::append(&results_path)
+            .map_err(io(format!("opening {}", results_path.display())))?,
+    ));
     let all = Arc::new(Mutex::new(previous));
     let cfg = Arc::new(cfg);
     let tasks: Arc<Vec<Task>> = Arc::new(cfg.tasks.clone());
@@ -292,7 +378,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Vec<TaskRecord>> {
         workers.push(tokio::spawn(async move {
             loop {
                 if cfg.cancel.load(Ordering::SeqCst) {
-                    return Ok::<(), anyhow::Error>(());
+                    return Ok::<(), RunError>(());
                 }
                 // Take the next task this set can run.
                 let next = {
@@ -314,7 +400,8 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Vec<TaskRecord>> {
                 };
                 let rec =
                     task::run(&tasks[i], graphs[i].clone(), agent.as_mut(), r, seed, &ctx).await;
-                task::blocking(|| writer.lock().unwrap_or_else(|e| e.into_inner()).write(&rec))?;
+                task::blocking(|| writer.lock().unwrap_or_else(|e| e.into_inner()).write(&rec))
+                    .map_err(io("appending to results.jsonl"))?;
                 let env_failed = rec.termination == Termination::EnvironmentError;
                 {
                     let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
@@ -334,7 +421,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<Vec<TaskRecord>> {
         match w.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => first_error = first_error.or(Some(e)),
-            Err(e) => first_error = first_error.or(Some(anyhow::anyhow!("a worker failed: {e}"))),
+            Err(e) => first_error = first_error.or(Some(RunError::Worker(e.to_string()))),
         }
     }
     display.close();

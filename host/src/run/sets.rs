@@ -2,11 +2,11 @@
 //! (names in the envs file), or, with none given, local desktops brought up for the run and
 //! stopped afterwards (the embedded default).
 
+use super::RunError;
 use crate::desktop::{self, DesktopOptions};
 use crate::env::registry::Registry;
 use crate::env::{Deadlines, Environment};
 use crate::task::{Platform, Task};
-use anyhow::{Context, bail};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
@@ -51,7 +51,7 @@ impl LocalDesktops {
             std::mem::take(&mut *self.names.lock().unwrap_or_else(|e| e.into_inner()));
         let downs = names.iter().map(|n| async move {
             if let Err(e) = desktop::down(reg, n).await {
-                eprintln!("warning: stopping desktop '{n}': {e:#}");
+                eprintln!("warning: stopping desktop '{n}': {e}");
             }
         });
         futures::future::join_all(downs).await;
@@ -59,18 +59,19 @@ impl LocalDesktops {
 }
 
 /// Roles the tasks need, with platforms; conflicting platforms for one role are an error.
-pub fn roles_needed(tasks: &[&Task]) -> anyhow::Result<BTreeMap<String, Platform>> {
+pub fn roles_needed(tasks: &[&Task]) -> Result<BTreeMap<String, Platform>, RunError> {
     let mut out: BTreeMap<String, Platform> = BTreeMap::new();
     for t in tasks {
         for (role, need) in &t.envs {
             if let Some(p) = out.insert(role.clone(), need.platform)
                 && p != need.platform
             {
-                bail!(
-                    "role '{role}' is {p} in one task and {} in task '{}'",
-                    need.platform,
-                    t.id
-                );
+                return Err(RunError::RoleConflict {
+                    role: role.clone(),
+                    one: p,
+                    other: need.platform,
+                    task: t.id.clone(),
+                });
             }
         }
     }
@@ -85,11 +86,9 @@ pub async fn local_sets(
     size: (u32, u32),
     made: &LocalDesktops,
     progress: &mut dyn FnMut(&str),
-) -> anyhow::Result<Vec<EnvSet>> {
+) -> Result<Vec<EnvSet>, RunError> {
     if let Some((role, _)) = roles.iter().find(|(_, p)| **p != Platform::Linux) {
-        bail!(
-            "the tasks need '{role}', which is not a Linux desktop: give environments with --set {role}=NAME"
-        );
+        return Err(RunError::NotLocal(role.clone()));
     }
     let tag = std::process::id() % 100_000;
     let names: Vec<(usize, String, String)> = (0..count)
@@ -124,9 +123,13 @@ pub async fn local_sets(
             },
         )
         .await
-        .with_context(|| format!("starting local desktop '{name}' for role '{role}'"))?;
+        .map_err(|source| RunError::Desktop {
+            name: name.clone(),
+            role: role.clone(),
+            source: Box::new(source),
+        })?;
         let env = reg.connect(Some(name), Deadlines::default()).await?;
-        anyhow::Ok(Arc::new(env))
+        Ok::<_, RunError>(Arc::new(env))
     }))
     .await;
     let mut sets: Vec<EnvSet> = (0..count)
@@ -143,7 +146,7 @@ pub async fn local_sets(
 }
 
 /// Sets from `ROLE=ENV,ROLE=ENV` specs, connecting through the envs file.
-pub async fn named_sets(reg: &Registry, specs: &[String]) -> anyhow::Result<Vec<EnvSet>> {
+pub async fn named_sets(reg: &Registry, specs: &[String]) -> Result<Vec<EnvSet>, RunError> {
     let file = reg.load()?;
     let mut sets = Vec::new();
     let mut used = BTreeSet::new();
@@ -151,14 +154,23 @@ pub async fn named_sets(reg: &Registry, specs: &[String]) -> anyhow::Result<Vec<
         let mut envs = BTreeMap::new();
         let mut platforms = BTreeMap::new();
         for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (role, name) = pair.split_once('=').with_context(|| {
-                format!("--set '{spec}': write ROLE=ENV pairs, e.g. desktop=vm1,phone=pixel")
-            })?;
+            let bad = |problem: String| RunError::BadSet {
+                spec: spec.clone(),
+                problem,
+            };
+            let (role, name) = pair
+                .split_once('=')
+                .ok_or_else(|| bad("write ROLE=ENV pairs, e.g. desktop=vm1,phone=pixel".into()))?;
             if !used.insert(name.to_owned()) {
-                bail!("environment '{name}' is in two sets; each set needs its own environments");
+                return Err(bad(format!(
+                    "environment '{name}' is in two sets; each set needs its own environments"
+                )));
             }
-            let entry = file.envs.get(name).with_context(|| {
-                format!("--set: no environment '{name}' in {}", reg.path().display())
+            let entry = file.envs.get(name).ok_or_else(|| {
+                bad(format!(
+                    "no environment '{name}' in {}",
+                    reg.path().display()
+                ))
             })?;
             let platform = match entry.platform.as_str() {
                 "android" => Platform::Android,

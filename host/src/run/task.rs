@@ -178,7 +178,7 @@ pub async fn run(
         };
         agent
             .begin(&brief)
-            .map_err(|e| End::new(Termination::AgentError, e.0))?;
+            .map_err(|e| End::new(Termination::AgentError, e.to_string()))?;
 
         let limit = Duration::from_secs(u64::from(task.limits.max_seconds));
         let mut invalid_streak = 0;
@@ -263,7 +263,7 @@ pub async fn run(
             let decision = agent
                 .act(&obs)
                 .await
-                .map_err(|e| End::new(Termination::AgentError, e.0))?;
+                .map_err(|e| End::new(Termination::AgentError, e.to_string()))?;
             timing.agent_ms = t.elapsed().as_secs_f64() * 1000.0;
             usage.add(decision.usage);
 

@@ -155,27 +155,61 @@ impl OracleStep {
     }
 }
 
+/// What is wrong with an oracle solution, naming the step (1-based).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OracleError {
+    /// A selector asks for node attributes, which agents' views leave out.
+    #[error(
+        "oracle step {0} selects by `attributes`, which agents' views leave out (reading them costs a call a node): select by role, name, text or states"
+    )]
+    Attributes(usize),
+    /// A `read` step's pattern is not a regular expression.
+    #[error("oracle step {step}: bad pattern: {message}")]
+    Pattern {
+        /// The step.
+        step: usize,
+        /// What the regex parser said.
+        message: String,
+    },
+    /// A `read` step's variable name has other characters than letters, digits and `_`.
+    #[error("oracle step {step}: variable name '{var}' must be letters, digits and '_'")]
+    VariableName {
+        /// The step.
+        step: usize,
+        /// The name.
+        var: String,
+    },
+    /// A step uses a variable no earlier `read` step set.
+    #[error("oracle step {step} uses {{{{{var}}}}} before a `read` step sets it")]
+    Unset {
+        /// The step.
+        step: usize,
+        /// The variable.
+        var: String,
+    },
+}
+
 /// Checks a solution before it runs: patterns compile, variables are read before they are
-/// used, selectors ask only for what an agent's view carries. Returns what is wrong, naming
-/// the step (1-based).
-pub fn check(steps: &[OracleStep]) -> Result<(), String> {
+/// used, selectors ask only for what an agent's view carries.
+pub fn check(steps: &[OracleStep]) -> Result<(), OracleError> {
     let mut known: Vec<&str> = Vec::new();
     for (i, step) in steps.iter().enumerate() {
         let n = i + 1;
         if step.selector().is_some_and(Selector::uses_attributes) {
-            return Err(format!(
-                "oracle step {n} selects by `attributes`, which agents' views leave out \
-                 (reading them costs a call a node): select by role, name, text or states"
-            ));
+            return Err(OracleError::Attributes(n));
         }
         match step {
             OracleStep::Read { pattern, var, .. } => {
-                regex::Regex::new(pattern)
-                    .map_err(|e| format!("oracle step {n}: bad pattern: {e}"))?;
+                regex::Regex::new(pattern).map_err(|e| OracleError::Pattern {
+                    step: n,
+                    message: e.to_string(),
+                })?;
                 if var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                    return Err(format!(
-                        "oracle step {n}: variable name '{var}' must be letters, digits and '_'"
-                    ));
+                    return Err(OracleError::VariableName {
+                        step: n,
+                        var: var.clone(),
+                    });
                 }
                 known.push(var);
             }
@@ -183,9 +217,10 @@ pub fn check(steps: &[OracleStep]) -> Result<(), String> {
                 if let Some(v) = placeholders(text).find(|v| {
                     !known.contains(v) && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
                 }) {
-                    return Err(format!(
-                        "oracle step {n} uses {{{{{v}}}}} before a `read` step sets it"
-                    ));
+                    return Err(OracleError::Unset {
+                        step: n,
+                        var: v.to_owned(),
+                    });
                 }
             }
             _ => {}
@@ -213,19 +248,27 @@ mod tests {
             r#"[{"do": "submit", "answer": "{{code}}"},
                 {"do": "read", "target": {"role": "text"}, "pattern": "(.*)", "var": "code"}]"#,
         );
-        let err = check(&early).expect_err("use before read");
-        assert!(err.contains("step 1") && err.contains("{{code}}"), "{err}");
+        assert_eq!(
+            check(&early),
+            Err(OracleError::Unset {
+                step: 1,
+                var: "code".into()
+            })
+        );
+        assert_eq!(
+            check(&early).unwrap_err().to_string(),
+            "oracle step 1 uses {{code}} before a `read` step sets it"
+        );
         let bad =
             steps(r#"[{"do": "read", "target": {"role": "text"}, "pattern": "(", "var": "v"}]"#);
-        assert!(check(&bad).expect_err("bad regex").contains("bad pattern"));
+        assert!(matches!(
+            check(&bad),
+            Err(OracleError::Pattern { step: 1, .. })
+        ));
         let attrs = steps(
             r#"[{"do": "click", "target": {"role": "cell", "inside": {"attributes": {"id": "x"}}}}]"#,
         );
-        assert!(
-            check(&attrs)
-                .expect_err("attributes")
-                .contains("step 1 selects by `attributes`")
-        );
+        assert_eq!(check(&attrs), Err(OracleError::Attributes(1)));
     }
 
     #[test]

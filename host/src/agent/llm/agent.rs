@@ -340,10 +340,7 @@ impl LlmAgent {
     async fn decide(&mut self, obs: &Observation) -> Result<Decision, AgentError> {
         let mode = self.mode;
         let backend = &self.backend;
-        let st = self
-            .task
-            .as_mut()
-            .ok_or_else(|| AgentError("the agent was asked to act before a task began".into()))?;
+        let st = self.task.as_mut().ok_or(AgentError::NotStarted)?;
         st.decision += 1;
         let n = st.decision;
         let mut usage = Usage::default();
@@ -445,9 +442,7 @@ impl LlmAgent {
                             let (Some(sub), Some(view), Some(p)) =
                                 (envs.get_mut(&env), obs.view(&env), st.roles.get(&env))
                             else {
-                                return Err(AgentError(format!(
-                                    "the observation has no view of '{env}'"
-                                )));
+                                return Err(AgentError::NoView(env));
                             };
                             let one: Roles = [(env.clone(), *p)].into();
                             let preface =

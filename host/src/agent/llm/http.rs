@@ -67,7 +67,7 @@ fn tls() -> Result<rustls::ClientConfig, AgentError> {
     let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .and_then(|b| b.with_platform_verifier())
-        .map_err(|e| AgentError(format!("cannot set up TLS for the model API: {e}")))?
+        .map_err(|e| AgentError::Setup(format!("cannot set up TLS for the model API: {e}")))?
         .with_no_client_auth();
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(cfg)
@@ -81,7 +81,7 @@ impl Backend {
             .connect_timeout(s.timeout.min(Duration::from_secs(15)))
             .user_agent(concat!("pincer/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| AgentError(format!("cannot make the HTTP client: {e}")))?;
+            .map_err(|e| AgentError::Setup(format!("cannot make the HTTP client: {e}")))?;
         Ok(Self {
             provider: s.provider,
             model: s.model.clone(),
@@ -104,7 +104,7 @@ impl Backend {
             HeaderValue::from_static("application/json"),
         );
         let bad_key = || {
-            AgentError(format!(
+            AgentError::Setup(format!(
                 "the {} API key holds characters that cannot go in an HTTP header",
                 self.provider
             ))
@@ -154,12 +154,12 @@ impl Backend {
             openai_official: self.openai_official,
         };
         let body = serde_json::to_vec(&wire::encode(self.provider, &chat, Images::Inline))
-            .map_err(|e| AgentError(format!("encoding the request: {e}")))?;
+            .map_err(|e| AgentError::Model(format!("encoding the request: {e}")))?;
         let stored = wire::encode(self.provider, &chat, Images::Reference);
         let headers = self.headers()?;
         self.send(who, &headers, body, stored)
             .await
-            .map_err(|e| AgentError(self.scrub(e.to_string())))
+            .map_err(|e| AgentError::Model(self.scrub(e.to_string())))
     }
 
     /// The attempts of one call. Server texts in the error are not scrubbed yet.

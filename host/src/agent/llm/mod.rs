@@ -403,7 +403,9 @@ fn is_openai_host(base_url: &str) -> bool {
 /// Builds a fresh agent for one task run. The seed is the runner's (recorded with the
 /// results); the model APIs are not seeded, so it does not reach them.
 pub fn build(settings: &Settings, _seed: u64) -> Result<Box<dyn Agent>, AgentError> {
-    let key = settings.key().map_err(|e| AgentError(e.to_string()))?;
+    let key = settings
+        .key()
+        .map_err(|e| AgentError::Setup(e.to_string()))?;
     let backend = http::Backend::new(settings, key)?;
     Ok(Box::new(agent::LlmAgent::new(settings, backend)))
 }

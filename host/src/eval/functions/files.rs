@@ -91,36 +91,42 @@ fn read_probes(path: &str, max_len: u64) -> Vec<Probe> {
     ]
 }
 
-/// The content read by [`read_probes`], or what was there instead (`what`: "file",
-/// "image").
+/// The content read by [`read_probes`], or the failing verdict of what was there instead
+/// (`what`: "file", "image").
 fn read<'a>(
     path: &str,
     r: &[&'a ProbeResult],
     what: &str,
-) -> Result<Result<&'a FileContent, String>, EvalError> {
+) -> Result<Result<&'a FileContent, Verdict>, EvalError> {
     let s = match reply(r[0], "stat")? {
         ProbeReply::Stat(s) => s,
         other => return Err(unexpected("stat", other)),
     };
     match s.kind {
-        None => return Ok(Err(format!("{what} {path} does not exist"))),
-        Some(FileKind::Dir) => return Ok(Err(format!("{path} is a directory, not a {what}"))),
+        None => return Ok(Err(Verdict::fail(format!("{what} {path} does not exist")))),
+        Some(FileKind::Dir) => {
+            return Ok(Err(Verdict::fail(format!(
+                "{path} is a directory, not a {what}"
+            ))));
+        }
         Some(FileKind::Other) => {
-            return Ok(Err(format!("{path} is a special file, not a {what}")));
+            return Ok(Err(Verdict::fail(format!(
+                "{path} is a special file, not a {what}"
+            ))));
         }
         // A symlink is read through.
         Some(FileKind::File | FileKind::Symlink) => {}
     }
     if s.kind == Some(FileKind::Symlink) && matches!(r[1], Err(WireError::InvalidArgument { .. })) {
         // The guest refuses to read a directory as a file.
-        return Ok(Err(format!(
+        return Ok(Err(Verdict::fail(format!(
             "{path} is a symbolic link to a directory, not a {what}"
-        )));
+        ))));
     }
     match reply(r[1], "read file")? {
         ProbeReply::File(Some(f)) => Ok(Ok(f)),
         // Gone (or a dangling link) between the stat and the read.
-        ProbeReply::File(None) => Ok(Err(format!("{what} {path} does not exist"))),
+        ProbeReply::File(None) => Ok(Err(Verdict::fail(format!("{what} {path} does not exist")))),
         other => Err(unexpected("read file", other)),
     }
 }
@@ -187,7 +193,7 @@ impl Check for FileText {
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
         let f = match read(&self.path, r, "file")? {
             Ok(f) => f,
-            Err(seen) => return Ok(Verdict::fail(seen)),
+            Err(seen) => return Ok(seen),
         };
         // Judging the part that was read could pass a file whose text differs further on.
         if f.total_size > f.bytes.len() as u64 {
@@ -328,7 +334,7 @@ impl Check for Image {
         let p = &self.a.path;
         let f = match read(p, r, "image")? {
             Ok(f) => f,
-            Err(seen) => return Ok(Verdict::fail(seen)),
+            Err(seen) => return Ok(seen),
         };
         let (Ok(size), Ok(kind)) = (
             imagesize::blob_size(&f.bytes),

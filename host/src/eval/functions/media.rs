@@ -58,8 +58,9 @@ struct Brightness {
     want: Want,
 }
 
-/// The brightness of the image in a read-file reply, or why there is none.
-fn image_brightness(r: &ProbeResult, path: &str) -> Result<Result<f64, String>, EvalError> {
+/// The brightness of the image in a read-file reply, or the failing verdict of why there
+/// is none.
+fn image_brightness(r: &ProbeResult, path: &str) -> Result<Result<f64, Verdict>, EvalError> {
     Ok(match reply(r, "read file")? {
         ProbeReply::File(None) => Err(format!("image {path} does not exist")),
         ProbeReply::File(Some(f)) if f.total_size > f.bytes.len() as u64 => Err(format!(
@@ -70,7 +71,8 @@ fn image_brightness(r: &ProbeResult, path: &str) -> Result<Result<f64, String>, 
         ProbeReply::File(Some(f)) => brightness(&f.bytes)
             .map_err(|e| format!("{path} is not an image pincer can decode: {e}")),
         other => return Err(unexpected("read file", other)),
-    })
+    }
+    .map_err(Verdict::fail))
 }
 
 impl Check for Brightness {
@@ -89,11 +91,11 @@ impl Check for Brightness {
         // brighter".
         let before = match image_brightness(r[0], b)? {
             Ok(v) => v,
-            Err(why) => return Ok(Verdict::fail(why)),
+            Err(why) => return Ok(why),
         };
         let after = match image_brightness(r[1], a)? {
             Ok(v) => v,
-            Err(why) => return Ok(Verdict::fail(why)),
+            Err(why) => return Ok(why),
         };
         let seen = format!("{a} has brightness {after:.2}, {b} {before:.2}");
         let brighter = after > before;
