@@ -244,8 +244,8 @@ impl Guest {
                 let budget = Arc::new(Budget::new(BATCH_INLINE_BYTES));
                 let results = futures::future::join_all(
                     probes
-                        .into_iter()
-                        .map(|p| self.probe(p, Some(budget.clone()))),
+                        .iter()
+                        .map(|p| self.probe(p.clone(), Some(budget.clone()))),
                 )
                 .await;
                 Reply::Msg(Response::Batch(results))
@@ -334,7 +334,10 @@ impl Guest {
                 Ok(ProbeReply::Command(out))
             }
             Probe::EnvVar { name } => Ok(ProbeReply::EnvVar(std::env::var(name).ok())),
-            Probe::UiTree(req) => self.tree(&req).await.map(ProbeReply::UiTree),
+            Probe::UiTree(req) => self
+                .tree(&req)
+                .await
+                .map(|t| ProbeReply::UiTree(Box::new(t))),
             Probe::Gsettings { schema, key } => {
                 gsettings(&schema, &key).await.map(ProbeReply::Gsettings)
             }
@@ -507,7 +510,7 @@ mod tests {
         ));
         assert_eq!(guest.check_class(&Request::Probe(Probe::Windows)), Ok(()));
         assert_eq!(
-            guest.check_class(&Request::Batch(vec![Probe::Windows])),
+            guest.check_class(&Request::Batch([Probe::Windows].into())),
             Ok(())
         );
     }
@@ -530,8 +533,9 @@ mod tests {
             timeout_ms: 5_000,
             max_output: 1024,
         });
-        let Reply::Msg(Response::Batch(results)) =
-            guest(false, ":0").handle(Request::Batch(probes)).await
+        let Reply::Msg(Response::Batch(results)) = guest(false, ":0")
+            .handle(Request::Batch(probes.into()))
+            .await
         else {
             panic!("no batch reply");
         };

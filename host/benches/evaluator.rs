@@ -60,12 +60,14 @@ impl ProbeSource for Memory {
     async fn batch(
         &self,
         _role: &str,
-        probes: Vec<Probe>,
+        probes: Arc<[Probe]>,
     ) -> Result<Vec<ProbeResult>, ClientError> {
         let t = cpu_now();
         let files = self.files.lock().unwrap();
+        // As a guest does: the reply names the path asked, in its own string.
         let replies = probes
-            .into_iter()
+            .iter()
+            .cloned()
             .map(|p| match p {
                 Probe::Stat { path } => Ok(ProbeReply::Stat(FileStat {
                     exists: files.contains(&path),

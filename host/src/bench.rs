@@ -286,24 +286,28 @@ pub async fn run(
             format!("2 roles, {trips} round trips, all pass"),
         ));
 
-        progress("harness step: observe with marks, then evaluate");
+        progress("harness step: observe with marks while evaluating");
         let cfg = ObservationConfig::default();
+        // As the runner does after an action: the next observation is built while the
+        // action is evaluated.
         let (s, (elements, png)) = measure(few, || async {
-            let view = observe::view(env, "desktop", Platform::Linux, &cfg)
-                .await
-                .map_err(|e| match e {
-                    ObserveError::Client(c) => c,
-                    other => ClientError::Local {
-                        env: env.name().into(),
-                        message: other.to_string(),
-                    },
-                })?;
-            evaluate(env, &graph).await?;
+            let (view, evaluated) = futures::join!(
+                observe::view(env, "desktop", Platform::Linux, &cfg),
+                evaluate(env, &graph)
+            );
+            let view = view.map_err(|e| match e {
+                ObserveError::Client(c) => c,
+                other => ClientError::Local {
+                    env: env.name().into(),
+                    message: other.to_string(),
+                },
+            })?;
+            evaluated?;
             Ok((view.elements.len(), view.marked.map_or(0, |m| m.len())))
         })
         .await?;
         out.push(Stats::from_samples(
-            "harness step (observe + marks + evaluate)",
+            "harness step (observe + marks, evaluate alongside)",
             s,
             Some(30.0),
             Some("CRAB: 1-2 s sleep + 3-5 s detector"),
@@ -329,7 +333,7 @@ impl ProbeSource for BothRoles<'_> {
     async fn batch(
         &self,
         _role: &str,
-        probes: Vec<Probe>,
+        probes: Arc<[Probe]>,
     ) -> Result<Vec<ProbeResult>, ClientError> {
         self.0.batch(probes).await
     }

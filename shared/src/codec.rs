@@ -216,7 +216,7 @@ mod tests {
         );
         roundtrip(Request::UiTree(TreeRequest::default()), 0);
         roundtrip(
-            Request::Batch(vec![Probe::Processes, Probe::Stat { path: "/x".into() }]),
+            Request::Batch([Probe::Processes, Probe::Stat { path: "/x".into() }].into()),
             0,
         );
         roundtrip(
@@ -263,7 +263,7 @@ mod tests {
 
         // A newer probe inside a batch, after a known one; 300 takes two varint bytes.
         let clip = Probe::Clipboard;
-        let batch = Request::Batch(vec![Probe::Processes, clip.clone()]);
+        let batch = Request::Batch([Probe::Processes, clip.clone()].into());
         assert_eq!(
             unknown(&patched(&batch, &clip, &[0xac, 0x02])),
             ("Probe", 300)
@@ -314,7 +314,7 @@ mod tests {
         // A variant index that is no valid varint at all.
         malformed(&[0, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
         // A batch announcing more probes than follow.
-        let batch = Request::Batch(vec![Probe::Processes]);
+        let batch = Request::Batch([Probe::Processes].into());
         let mut bytes =
             encode(&batch, 0, limits::MAX_REQUEST_HEADER).unwrap()[PREFIX_LEN..].to_vec();
         bytes.truncate(bytes.len() - 1);
@@ -628,7 +628,7 @@ mod tests {
             Just(Request::ScreenInfo),
             Just(Request::Cursor),
             arb_probe().prop_map(Request::Probe),
-            proptest::collection::vec(arb_probe(), 0..8).prop_map(Request::Batch),
+            proptest::collection::vec(arb_probe(), 0..8).prop_map(|v| Request::Batch(v.into())),
             (".*", any::<u64>(), proptest::option::of(any::<u64>())).prop_map(
                 |(path, offset, max_len)| Request::ReadFile {
                     path,

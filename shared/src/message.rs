@@ -9,6 +9,7 @@ use crate::setup::{ExecOutput, Setup};
 use crate::tree::UiTree;
 use crate::version::ProtocolVersion;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Privilege classes. A guest grants classes per connection; agents reach only `Action`
 /// (and the observations the harness hands them).
@@ -56,7 +57,10 @@ pub enum Request {
     /// One read-only probe; answered with [`Response::Probe`].
     Probe(Probe),
     /// Many probes in one round trip; answered with [`Response::Batch`], one result each.
-    Batch(Vec<Probe>),
+    ///
+    /// Shared (`Arc`, the same bytes on the wire as a list): a host sends the same probes
+    /// step after step without copying them.
+    Batch(Arc<[Probe]>),
     /// A file as a bulk body (for large files); answered with [`Response::File`] and the
     /// bytes as body.
     ReadFile {
@@ -303,11 +307,11 @@ mod tests {
         };
         assert_eq!(Request::Probe(cmd.clone()).class(), RequestClass::Setup);
         assert_eq!(
-            Request::Batch(vec![Probe::Processes, cmd]).class(),
+            Request::Batch([Probe::Processes, cmd].into()).class(),
             RequestClass::Setup
         );
         assert_eq!(
-            Request::Batch(vec![Probe::Processes]).class(),
+            Request::Batch([Probe::Processes].into()).class(),
             RequestClass::Probe
         );
         assert_eq!(

@@ -174,8 +174,9 @@ pub enum ProbeReply {
     Command(ExecOutput),
     /// For [`Probe::EnvVar`].
     EnvVar(Option<String>),
-    /// For [`Probe::UiTree`].
-    UiTree(UiTree),
+    /// For [`Probe::UiTree`]. Boxed (the wire format is the same) so that the many small
+    /// replies of a batch are not each the size of a tree.
+    UiTree(Box<UiTree>),
     /// For [`Probe::Gsettings`]; `None` when the schema or key does not exist.
     Gsettings(Option<String>),
 }

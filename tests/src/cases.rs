@@ -111,7 +111,11 @@ impl<'a> Counted<'a> {
 }
 
 impl ProbeSource for Counted<'_> {
-    async fn batch(&self, role: &str, probes: Vec<Probe>) -> Result<Vec<ProbeResult>, ClientError> {
+    async fn batch(
+        &self,
+        role: &str,
+        probes: Arc<[Probe]>,
+    ) -> Result<Vec<ProbeResult>, ClientError> {
         *self
             .batches
             .lock()

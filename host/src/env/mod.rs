@@ -528,8 +528,9 @@ impl Environment {
     /// Runs many probes in one round trip; each has its own result.
     pub async fn batch(
         &self,
-        probes: Vec<Probe>,
+        probes: impl Into<Arc<[Probe]>>,
     ) -> Result<Vec<Result<ProbeReply, WireError>>, ClientError> {
+        let probes: Arc<[Probe]> = probes.into();
         let n = probes.len();
         let deadline = self.probe_deadline(&probes);
         match self.call(&Request::Batch(probes), None, deadline).await? {

@@ -15,7 +15,8 @@
 
 use super::functions::{BuildError, Library};
 use super::{
-    AgentLog, Check, EvalError, FxHashMap, FxHashSet, Plan, ProbeResult, Verdict, prefetchable,
+    AgentLog, Check, EvalError, FxHashSet, Plan, ProbeResult, ProbeTable, Sent, Verdict,
+    prefetchable,
 };
 use crate::env::{ClientError, Environment};
 use crate::task::{Platform, Task};
@@ -33,7 +34,7 @@ pub trait ProbeSource: Sync {
     fn batch(
         &self,
         role: &str,
-        probes: Vec<Probe>,
+        probes: Arc<[Probe]>,
     ) -> impl Future<Output = Result<Vec<ProbeResult>, ClientError>> + Send;
 }
 
@@ -42,7 +43,11 @@ pub trait ProbeSource: Sync {
 pub struct Envs(pub BTreeMap<String, Arc<Environment>>);
 
 impl ProbeSource for Envs {
-    async fn batch(&self, role: &str, probes: Vec<Probe>) -> Result<Vec<ProbeResult>, ClientError> {
+    async fn batch(
+        &self,
+        role: &str,
+        probes: Arc<[Probe]>,
+    ) -> Result<Vec<ProbeResult>, ClientError> {
         let env = self.0.get(role).ok_or_else(|| ClientError::Local {
             env: role.to_owned(),
             message: format!("no environment bound to role '{role}'"),
@@ -161,8 +166,9 @@ struct Node {
     role: Option<usize>,
     function: String,
     check: Box<dyn Check>,
-    /// `check.probes()`, asked once: the list never changes.
-    probes: Vec<Probe>,
+    /// The numbers of `check.probes()` in its role's [`ProbeTable`], asked once: the list
+    /// never changes.
+    probe_ids: Vec<u32>,
     /// Whether every probe may be read before the node is ready.
     prefetch: bool,
     preds: Vec<usize>,
@@ -176,6 +182,8 @@ pub struct Graph {
     sinks: Vec<usize>,
     /// The task's environment roles, sorted.
     roles: Vec<String>,
+    /// The distinct probes of each role's checks, by role index.
+    tables: Vec<ProbeTable>,
 }
 
 /// How far one checkpoint got.
@@ -243,6 +251,7 @@ impl Graph {
         }
         let roles: Vec<String> = task.envs.keys().cloned().collect();
         let mut nodes = Vec::new();
+        let mut tables: Vec<ProbeTable> = roles.iter().map(|_| ProbeTable::default()).collect();
         // Predecessors of every checkpoint (built or not), for cycle detection.
         let mut all_preds = Vec::with_capacity(task.checkpoints.len());
         for c in &task.checkpoints {
@@ -316,15 +325,20 @@ impl Graph {
             }
             if let Some(check) = check {
                 let probes = check.probes();
+                let role = c
+                    .env
+                    .as_ref()
+                    .and_then(|r| roles.iter().position(|k| k == r));
+                let probe_ids = match role {
+                    Some(r) => probes.iter().map(|p| tables[r].intern(p)).collect(),
+                    None => Vec::new(),
+                };
                 nodes.push(Node {
                     id: c.id.clone(),
-                    role: c
-                        .env
-                        .as_ref()
-                        .and_then(|r| roles.iter().position(|k| k == r)),
+                    role,
                     function: c.check.clone(),
                     prefetch: probes.iter().all(prefetchable),
-                    probes,
+                    probe_ids,
                     check,
                     preds,
                     succs: Vec::new(),
@@ -377,6 +391,7 @@ impl Graph {
             nodes,
             sinks,
             roles,
+            tables,
         })
     }
 
@@ -403,8 +418,9 @@ impl Graph {
         log: &AgentLog,
     ) -> Result<Vec<(String, Result<Verdict, EvalError>)>, StepError> {
         let all: Vec<usize> = (0..self.nodes.len()).collect();
-        let mut reads = Reads::default();
-        self.fetch(&all, src, &mut reads).await?;
+        let mut reads = Reads::new(self.nodes.len());
+        let mut sent: Vec<Sent> = self.roles.iter().map(|_| Sent::default()).collect();
+        self.fetch(&all, src, &mut reads, &mut sent).await?;
         let mut buf = Vec::new();
         Ok(all
             .iter()
@@ -423,87 +439,144 @@ impl Graph {
         nodes: &[usize],
         src: &S,
         reads: &mut Reads,
+        sent: &mut [Sent],
     ) -> Result<u32, StepError> {
         // Per role index: the merged probes, and each node's slots in them as
         // (node, start, end) in `reads.slots`.
-        type Spans = Vec<(usize, usize, usize)>;
-        let mut plans: Vec<(Plan, Spans)> = self.roles.iter().map(|_| Default::default()).collect();
-        reads.nodes.reserve(nodes.len());
+        let mut plans: Vec<(Plan, Vec<(usize, u32, u32)>)> = self
+            .tables
+            .iter()
+            .map(|t| (Plan::new(t), Vec::new()))
+            .collect();
+        reads.slots.reserve(nodes.len());
         for &i in nodes {
             let n = &self.nodes[i];
             match n.role {
-                Some(role) if !n.probes.is_empty() => {
+                Some(role) if !n.probe_ids.is_empty() => {
                     let (plan, at) = &mut plans[role];
-                    let start = reads.slots.len();
-                    plan.add(&n.probes, &mut reads.slots);
-                    at.push((i, start, reads.slots.len()));
+                    let start = reads.slots.len() as u32;
+                    plan.add(&n.probe_ids, &mut reads.slots);
+                    at.push((i, start, reads.slots.len() as u32));
                 }
-                _ => {
-                    reads.nodes.insert(i, (0, 0, 0));
-                }
+                _ => reads.spans[i] = Span::EMPTY,
             }
         }
         // A guest takes at most MAX_BATCH probes per batch: a bigger plan goes out as
         // several batches, all at once.
         let mut owners = Vec::new();
         let mut batches = Vec::new();
-        for (role, (plan, at)) in self.roles.iter().zip(plans) {
-            let mut probes = plan.into_probes().into_iter();
-            let mut chunks = 0;
-            loop {
-                let chunk: Vec<Probe> = probes.by_ref().take(MAX_BATCH).collect();
-                if chunk.is_empty() {
-                    break;
-                }
+        let mut sizes = Vec::new();
+        for ((role, (plan, at)), sent) in self.roles.iter().zip(&plans).zip(sent) {
+            let before = batches.len();
+            for chunk in plan.batches(MAX_BATCH, sent) {
+                sizes.push(chunk.len());
                 batches.push(src.batch(role, chunk));
-                chunks += 1;
             }
-            if chunks > 0 {
-                owners.push((role, at, chunks));
+            if batches.len() > before {
+                owners.push((role, at, batches.len() - before));
             }
         }
         let sent = batches.len() as u32;
         let mut results = futures::future::join_all(batches).await.into_iter();
+        // Batches already taken out of `results`, to find each one's size.
+        let mut done = 0;
         for (role, at, chunks) in owners {
-            let mut replies = Vec::new();
-            for result in results.by_ref().take(chunks) {
-                replies.extend(result.map_err(|error| StepError::Environment {
+            // Each batch's replies stay where they arrived: slot `s` of the plan is reply
+            // `s % MAX_BATCH` of its `s / MAX_BATCH`th batch.
+            let first = reads.batches.len() as u32;
+            for (k, result) in results.by_ref().take(chunks).enumerate() {
+                let failed = |error| StepError::Environment {
                     role: role.to_owned(),
                     error,
-                })?);
+                };
+                let replies = result.map_err(failed)?;
+                let asked = sizes[done + k];
+                if replies.len() != asked {
+                    return Err(failed(ClientError::Local {
+                        env: role.to_owned(),
+                        message: format!("{asked} probes got {} replies", replies.len()),
+                    }));
+                }
+                reads.batches.push(replies);
             }
-            let batch = reads.batches.len();
-            reads.batches.push(replies);
-            for (i, start, end) in at {
-                reads.nodes.insert(i, (batch, start, end));
+            done += chunks;
+            for &(i, start, end) in at {
+                reads.spans[i] = Span {
+                    batch: first,
+                    start,
+                    end,
+                };
             }
         }
         Ok(sent)
     }
 }
 
-/// Probe replies read for nodes, kept where they arrived: a node's replies are
-/// `batches[b][slots[start..end]]`.
+/// Where a node's replies are: the slots `slots[start..end]` of the plan whose first batch
+/// is `batches[batch]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    batch: u32,
+    start: u32,
+    end: u32,
+}
+
+impl Span {
+    /// Not read (yet).
+    const UNREAD: Self = Self {
+        batch: u32::MAX,
+        start: 0,
+        end: 0,
+    };
+    /// Read, with no probes (agent-log checks).
+    const EMPTY: Self = Self {
+        batch: 0,
+        start: 0,
+        end: 0,
+    };
+}
+
+/// Probe replies read for nodes, kept where they arrived.
 #[derive(Debug, Default)]
 struct Reads {
     batches: Vec<Vec<ProbeResult>>,
-    slots: Vec<usize>,
-    /// Node -> (batch, start, end) in `slots`.
-    nodes: FxHashMap<usize, (usize, usize, usize)>,
+    slots: Vec<u32>,
+    /// By node.
+    spans: Vec<Span>,
 }
 
 impl Reads {
+    /// Nothing read yet for a graph of `nodes` checkpoints.
+    fn new(nodes: usize) -> Self {
+        Self {
+            batches: Vec::new(),
+            slots: Vec::new(),
+            spans: vec![Span::UNREAD; nodes],
+        }
+    }
+
+    /// Nothing read, for a graph of `nodes` checkpoints, keeping the buffers.
+    fn reset(&mut self, nodes: usize) {
+        self.batches.clear();
+        self.slots.clear();
+        self.spans.clear();
+        self.spans.resize(nodes, Span::UNREAD);
+    }
+
     /// Whether the node's probes were read.
     fn has(&self, node: usize) -> bool {
-        self.nodes.contains_key(&node)
+        self.spans[node] != Span::UNREAD
     }
 
     /// The node's replies, in the order of its probes (empty for nodes without probes),
     /// in `buf` (cleared first, reused so that judging a node allocates nothing here).
     fn of<'a>(&'a self, node: usize, buf: &mut Vec<&'a ProbeResult>) {
-        let (b, start, end) = self.nodes[&node];
+        let Span { batch, start, end } = self.spans[node];
         buf.clear();
-        buf.extend(self.slots[start..end].iter().map(|&s| &self.batches[b][s]));
+        buf.extend(self.slots[start as usize..end as usize].iter().map(|&s| {
+            let (b, at) = (s as usize / MAX_BATCH, s as usize % MAX_BATCH);
+            &self.batches[batch as usize + b][at]
+        }));
     }
 }
 
@@ -582,6 +655,10 @@ pub struct Evaluator {
     checks: Vec<u32>,
     feedback: Vec<Option<String>>,
     ready: BTreeSet<usize>,
+    /// The batches last sent, by role.
+    sent: Vec<Sent>,
+    /// Buffers for the replies of a step, kept between steps.
+    reads: Reads,
 }
 
 impl Evaluator {
@@ -599,6 +676,8 @@ impl Evaluator {
             feedback: vec![None; graph.nodes.len()],
             remaining,
             ready,
+            sent: graph.roles.iter().map(|_| Sent::default()).collect(),
+            reads: Reads::new(graph.nodes.len()),
             graph,
         }
     }
@@ -612,8 +691,9 @@ impl Evaluator {
         log: &AgentLog,
     ) -> Result<Vec<(String, Verdict)>, StepError> {
         let ready: Vec<usize> = self.ready.iter().copied().collect();
-        let mut reads = Reads::default();
-        self.graph.fetch(&ready, src, &mut reads).await?;
+        let mut reads = Reads::new(self.graph.nodes.len());
+        let mut sent: Vec<Sent> = self.graph.roles.iter().map(|_| Sent::default()).collect();
+        self.graph.fetch(&ready, src, &mut reads, &mut sent).await?;
         let mut passing = Vec::new();
         let mut buf = Vec::new();
         for i in ready {
@@ -642,7 +722,9 @@ impl Evaluator {
     ) -> Result<StepReport, StepError> {
         let mut report = StepReport::default();
         let mut frontier: Vec<usize> = self.ready.iter().copied().collect();
-        let mut reads = Reads::default();
+        // The previous step's buffers, emptied: a step allocates nothing per checkpoint.
+        let mut reads = std::mem::take(&mut self.reads);
+        reads.reset(self.graph.nodes.len());
         while !frontier.is_empty() {
             // The frontier and the look-ahead are disjoint: a successor of a frontier node
             // waits for it, so it is not ready yet.
@@ -653,24 +735,27 @@ impl Evaluator {
                 .filter(|&i| !reads.has(i))
                 .collect();
             if !need.is_empty() {
-                report.round_trips += self.graph.fetch(&need, src, &mut reads).await?;
+                report.round_trips += self
+                    .graph
+                    .fetch(&need, src, &mut reads, &mut self.sent)
+                    .await?;
             }
             let mut newly = Vec::new();
             let mut buf = Vec::new();
             for &i in &frontier {
                 let n = &self.graph.nodes[i];
                 reads.of(i, &mut buf);
-                let v = n
-                    .check
-                    .judge(&buf, log)
-                    .map_err(|error| StepError::Evaluator {
-                        node: n.id.clone(),
-                        error,
-                    })?;
+                let failed = |error| StepError::Evaluator {
+                    node: n.id.clone(),
+                    error,
+                };
+                // Feedback is written only when a verdict changes to a pass (failing ones
+                // get theirs from `refresh_feedback` when they are shown).
+                let passed = n.check.passes(&buf, log).map_err(failed)?;
                 self.checks[i] += 1;
                 report.checked += 1;
-                self.feedback[i] = Some(v.feedback);
-                if v.passed {
+                if passed {
+                    self.feedback[i] = Some(n.check.judge(&buf, log).map_err(failed)?.feedback);
                     self.passed_at[i] = Some(step);
                     self.passed_ms[i] = Some(self.started.elapsed().as_millis() as u64);
                     self.ready.remove(&i);
@@ -690,7 +775,38 @@ impl Evaluator {
             }
             frontier = next.into_iter().collect();
         }
+        // The replies go now; the buffers stay for the next step.
+        reads.batches.clear();
+        self.reads = reads;
         Ok(report)
+    }
+
+    /// Judges the checkpoints that are ready and have not passed once more, with feedback,
+    /// so that what is shown (the task run's record) says what each saw at the end: steps
+    /// only decide whether they pass. One round trip per environment.
+    pub async fn refresh_feedback<S: ProbeSource>(
+        &mut self,
+        src: &S,
+        log: &AgentLog,
+    ) -> Result<(), StepError> {
+        let ready: Vec<usize> = self.ready.iter().copied().collect();
+        if ready.is_empty() {
+            return Ok(());
+        }
+        let mut reads = Reads::new(self.graph.nodes.len());
+        self.graph
+            .fetch(&ready, src, &mut reads, &mut self.sent)
+            .await?;
+        let mut buf = Vec::new();
+        for i in ready {
+            reads.of(i, &mut buf);
+            let n = &self.graph.nodes[i];
+            self.feedback[i] = Some(match n.check.judge(&buf, log) {
+                Ok(v) => v.feedback,
+                Err(e) => format!("not judged: {e}"),
+            });
+        }
+        Ok(())
     }
 
     /// Successors that would become ready if every node of `frontier` passed and whose

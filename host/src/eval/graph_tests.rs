@@ -7,7 +7,6 @@ use crate::eval::functions::Library;
 use pincer_shared::WireError;
 use pincer_shared::probe::{FileContent, FileKind, FileStat, ProbeReply};
 use pincer_shared::setup::{ExecOutput, ExitStatus};
-use pincer_shared::tree::UiTree;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -38,7 +37,11 @@ impl Fake {
 }
 
 impl ProbeSource for Fake {
-    async fn batch(&self, role: &str, probes: Vec<Probe>) -> Result<Vec<ProbeResult>, ClientError> {
+    async fn batch(
+        &self,
+        role: &str,
+        probes: Arc<[Probe]>,
+    ) -> Result<Vec<ProbeResult>, ClientError> {
         self.batches.fetch_add(1, Ordering::SeqCst);
         // As a guest does.
         if probes.len() > MAX_BATCH {
@@ -51,7 +54,8 @@ impl ProbeSource for Fake {
         let files = self.files.lock().unwrap();
         let broken = self.broken.lock().unwrap().clone();
         Ok(probes
-            .into_iter()
+            .iter()
+            .cloned()
             .map(|p| match p {
                 Probe::Stat { path } if broken.as_deref() == Some(path.as_str()) => {
                     Err(WireError::PermissionDenied { path })
@@ -85,7 +89,7 @@ impl ProbeSource for Fake {
                     elapsed_ms: 0,
                 })),
                 Probe::Gsettings { .. } => Ok(ProbeReply::Gsettings(None)),
-                Probe::UiTree(_) => Ok(ProbeReply::UiTree(UiTree::default())),
+                Probe::UiTree(_) => Ok(ProbeReply::UiTree(Box::default())),
                 other => Err(WireError::Unsupported {
                     what: format!("{other:?}"),
                 }),
@@ -254,6 +258,9 @@ async fn and_combinator_and_negation_evaluate_on_one_environment() {
     let mut ev = evaluator(&t);
     let r = ev.step(1, &fake, &log()).await.unwrap();
     assert!(r.passed.is_empty());
+    // A step decides; the feedback of what still fails is written when it is shown.
+    assert_eq!(ev.progress()[0].feedback, None);
+    ev.refresh_feedback(&fake, &log()).await.unwrap();
     assert!(
         ev.progress()[0]
             .feedback
@@ -266,6 +273,16 @@ async fn and_combinator_and_negation_evaluate_on_one_environment() {
     fake.rm("desktop", "/lock");
     let r = ev.step(2, &fake, &log()).await.unwrap();
     assert_eq!(r.passed, vec!["both"]);
+    // A pass is a change: its feedback is written at once.
+    assert!(
+        ev.progress()[0]
+            .feedback
+            .as_deref()
+            .unwrap()
+            .contains("not: /lock does not exist"),
+        "{:?}",
+        ev.progress()
+    );
 }
 
 #[tokio::test]
@@ -358,6 +375,38 @@ async fn plans_larger_than_a_batch_go_out_in_several() {
     assert_eq!((r.checked, r.round_trips), (1500, 2));
     assert_eq!(fake.batches.load(Ordering::SeqCst), 2);
     assert_eq!(r.passed, vec!["n1499"], "replies line up with their nodes");
+}
+
+/// A source that loses the last reply of every batch.
+struct Short;
+
+impl ProbeSource for Short {
+    async fn batch(&self, _: &str, probes: Arc<[Probe]>) -> Result<Vec<ProbeResult>, ClientError> {
+        Ok(probes
+            .iter()
+            .skip(1)
+            .map(|_| Ok(ProbeReply::Clipboard(None)))
+            .collect())
+    }
+}
+
+#[tokio::test]
+async fn a_batch_answered_short_is_an_environment_error() {
+    let t = task(serde_json::json!([
+        exists("a", "desktop", "/a", &[]),
+        exists("b", "desktop", "/b", &[])
+    ]));
+    let mut ev = evaluator(&t);
+    match ev.step(1, &Short, &log()).await {
+        Err(StepError::Environment { role, error }) => {
+            assert_eq!(role, "desktop");
+            assert!(
+                error.to_string().contains("2 probes got 1 replies"),
+                "{error}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]

@@ -28,6 +28,7 @@ use pincer_shared::{Action, WireError};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::sync::Arc;
 
 /// A probe's outcome as the batch returned it.
 pub type ProbeResult = Result<ProbeReply, WireError>;
@@ -162,6 +163,13 @@ pub trait Check: Send + Sync + std::fmt::Debug {
 
     /// Judges from the replies to [`Check::probes`] (same order) and the agent's log.
     fn judge(&self, replies: &[&ProbeResult], log: &AgentLog) -> Result<Verdict, EvalError>;
+
+    /// Whether [`Check::judge`] would pass, without writing its feedback: the evaluator
+    /// re-checks failing checkpoints every step and only needs their feedback when it is
+    /// shown. Checks that are cheap to decide override it; it must agree with `judge`.
+    fn passes(&self, replies: &[&ProbeResult], log: &AgentLog) -> Result<bool, EvalError> {
+        self.judge(replies, log).map(|v| v.passed)
+    }
 }
 
 /// Whether a probe may be read before its checkpoint is ready (see the module doc): only
@@ -267,42 +275,114 @@ pub(crate) type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 /// A `HashSet` with [`FxHasher`].
 pub(crate) type FxHashSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
 
-/// A plan of probes for one environment, with duplicates merged: two checks asking for
-/// the process list share one probe. Adding a probe costs one hash lookup.
+/// The distinct probes a graph's checks ask of one environment, numbered once when the
+/// graph is built: a step then plans its reads by number, so two checks asking for the
+/// process list share one probe and planning allocates nothing per check.
 #[derive(Debug, Default)]
-pub struct Plan {
-    slots: FxHashMap<Key, usize>,
+pub struct ProbeTable {
+    ids: FxHashMap<Key, u32>,
+    probes: Vec<Probe>,
 }
 
-impl Plan {
-    /// Adds probes and appends the slot of each to `slots`.
-    pub fn add(&mut self, probes: &[Probe], slots: &mut Vec<usize>) {
-        for p in probes {
-            let next = self.slots.len();
-            slots.push(*self.slots.entry(Key(p.clone())).or_insert(next));
-        }
+impl ProbeTable {
+    /// The number of `p`, adding it if it is new.
+    pub fn intern(&mut self, p: &Probe) -> u32 {
+        let next = self.probes.len() as u32;
+        *self.ids.entry(Key(p.clone())).or_insert_with(|| {
+            self.probes.push(p.clone());
+            next
+        })
     }
 
     /// Number of distinct probes.
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.probes.len()
+    }
+
+    /// Whether no check asks for anything.
+    pub fn is_empty(&self) -> bool {
+        self.probes.is_empty()
+    }
+}
+
+/// One step's reads from one environment, with duplicates merged: each probe of the table
+/// is sent at most once and every check finds its replies by slot.
+#[derive(Debug)]
+pub struct Plan<'t> {
+    table: &'t ProbeTable,
+    /// Slot of each probe number, `u32::MAX` while unplanned.
+    slot_of: Vec<u32>,
+    /// Probe numbers in slot order.
+    order: Vec<u32>,
+}
+
+impl<'t> Plan<'t> {
+    /// An empty plan over `table`.
+    pub fn new(table: &'t ProbeTable) -> Self {
+        Self {
+            table,
+            slot_of: Vec::new(),
+            order: Vec::new(),
+        }
+    }
+
+    /// Adds probes by number and appends the slot of each to `slots`.
+    pub fn add(&mut self, ids: &[u32], slots: &mut Vec<u32>) {
+        if self.slot_of.is_empty() {
+            self.slot_of = vec![u32::MAX; self.table.len()];
+        }
+        for &id in ids {
+            let slot = &mut self.slot_of[id as usize];
+            if *slot == u32::MAX {
+                *slot = self.order.len() as u32;
+                self.order.push(id);
+            }
+            slots.push(*slot);
+        }
+    }
+
+    /// Number of distinct probes planned.
+    pub fn len(&self) -> usize {
+        self.order.len()
     }
 
     /// Whether nothing was planned.
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.order.is_empty()
     }
 
-    /// The merged probes, in slot order.
-    pub fn into_probes(self) -> Vec<Probe> {
-        let mut out: Vec<Option<Probe>> = (0..self.slots.len()).map(|_| None).collect();
-        for (k, i) in self.slots {
-            out[i] = Some(k.0);
-        }
-        // Slots are 0..len, each given once, so nothing is dropped here.
-        out.into_iter().flatten().collect()
+    /// The planned probes in slot order, in batches of at most `max` each. A batch equal
+    /// to the one `sent` holds for its position is that one again, shared, not copied.
+    pub fn batches(&self, max: usize, sent: &mut Sent) -> Vec<Arc<[Probe]>> {
+        self.order
+            .chunks(max.max(1))
+            .enumerate()
+            .map(|(k, chunk)| {
+                if let Some((ids, probes)) = sent.0.get(k)
+                    && ids[..] == *chunk
+                {
+                    return probes.clone();
+                }
+                let probes: Arc<[Probe]> = chunk
+                    .iter()
+                    .map(|&id| self.table.probes[id as usize].clone())
+                    .collect();
+                let entry = (chunk.to_vec(), probes.clone());
+                match sent.0.get_mut(k) {
+                    Some(old) => *old = entry,
+                    None => sent.0.push(entry),
+                }
+                probes
+            })
+            .collect()
     }
 }
+
+/// The batches last sent to one environment, by position: a step that asks what the
+/// previous one asked (checkpoints that keep failing) sends the same probes without
+/// copying them.
+#[derive(Debug, Default)]
+pub struct Sent(Vec<(Vec<u32>, Arc<[Probe]>)>);
 
 #[cfg(test)]
 mod tests {
@@ -310,41 +390,51 @@ mod tests {
 
     #[test]
     fn plans_merge_duplicate_probes() {
-        let mut plan = Plan::default();
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        plan.add(
-            &[Probe::Processes, Probe::Stat { path: "/a".into() }],
-            &mut a,
-        );
-        plan.add(
-            &[
-                Probe::Stat { path: "/a".into() },
-                Probe::Clipboard,
-                Probe::ReadFile {
-                    path: "/a".into(),
-                    max_len: 1,
-                },
-                Probe::ReadFile {
-                    path: "/a".into(),
-                    max_len: 2,
-                },
-                Probe::Processes,
-            ],
-            &mut b,
-        );
-        assert_eq!(a, vec![0, 1]);
-        assert_eq!(b, vec![1, 2, 3, 4, 0]);
-        assert_eq!(plan.len(), 5);
-        let probes = plan.into_probes();
-        assert_eq!(probes[0], Probe::Processes);
-        assert_eq!(probes[1], Probe::Stat { path: "/a".into() });
-        assert_eq!(
-            probes[4],
+        let mut table = ProbeTable::default();
+        let stat = Probe::Stat { path: "/a".into() };
+        let ids_a = [Probe::Processes, stat.clone()].map(|p| table.intern(&p));
+        let ids_b = [
+            stat.clone(),
+            Probe::Clipboard,
             Probe::ReadFile {
                 path: "/a".into(),
-                max_len: 2
-            }
+                max_len: 1,
+            },
+            Probe::ReadFile {
+                path: "/a".into(),
+                max_len: 2,
+            },
+            Probe::Processes,
+        ]
+        .map(|p| table.intern(&p));
+        assert_eq!(table.len(), 5, "the same probe is numbered once");
+        assert_eq!(ids_b[0], ids_a[1]);
+
+        // A plan sends what its checks need, each probe once, in the order first asked.
+        let mut plan = Plan::new(&table);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        plan.add(&ids_b[..2], &mut b);
+        plan.add(&ids_a, &mut a);
+        assert_eq!(b, vec![0, 1]);
+        assert_eq!(a, vec![2, 0]);
+        assert_eq!(plan.len(), 3);
+        let mut sent = Sent::default();
+        let batches = plan.batches(2, &mut sent);
+        assert_eq!(
+            batches.iter().map(|b| b.to_vec()).collect::<Vec<_>>(),
+            vec![vec![stat, Probe::Clipboard], vec![Probe::Processes]]
         );
+        // The same plan next step: the same batches, not copies.
+        let again = plan.batches(2, &mut sent);
+        assert!(Arc::ptr_eq(&again[0], &batches[0]) && Arc::ptr_eq(&again[1], &batches[1]));
+        // Another plan: new batches where they differ.
+        let mut other = Plan::new(&table);
+        other.add(&ids_b[..2], &mut Vec::new());
+        other.add(&[ids_b[2]], &mut Vec::new());
+        let changed = other.batches(2, &mut sent);
+        assert!(Arc::ptr_eq(&changed[0], &batches[0]));
+        assert_eq!(changed[1].len(), 1);
+        assert!(!Arc::ptr_eq(&changed[1], &batches[1]));
     }
 
     #[test]

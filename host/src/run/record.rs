@@ -111,11 +111,14 @@ pub struct ImageRef {
 /// Where a step's harness time went.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
-    /// Building observations (capture, marks, encoding).
+    /// Building observations (capture, marks, encoding) before the decision; near 0 when
+    /// they were built while the previous action was evaluated (that time is then in the
+    /// previous step's `evaluate_ms`).
     pub observe_ms: f64,
     /// Executing actions.
     pub act_ms: f64,
-    /// Evaluating checkpoints.
+    /// Evaluating checkpoints (after the decision's last action: together with observing
+    /// for the next decision, which runs at the same time).
     pub evaluate_ms: f64,
     /// Waiting for the agent (model latency).
     pub agent_ms: f64,

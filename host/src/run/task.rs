@@ -106,6 +106,7 @@ pub async fn run(
     let mut actions_done = 0u32;
     let mut harness: Vec<f64> = Vec::new();
     let envs = Envs(ctx.set.envs.clone());
+    let mut log = AgentLog::default();
     let say = |text: &str| ctx.progress.status(&ctx.set.name, &task.id, text);
 
     let result: Result<(), End> = async {
@@ -138,7 +139,6 @@ pub async fn run(
                 ),
             })?;
         }
-        let mut log = AgentLog::default();
         let already = evaluator
             .initial_check(&envs, &log)
             .await
@@ -184,6 +184,19 @@ pub async fn run(
         let mut invalid_streak = 0;
         let mut feedback: Vec<String> = Vec::new();
         let mut decision_no = 0u32;
+        // Every environment seen at once.
+        let observe_all = || {
+            futures::future::join_all(roles.iter().map(|(role, p)| {
+                let env = ctx.set.envs[role].clone();
+                let cfg = ctx.observation;
+                let role = role.clone();
+                let p = *p;
+                async move { observe::view(&env, &role, p, &cfg).await }
+            }))
+        };
+        // The views taken while the last action was evaluated (both only read the state
+        // the action left), so a step costs the longer of the two, not their sum.
+        let mut seen_already = None;
         loop {
             if ctx.cancel.load(Ordering::SeqCst) {
                 return Err(End::new(Termination::Aborted, "interrupted".to_owned()));
@@ -203,16 +216,11 @@ pub async fn run(
             decision_no += 1;
             let mut timing = Timing::default();
 
-            // Observe every environment at once.
             let t = Instant::now();
-            let views = futures::future::join_all(roles.iter().map(|(role, p)| {
-                let env = ctx.set.envs[role].clone();
-                let cfg = ctx.observation;
-                let role = role.clone();
-                let p = *p;
-                async move { observe::view(&env, &role, p, &cfg).await }
-            }))
-            .await;
+            let views = match seen_already.take() {
+                Some(views) => views,
+                None => observe_all().await,
+            };
             let mut obs = Observation {
                 step: actions_done,
                 views: Vec::new(),
@@ -306,10 +314,11 @@ pub async fn run(
                     ended = Some(End::new(Termination::InvalidAction, why.clone()));
                 }
             }
-            for action in &decision.actions {
+            for (n, action) in decision.actions.iter().enumerate() {
                 if ended.is_some() {
                     break;
                 }
+                let last = n + 1 == decision.actions.len();
                 say(&format!(
                     "step {}/{}: {}",
                     actions_done + 1,
@@ -347,9 +356,19 @@ pub async fn run(
                         break;
                     }
                 }
-                // Evaluate after every action.
+                // Evaluate after every action; after the decision's last one, look at the
+                // environments for the next decision meanwhile.
                 let t = Instant::now();
-                let report = evaluator.step(actions_done.max(1), &envs, &log).await;
+                let report = if last {
+                    let (report, views) = futures::join!(
+                        evaluator.step(actions_done.max(1), &envs, &log),
+                        observe_all()
+                    );
+                    seen_already = Some(views);
+                    report
+                } else {
+                    evaluator.step(actions_done.max(1), &envs, &log).await
+                };
                 record.timing.evaluate_ms += t.elapsed().as_secs_f64() * 1000.0;
                 match report {
                     Ok(r) => {
@@ -415,6 +434,16 @@ pub async fn run(
     } else {
         end
     };
+
+    // What the checkpoints still waiting saw at the end, before teardown changes it; a
+    // failure here only leaves their feedback out.
+    if end.termination != Termination::EnvironmentError
+        && let Err(e) = evaluator.refresh_feedback(&envs, &log).await
+    {
+        say(&format!(
+            "reading the checkpoints' final feedback failed: {e}"
+        ));
+    }
 
     // Teardown, even after failures; its errors are logged, not scored.
     for (role, list) in &task.teardown {

@@ -848,12 +848,12 @@ mod tests {
 
     fn screen(children: Vec<UiNode>) -> ProbeResult {
         let root = n("android.widget.FrameLayout", "", "", "", children);
-        Ok(ProbeReply::UiTree(UiTree {
+        Ok(ProbeReply::UiTree(Box::new(UiTree {
             node_count: root.count() as u32,
             root,
             truncated: false,
             walk_us: 0,
-        }))
+        })))
     }
 
     const TEXT: &str = "android.widget.TextView";

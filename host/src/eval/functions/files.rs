@@ -41,6 +41,18 @@ impl Check for Exists {
         }]
     }
 
+    fn passes(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<bool, EvalError> {
+        let s = match reply(r[0], "stat")? {
+            ProbeReply::Stat(s) => s,
+            other => return Err(unexpected("stat", other)),
+        };
+        Ok(s.exists
+            && match s.kind {
+                Some(FileKind::Symlink) => s.target == Some(self.kind),
+                k => k == Some(self.kind),
+            })
+    }
+
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
         let (p, what) = (&self.path, self.what());
         let s = match reply(r[0], "stat")? {
@@ -480,6 +492,13 @@ impl Check for Absent {
         vec![Probe::Stat {
             path: self.path.clone(),
         }]
+    }
+
+    fn passes(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<bool, EvalError> {
+        match reply(r[0], "stat")? {
+            ProbeReply::Stat(s) => Ok(!s.exists),
+            other => Err(unexpected("stat", other)),
+        }
     }
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {

@@ -320,6 +320,60 @@ mod tests {
         }
     }
 
+    /// Checks that decide without writing feedback must decide as their full judgement
+    /// does, on every stat reply there can be.
+    #[test]
+    fn quick_decisions_agree_with_judgements() {
+        use pincer_shared::probe::{FileKind, FileStat, ProbeReply};
+        let lib = Library::standard();
+        let checks = [
+            lib.build("file_exists", &serde_json::json!({"path": "/p"})),
+            lib.build("dir_exists", &serde_json::json!({"path": "/p"})),
+            lib.build("file_absent", &serde_json::json!({"path": "/p"})),
+        ]
+        .map(Result::unwrap);
+        let kinds = [
+            None,
+            Some(FileKind::File),
+            Some(FileKind::Dir),
+            Some(FileKind::Symlink),
+            Some(FileKind::Other),
+        ];
+        let log = crate::eval::AgentLog::default();
+        let mut seen = 0;
+        for exists in [false, true] {
+            for kind in kinds {
+                for target in kinds {
+                    let reply: super::super::ProbeResult = Ok(ProbeReply::Stat(FileStat {
+                        path: "/p".into(),
+                        exists,
+                        kind,
+                        target,
+                        size: 3,
+                        mode: 0o644,
+                        modified_ms: 0,
+                    }));
+                    for c in &checks {
+                        let judged = c.judge(&[&reply], &log).unwrap().passed;
+                        assert_eq!(
+                            c.passes(&[&reply], &log).unwrap(),
+                            judged,
+                            "{c:?} on {reply:?}"
+                        );
+                        seen += usize::from(judged);
+                    }
+                }
+            }
+        }
+        assert!(seen > 0, "some of them pass");
+        let broken: super::super::ProbeResult = Err(pincer_shared::WireError::Internal {
+            message: "x".into(),
+        });
+        for c in &checks {
+            assert!(c.passes(&[&broken], &log).is_err() && c.judge(&[&broken], &log).is_err());
+        }
+    }
+
     #[test]
     fn roles_named_in_arguments_are_found_inside_combinators() {
         let lib = Library::standard();
