@@ -443,7 +443,7 @@ impl Graph {
     ) -> Result<u32, StepError> {
         // Per role index: the merged probes, and each node's slots in them as
         // (node, start, end) in `reads.slots`.
-        let mut plans: Vec<(Plan, Vec<(usize, u32, u32)>)> = self
+        let mut plans: Vec<(Plan, Vec<NodeSlots>)> = self
             .tables
             .iter()
             .map(|t| (Plan::new(t), Vec::new()))
@@ -511,6 +511,9 @@ impl Graph {
         Ok(sent)
     }
 }
+
+/// A node and the range of its slots in [`Reads::slots`], while a fetch is planned.
+type NodeSlots = (usize, u32, u32);
 
 /// Where a node's replies are: the slots `slots[start..end]` of the plan whose first batch
 /// is `batches[batch]`.
