@@ -128,7 +128,8 @@ impl ProbeSource for Counted<'_> {
 
 /// Judges `cases` as the runner does: one task whose checkpoints are the cases (all
 /// sources, on `role` when given), one evaluator step over the live environments, which
-/// must read each environment in one batch. `Graph::check_all` (what `pincer task check`
+/// must read each environment in one batch, then the failing ones' feedback read as the
+/// runner reads it at the end. `Graph::check_all` (what `pincer task check`
 /// uses) must agree on every verdict. Panics listing every case that came out wrong or
 /// whose feedback does not name what it should.
 pub async fn judge(envs: &Envs, role: Option<&str>, cases: &[Case], log: &AgentLog) {
@@ -163,6 +164,11 @@ pub async fn judge(envs: &Envs, role: Option<&str>, cases: &[Case], log: &AgentL
         "batches sent: {:?}",
         wire.batches()
     );
+
+    // As the runner does at the end: the failing ones' feedback, read once more.
+    ev.refresh_feedback(envs, log)
+        .await
+        .expect("the feedback is read");
 
     let all: BTreeMap<String, bool> = g
         .check_all(envs, log)

@@ -1139,6 +1139,7 @@ async fn judge_log(cases: &[Case], log: &AgentLog) {
     let mut ev = Evaluator::new(graph(&task(&["desktop", "phone"], nodes)));
     let r = ev.step(1, &Envs::default(), log).await.unwrap();
     assert_eq!((r.checked, r.round_trips), (cases.len(), 0));
+    ev.refresh_feedback(&Envs::default(), log).await.unwrap();
     let wrong: Vec<String> = cases
         .iter()
         .zip(ev.progress())
