@@ -28,7 +28,7 @@ const LEVEL: i32 = 2;
 const WINDOW: usize = 32 * 1024;
 
 /// Smallest band, in filtered bytes: smaller ones cost more in restarted Huffman tables,
-/// dictionaries and thread hand-offs than they save. A 1080p frame has six.
+/// dictionaries and thread hand-offs than they save. A 1080p frame has five.
 const MIN_BAND: usize = 1024 * 1024;
 
 /// Filtered bytes handed to the deflater at a time: small enough to stay in L2 cache.
