@@ -7,8 +7,11 @@
 //! bytes apart. Downscaling is an area average over integer pixel boxes (every source pixel
 //! lands in exactly one output pixel and all count equally), which keeps thin text strokes
 //! and one-pixel lines visible where bilinear sampling of a large reduction would skip them.
-//! PNG is RGB8 with the Paeth filter and fdeflate; JPEG reads BGRX directly; zstd bodies of
-//! frames over 1 MiB are several concatenated zstd frames, compressed on several cores.
+//! PNG is RGB8, Paeth-filtered and deflated in bands on several cores (`png`); JPEG reads
+//! BGRX directly; zstd bodies of frames over 1 MiB are several concatenated zstd frames,
+//! compressed on several cores.
+
+mod png;
 
 use pincer_shared::WireError;
 use pincer_shared::limits::MAX_IMAGE_EDGE;
@@ -20,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 const BPP: usize = 4;
 
 /// Scratch buffers larger than this are released after use, so one huge request does not
-/// pin its memory for the rest of the agent's life. A 4K RGB frame (25 MiB) stays cached.
+/// pin its memory for the rest of the agent's life. A 4K frame (32 MiB) stays cached.
 const KEEP_SCRATCH: usize = 64 * 1024 * 1024;
 
 /// Pixels as grabbed: BGRX rows, `stride` bytes apart.
@@ -219,17 +222,20 @@ const ZSTD_PART: usize = 1024 * 1024;
 /// Most parts a frame is split into; a 4K frame gets parts of about 2 MiB.
 const MAX_ZSTD_PARTS: usize = 16;
 
-/// Encodes frames, keeping conversion buffers and zstd contexts between calls so that a
-/// steady stream of screenshots allocates (and page-faults) only the bodies it returns.
+/// Encodes frames, keeping conversion buffers and compression contexts between calls so
+/// that a steady stream of screenshots allocates (and page-faults) only the bodies it
+/// returns.
 pub(crate) struct FrameEncoder {
     /// Downscaled BGRX pixels.
     scaled: Vec<u8>,
-    /// BGRX converted to RGB for PNG, or BGRX without row padding.
+    /// BGRX without row padding.
     converted: Vec<u8>,
     /// zstd contexts, one per thread compressing parts of a frame, with their levels.
     zstd: Vec<(i32, zstd::bulk::Compressor<'static>)>,
+    /// Deflate contexts and row buffers, one per thread compressing bands of a PNG.
+    png: Vec<png::BandWorker>,
     /// How many threads compress a large frame: one per core, at most 4.
-    pub(crate) zstd_parts: usize,
+    pub(crate) threads: usize,
 }
 
 impl Default for FrameEncoder {
@@ -239,7 +245,8 @@ impl Default for FrameEncoder {
             scaled: Vec::new(),
             converted: Vec::new(),
             zstd: Vec::new(),
-            zstd_parts: cores.min(4),
+            png: Vec::new(),
+            threads: cores.min(4),
         }
     }
 }
@@ -251,7 +258,8 @@ impl fmt::Debug for FrameEncoder {
             .field("scaled", &self.scaled.capacity())
             .field("converted", &self.converted.capacity())
             .field("zstd_levels", &levels)
-            .field("zstd_parts", &self.zstd_parts)
+            .field("png_workers", &self.png.len())
+            .field("threads", &self.threads)
             .finish()
     }
 }
@@ -274,7 +282,9 @@ impl FrameEncoder {
             Frame::new(&scaled, width, height, width as usize * BPP)?
         };
         let result = match format {
-            ImageFormat::Png => self.png(frame),
+            ImageFormat::Png => {
+                png::encode(frame, &mut self.png, self.threads).map(|b| (b, PixelLayout::Rgb8))
+            }
             ImageFormat::Jpeg { quality } => self.jpeg(frame, quality),
             ImageFormat::Raw { zstd: None } => Ok(raw(frame)),
             ImageFormat::Raw { zstd: Some(level) } => self.zstd(frame, i32::from(level)),
@@ -289,30 +299,6 @@ impl FrameEncoder {
             height,
             layout,
         })
-    }
-
-    fn png(&mut self, frame: Frame<'_>) -> Result<(Vec<u8>, PixelLayout), WireError> {
-        let (w, h) = (frame.width as usize, frame.height as usize);
-        // Every byte is overwritten below: resizing to the same length costs nothing.
-        self.converted.resize(w * h * 3, 0);
-        for (y, out) in self.converted.chunks_exact_mut(w * 3).enumerate() {
-            bgrx_to_rgb(frame.row(y), out);
-        }
-        // Desktops compress roughly 10:1; start there to skip most regrowth.
-        let mut bytes = Vec::with_capacity(w * h / 8 + 1024);
-        let mut encoder = png::Encoder::new(&mut bytes, frame.width, frame.height);
-        encoder.set_color(png::ColorType::Rgb);
-        encoder.set_depth(png::BitDepth::Eight);
-        encoder.set_compression(png::Compression::Fast);
-        // Paeth with fdeflate beat the crate's adaptive choice on desktop frames, in both time
-        // (2.8 vs 4.3 ms at 1080p) and size; see bench_1080p in crate::screen.
-        encoder.set_filter(png::Filter::Paeth);
-        let mut writer = encoder.write_header().map_err(png_error)?;
-        writer
-            .write_image_data(&self.converted)
-            .map_err(png_error)?;
-        writer.finish().map_err(png_error)?;
-        Ok((bytes, PixelLayout::Rgb8))
     }
 
     fn jpeg(&mut self, frame: Frame<'_>, quality: u8) -> Result<(Vec<u8>, PixelLayout), WireError> {
@@ -332,7 +318,7 @@ impl FrameEncoder {
     }
 
     /// Compresses the frame in parts of at least [`ZSTD_PART`] bytes, each its own zstd frame,
-    /// which this thread and up to `zstd_parts - 1` helpers take in turn: a 1080p frame
+    /// which this thread and up to `threads - 1` helpers take in turn: a 1080p frame
     /// takes about half the time when a second core is free, and when none is, this thread
     /// simply takes more parts. Concatenated frames are one valid zstd stream (RFC 8878
     /// section 3): `ZSTD_decompress`, `zstd::bulk::decompress`, `zstd::decode_all` and
@@ -343,7 +329,7 @@ impl FrameEncoder {
             .max(pixels.len().div_ceil(MAX_ZSTD_PARTS))
             .next_multiple_of(BPP);
         let parts: Vec<&[u8]> = pixels.chunks(part_len).collect();
-        let workers = self.zstd_parts.clamp(1, parts.len().max(1));
+        let workers = self.threads.clamp(1, parts.len().max(1));
         while self.zstd.len() < workers {
             let compressor = zstd::bulk::Compressor::new(level).map_err(zstd_error)?;
             self.zstd.push((level, compressor));
@@ -439,12 +425,6 @@ fn release_if_huge(buf: &mut Vec<u8>) {
     }
 }
 
-fn png_error(e: png::EncodingError) -> WireError {
-    WireError::Internal {
-        message: format!("PNG encoding failed: {e}"),
-    }
-}
-
 fn zstd_error(e: std::io::Error) -> WireError {
     WireError::Internal {
         message: format!("zstd compression failed: {e}"),
@@ -456,23 +436,6 @@ fn too_big_for_jpeg(frame: Frame<'_>) -> WireError {
         "a {}x{} image is too large for JPEG: set max_size",
         frame.width, frame.height
     ))
-}
-
-/// One row of BGRX to RGB. Works on four pixels at a time so the compiler emits wide loads
-/// and stores instead of twelve byte moves.
-fn bgrx_to_rgb(src: &[u8], dst: &mut [u8]) {
-    let (src4, src_rest) = src.as_chunks::<16>();
-    let (dst4, dst_rest) = dst.as_chunks_mut::<12>();
-    for (s, d) in src4.iter().zip(dst4) {
-        *d = [
-            s[2], s[1], s[0], s[6], s[5], s[4], s[10], s[9], s[8], s[14], s[13], s[12],
-        ];
-    }
-    let (src1, _) = src_rest.as_chunks::<4>();
-    let (dst1, _) = dst_rest.as_chunks_mut::<3>();
-    for (s, d) in src1.iter().zip(dst1) {
-        *d = [s[2], s[1], s[0]];
-    }
 }
 
 /// Area-average downscale of `src` to `width`x`height` BGRX into `out`. Output pixel i
@@ -558,12 +521,12 @@ mod tests {
     }
 
     fn decode_png(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
-        let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        let mut reader = ::png::Decoder::new(std::io::Cursor::new(bytes))
             .read_info()
             .expect("valid PNG");
         let mut buf = vec![0; reader.output_buffer_size().expect("size")];
         let info = reader.next_frame(&mut buf).expect("PNG frame");
-        assert_eq!(info.color_type, png::ColorType::Rgb);
+        assert_eq!(info.color_type, ::png::ColorType::Rgb);
         buf.truncate(info.buffer_size());
         (info.width, info.height, buf)
     }
@@ -585,6 +548,43 @@ mod tests {
         assert_eq!(px(0, 0), [0, 0, 0x11]);
         assert_eq!(px(4, 2), [160, 160, 0x11]);
         assert_eq!(px(2, 1), [80, 80, 0x11]);
+    }
+
+    /// Frames of several PNG bands (flat areas, gradients, noise; an odd width, padded rows)
+    /// and of a single column decode to exactly their pixels, on any number of threads.
+    #[test]
+    fn png_bands_decode_to_the_frame() {
+        let pixel = |x: u32, y: u32| match y {
+            0..300 => 0x00_30_60_90,
+            300..700 => (x % 256) << 16 | (y % 256) << 8 | ((x + y) % 256),
+            _ if x % 7 < 3 => 0x00_ff_ff_ff,
+            _ => (x.wrapping_mul(2_654_435_761) ^ y.wrapping_mul(40_503)).rotate_left(13),
+        };
+        let rgb = |w: u32, h: u32| -> Vec<u8> {
+            (0..h)
+                .flat_map(|y| (0..w).flat_map(move |x| pixel(x, y).to_be_bytes()[1..].to_vec()))
+                .collect()
+        };
+        // 3.3 MB of filtered rows: three bands.
+        for (w, h, pad) in [(1001, 1100, 12), (1, 900, 4)] {
+            let bytes = frame_bytes(w, h, pad, pixel);
+            let frame = Frame::new(&bytes, w, h, w as usize * 4 + pad).expect("frame");
+            for threads in [1, 2, 3] {
+                let mut encoder = FrameEncoder {
+                    threads,
+                    ..Default::default()
+                };
+                // Twice: the second frame reuses the first one's deflate contexts.
+                for _ in 0..2 {
+                    let out = encoder
+                        .encode(frame, ImageFormat::Png, None)
+                        .expect("encode");
+                    let (dw, dh, decoded) = decode_png(&out.bytes);
+                    assert_eq!((dw, dh), (w, h));
+                    assert!(decoded == rgb(w, h), "{w}x{h} on {threads} threads");
+                }
+            }
+        }
     }
 
     #[test]
@@ -624,7 +624,7 @@ mod tests {
         let frame = Frame::new(&bytes, w, h, w as usize * 4).expect("frame");
         for threads in [1, 2, 3] {
             let mut encoder = FrameEncoder {
-                zstd_parts: threads,
+                threads,
                 ..Default::default()
             };
             for level in [1, 3] {

@@ -269,7 +269,11 @@ impl Guest {
         } else {
             None
         };
-        self.a11y.lock().await.tree(req, pid).await
+        let tree = self.a11y.lock().await.tree(req, pid).await;
+        // A walk allocates and frees thousands of messages and strings (tens of MB for a
+        // spreadsheet); what it freed below live data would stay resident.
+        crate::memory::give_back();
+        tree
     }
 
     /// Runs a probe. In a batch, the file and command output its reply carries inline comes

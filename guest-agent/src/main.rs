@@ -9,6 +9,7 @@ mod encode;
 mod exec;
 mod guest;
 mod input;
+mod memory;
 mod probe;
 mod screen;
 mod server;
@@ -117,6 +118,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    memory::tune();
     let args = Args::parse();
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
     let name = args.name.clone().unwrap_or_else(hostname);

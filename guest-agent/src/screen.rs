@@ -1710,7 +1710,7 @@ mod tests {
         println!(
             "1920x1080x24 Xvfb, gtk3-widget-factory over a gradient; {RUNS} runs each, ms \
              (min p50 p95); PNG {}x{}; zstd on {} threads",
-            meta.width, meta.height, screen.encoder.zstd_parts
+            meta.width, meta.height, screen.encoder.threads
         );
         let mut grabs = Vec::with_capacity(RUNS);
         for _ in 0..RUNS {
@@ -1741,9 +1741,9 @@ mod tests {
                 scaled,
             ),
         ];
-        let parts = screen.encoder.zstd_parts;
+        let parts = screen.encoder.threads;
         for (name, format, max_size) in cases {
-            screen.encoder.zstd_parts = if name.ends_with("1 thread") { 1 } else { parts };
+            screen.encoder.threads = if name.ends_with("1 thread") { 1 } else { parts };
             let req = ScreenshotRequest {
                 max_size,
                 ..request(format)

@@ -600,6 +600,8 @@ const LIBREOFFICE_SETTINGS: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 pub struct AgentUsage {
     /// Resident memory in KiB.
     pub rss_kib: u64,
+    /// The most resident memory the agent has had since it started (VmHWM), in KiB.
+    pub peak_kib: u64,
     /// Open file descriptors.
     pub fds: usize,
 }
@@ -620,20 +622,28 @@ pub async fn agent_usage(env: &Environment) -> Result<Option<AgentUsage>, Client
             },
         ])
         .await?;
-    let rss = match &replies[0] {
-        Ok(ProbeReply::File(Some(f))) => String::from_utf8_lossy(&f.bytes)
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok()),
-        _ => None,
+    let status = match &replies[0] {
+        Ok(ProbeReply::File(Some(f))) => String::from_utf8_lossy(&f.bytes).into_owned(),
+        _ => String::new(),
     };
+    let kib = |field: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+    };
+    let memory = kib("VmRSS:").zip(kib("VmHWM:"));
     let fds = match &replies[1] {
         Ok(ProbeReply::Dir(Some(d))) => Some(d.len()),
         _ => None,
     };
-    Ok(rss
+    Ok(memory
         .zip(fds)
-        .map(|(rss_kib, fds)| AgentUsage { rss_kib, fds }))
+        .map(|((rss_kib, peak_kib), fds)| AgentUsage {
+            rss_kib,
+            peak_kib,
+            fds,
+        }))
 }
 
 /// One sample of the soak run.

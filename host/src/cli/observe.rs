@@ -232,8 +232,8 @@ pub(crate) async fn bench(a: BenchArgs, reg: &Registry) -> anyhow::Result<()> {
             if !a.json {
                 match s.usage {
                     Some(u) => println!(
-                        "{:>7} shots  agent RSS {:>8} KiB  fds {:>4}",
-                        s.shots, u.rss_kib, u.fds
+                        "{:>7} shots  agent RSS {:>8} KiB  peak {:>8} KiB  fds {:>4}",
+                        s.shots, u.rss_kib, u.peak_kib, u.fds
                     ),
                     None => println!("{:>7} shots  (agent usage not readable)", s.shots),
                 }
@@ -246,8 +246,8 @@ pub(crate) async fn bench(a: BenchArgs, reg: &Registry) -> anyhow::Result<()> {
         let usages: Vec<_> = samples.iter().filter_map(|s| s.usage).collect();
         if let (Some(first), Some(last)) = (usages.get(1).or(usages.first()), usages.last()) {
             eprintln!(
-                "RSS {} -> {} KiB, fds {} -> {} over {count} screenshots",
-                first.rss_kib, last.rss_kib, first.fds, last.fds
+                "RSS {} -> {} KiB (peak {} KiB), fds {} -> {} over {count} screenshots",
+                first.rss_kib, last.rss_kib, last.peak_kib, first.fds, last.fds
             );
         }
         return Ok(());
