@@ -2396,7 +2396,7 @@ mod tests {
     }
 
     /// Timings of GTK apps. Run with
-    /// `cargo test --release -p scratch-a11y measure_gtk -- --ignored --nocapture`.
+    /// `cargo test --release -p pincer-agent measure_gtk -- --ignored --nocapture`.
     #[test]
     #[ignore = "measurement"]
     fn measure_gtk() {
@@ -2664,7 +2664,7 @@ mod tests {
     }
 
     /// Timings of LibreOffice Calc. Run with
-    /// `cargo test --release -p scratch-a11y measure_calc -- --ignored --nocapture`.
+    /// `cargo test --release -p pincer-agent measure_calc -- --ignored --nocapture`.
     #[test]
     #[ignore = "measurement"]
     fn measure_calc() {

@@ -1646,7 +1646,7 @@ mod tests {
     }
 
     /// In-process latency of the fast paths against enigo alone. Run with
-    /// `cargo test --release -p scratch-input input::tests::bench -- --ignored --nocapture`.
+    /// `cargo test --release -p pincer-agent input::tests::bench -- --ignored --nocapture`.
     #[test]
     #[ignore = "measurement, not a check"]
     fn bench() {

@@ -1440,7 +1440,7 @@ mod tests {
         );
     }
 
-    /// `cargo test --release -p scratch-screen soak -- --ignored --nocapture`
+    /// `cargo test --release -p pincer-agent soak -- --ignored --nocapture`
     #[test]
     #[ignore = "takes about a minute; run on demand"]
     fn soak_10000_captures_at_1080p() {
@@ -1676,7 +1676,7 @@ mod tests {
     }
 
     /// Grab-only and whole-capture times on a 1920x1080x24 Xvfb showing gtk3-widget-factory
-    /// over a gradient: `cargo test --release -p scratch-screen bench_1080p -- --ignored
+    /// over a gradient: `cargo test --release -p pincer-agent bench_1080p -- --ignored
     /// --nocapture` (in the agent crate: `-p pincer-agent`).
     #[test]
     #[ignore = "benchmark; run on demand in release mode"]

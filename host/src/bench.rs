@@ -189,7 +189,7 @@ pub async fn run(
         };
         let (s, shot) = measure(n, || env.screenshot(req)).await?;
         let note = format!(
-            "{}x{}, {} KiB, guest grab {} us + encode {} us",
+            "{}x{}, {} KiB; the last call: guest grab {} us + encode {} us",
             shot.meta.width,
             shot.meta.height,
             shot.bytes.len() / 1024,
