@@ -4,7 +4,7 @@
 
 use crate::agent::observe::{ObservationConfig, View, tree_text};
 use crate::agent::som::{self, Canvas};
-use crate::env::{ClientError, Environment};
+use crate::env::{ClientError, Environment, Screenshot};
 use crate::task::Platform;
 use pincer_shared::observe::{ImageFormat, PixelLayout, Rect, ScreenshotRequest, TreeRequest};
 use std::time::Instant;
@@ -42,9 +42,18 @@ pub async fn view(
         attributes: false,
         ..TreeRequest::default()
     };
-    let (shot, tree) = if want_image {
-        let (s, t) = futures::join!(env.screenshot(shot_req), env.tree(tree_req));
-        (Some(s?), t?)
+    // The screenshot arrives well before the tree: it is decoded (and the plain image
+    // encoded) while the tree is still being read, so only the marks wait for the tree.
+    let with_pixels = async {
+        let shot = env.screenshot(shot_req).await?;
+        let plain = cfg.screenshot;
+        tokio::task::spawn_blocking(move || pixels(&shot, plain))
+            .await
+            .map_err(|e| ObserveError::Image(format!("decoding the screenshot: {e}")))?
+    };
+    let (image, tree) = if want_image {
+        let (image, tree) = futures::join!(with_pixels, env.tree(tree_req));
+        (Some(image?), tree?)
     } else {
         (None, env.tree(tree_req).await?)
     };
@@ -63,28 +72,15 @@ pub async fn view(
     };
     let screen = Rect::new(0, 0, info.0, info.1);
     view.elements = som::elements(&tree.root, screen);
-    if let Some(shot) = shot {
-        let raw = shot.raw_pixels().map_err(ObserveError::Image)?;
-        let (w, h) = (shot.meta.width, shot.meta.height);
+    if let Some(Pixels {
+        width: w,
+        height: h,
+        mut rgb,
+        plain,
+    }) = image
+    {
         view.image_size = (w, h);
-        let mut rgb = match shot.meta.layout {
-            PixelLayout::Bgrx8 => som::bgrx_to_rgb(&raw),
-            PixelLayout::Rgb8 => raw,
-            PixelLayout::Rgba8 => raw
-                .chunks_exact(4)
-                .flat_map(|p| [p[0], p[1], p[2]])
-                .collect(),
-        };
-        if rgb.len() != (w as usize) * (h as usize) * 3 {
-            return Err(ObserveError::Image(format!(
-                "{w}x{h} image with {} bytes of pixels",
-                rgb.len()
-            )));
-        }
-        let png_err = |e: png::EncodingError| ObserveError::Image(e.to_string());
-        if cfg.screenshot {
-            view.screenshot = Some(som::png(&rgb, w, h).map_err(png_err)?);
-        }
+        view.screenshot = plain;
         if cfg.marks {
             let scale = f64::from(w) / f64::from(info.0.max(1));
             Canvas {
@@ -93,10 +89,53 @@ pub async fn view(
                 height: h,
             }
             .draw(&view.elements, scale);
-            view.marked = Some(som::png(&rgb, w, h).map_err(png_err)?);
+            view.marked = Some(som::png(&rgb, w, h).map_err(png_error)?);
         }
     }
     view.tree = Some(tree);
     view.build_ms = t.elapsed().as_secs_f64() * 1000.0;
     Ok(view)
+}
+
+/// A screenshot's pixels as RGB, and its plain PNG if asked for.
+struct Pixels {
+    width: u32,
+    height: u32,
+    rgb: Vec<u8>,
+    plain: Option<Vec<u8>>,
+}
+
+/// Decodes a raw screenshot into RGB (and encodes the plain PNG when `plain`).
+fn pixels(shot: &Screenshot, plain: bool) -> Result<Pixels, ObserveError> {
+    let raw = shot.raw_pixels().map_err(ObserveError::Image)?;
+    let (width, height) = (shot.meta.width, shot.meta.height);
+    let rgb = match shot.meta.layout {
+        PixelLayout::Bgrx8 => som::bgrx_to_rgb(&raw),
+        PixelLayout::Rgb8 => raw,
+        PixelLayout::Rgba8 => raw
+            .chunks_exact(4)
+            .flat_map(|p| [p[0], p[1], p[2]])
+            .collect(),
+    };
+    if rgb.len() != (width as usize) * (height as usize) * 3 {
+        return Err(ObserveError::Image(format!(
+            "{width}x{height} image with {} bytes of pixels",
+            rgb.len()
+        )));
+    }
+    let plain = if plain {
+        Some(som::png(&rgb, width, height).map_err(png_error)?)
+    } else {
+        None
+    };
+    Ok(Pixels {
+        width,
+        height,
+        rgb,
+        plain,
+    })
+}
+
+fn png_error(e: png::EncodingError) -> ObserveError {
+    ObserveError::Image(e.to_string())
 }

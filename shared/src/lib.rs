@@ -14,6 +14,7 @@ pub mod key;
 pub mod limits;
 pub mod message;
 pub mod observe;
+pub mod pixels;
 pub mod probe;
 pub mod setup;
 pub mod transport;
