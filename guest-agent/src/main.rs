@@ -113,7 +113,8 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PINCER_LOG")
-                .unwrap_or_else(|_| "pincer_agent=info".into()),
+                // pincer_shared: the transport's summaries of refused connections.
+                .unwrap_or_else(|_| "pincer_agent=info,pincer_shared=info".into()),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -53,6 +53,42 @@ pub enum TransportError {
     },
 }
 
+impl TransportError {
+    /// If the peer turned the connection away for load, what it said: it is at its
+    /// connection limit, or other connections pushed this one out before it authenticated.
+    /// Worth trying again, unlike a peer that is not there.
+    pub fn busy(&self) -> Option<String> {
+        match self {
+            Self::Connection(e) => busy_reason(e),
+            _ => None,
+        }
+    }
+}
+
+/// See [`TransportError::busy`].
+fn busy_reason(e: &quinn::ConnectionError) -> Option<String> {
+    use quinn::{ConnectionError, TransportErrorCode};
+    match e {
+        ConnectionError::ApplicationClosed(c) if c.error_code == close_code::BUSY.into() => {
+            Some(String::from_utf8_lossy(&c.reason).into_owned())
+        }
+        ConnectionError::ConnectionClosed(c)
+            if c.error_code == TransportErrorCode::CONNECTION_REFUSED =>
+        {
+            Some("it refused the connection: it serves as many peers as it may".into())
+        }
+        // Closing a connection before its TLS handshake is done sends no code or reason of
+        // the application's; pincer does that only to push a connection out for newer
+        // ones, or when the agent stops (then trying again is right too).
+        ConnectionError::ConnectionClosed(c)
+            if c.error_code == TransportErrorCode::APPLICATION_ERROR =>
+        {
+            Some("it closed the connection during the TLS handshake, as it does when more connections are authenticating than it holds".into())
+        }
+        _ => None,
+    }
+}
+
 /// One authenticated-or-not connection between a host and a guest.
 #[derive(Debug, Clone)]
 pub enum Link {
@@ -128,6 +164,14 @@ impl Link {
         }
     }
 
+    /// If the peer closed the connection because it is busy, what it said (see
+    /// [`TransportError::busy`]).
+    pub fn busy(&self) -> Option<String> {
+        match self {
+            Self::Quic(c) => busy_reason(&c.close_reason()?),
+        }
+    }
+
     /// Whether the connection has already closed.
     pub fn is_closed(&self) -> bool {
         match self {
@@ -155,6 +199,7 @@ pub mod close_code {
     pub const SHUTDOWN: u32 = 3;
     /// Another connection for the same guest name replaced this one.
     pub const REPLACED: u32 = 4;
-    /// The accepting side is at its connection limit.
+    /// The accepting side is at its connection limit, or pushed this connection out for
+    /// newer ones before it authenticated.
     pub const BUSY: u32 = 5;
 }
