@@ -217,6 +217,11 @@ async fn dial(
         addr: spec.addr,
         reason,
     };
+    let busy = |reason: String| ClientError::Busy {
+        env: env.clone(),
+        addr: spec.addr,
+        reason,
+    };
     let pin = spec
         .fingerprint
         .map_or(quic::ServerPin::Any, quic::ServerPin::Pinned);
@@ -236,7 +241,12 @@ async fn dial(
         Ok(Err(TransportError::FingerprintMismatch { expected, got })) => {
             return Err(ClientError::FingerprintMismatch { env, expected, got });
         }
-        Ok(Err(e)) => return Err(unreachable(e.to_string())),
+        Ok(Err(e)) => {
+            return Err(match e.busy() {
+                Some(reason) => busy(reason),
+                None => unreachable(e.to_string()),
+            });
+        }
         Ok(Ok(c)) => c,
     };
     let link = Link::Quic(conn);
@@ -245,14 +255,18 @@ async fn dial(
         .or_else(|| seen.get())
         .ok_or_else(|| unreachable("the guest presented no certificate".into()))?;
     let (info, version) =
-        tokio::time::timeout(deadlines.connect, handshake(&spec.name, &link, &spec.token))
+        match tokio::time::timeout(deadlines.connect, handshake(&spec.name, &link, &spec.token))
             .await
-            .map_err(|_| {
-                unreachable(format!(
+        {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(link.busy().map_or(e, busy)),
+            Err(_) => {
+                return Err(unreachable(format!(
                     "no handshake answer within {:?}",
                     deadlines.connect
-                ))
-            })??;
+                )));
+            }
+        };
     Ok((
         Session {
             link,
@@ -263,11 +277,40 @@ async fn dial(
     ))
 }
 
+/// First pause before dialling a busy guest again; it doubles up to [`BUSY_RETRY_MAX`].
+/// A guest is busy while unauthenticated connections crowd it, which lasts as long as
+/// their flood: retries must be quick to slip in between, and few.
+const BUSY_RETRY_FIRST: Duration = Duration::from_millis(25);
+/// Longest pause between dials of a busy guest.
+const BUSY_RETRY_MAX: Duration = Duration::from_millis(400);
+
+/// Dials and authenticates like [`dial`], dialling again while the guest is busy until the
+/// connect deadline.
+async fn dial_while_busy(
+    spec: &EnvSpec,
+    endpoint: &quinn::Endpoint,
+    deadlines: &Deadlines,
+) -> Result<(Session, Fingerprint), ClientError> {
+    let until = Instant::now() + deadlines.connect;
+    let mut pause = BUSY_RETRY_FIRST;
+    loop {
+        match dial(spec, endpoint, deadlines).await {
+            Err(e @ ClientError::Busy { .. }) if Instant::now() + pause < until => {
+                tracing::debug!(env = %spec.name, "{e}; dialling again in {pause:?}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(BUSY_RETRY_MAX);
+            }
+            done => return done,
+        }
+    }
+}
+
 impl Environment {
-    /// Connects to a guest and authenticates.
+    /// Connects to a guest and authenticates; a busy guest is dialled again until the
+    /// connect deadline.
     pub async fn connect(spec: EnvSpec, deadlines: Deadlines) -> Result<Self, ClientError> {
         let endpoint = client_endpoint(&spec)?;
-        let (session, _) = dial(&spec, &endpoint, &deadlines).await?;
+        let (session, _) = dial_while_busy(&spec, &endpoint, &deadlines).await?;
         Ok(Self {
             name: spec.name.clone(),
             source: Source::Dial(spec, endpoint),
@@ -287,7 +330,7 @@ impl Environment {
         let mut spec = spec.clone();
         spec.fingerprint = None;
         let endpoint = client_endpoint(&spec)?;
-        let (session, fp) = dial(&spec, &endpoint, deadlines).await?;
+        let (session, fp) = dial_while_busy(&spec, &endpoint, deadlines).await?;
         session.link.close(0, "fingerprint probe done");
         Ok((fp, session.info))
     }
