@@ -3,6 +3,7 @@
 //! that stream; it never takes down its connection, and one connection never takes down
 //! another.
 
+use crate::confine::Confinement;
 use crate::guest::{Guest, Reply};
 use crate::probe;
 use pincer_shared::codec::{self, Frame};
@@ -295,7 +296,7 @@ async fn handle_stream(
             path,
             offset,
             max_len,
-        } => send_file(&mut send, &path, offset, max_len).await,
+        } => send_file(&mut send, &guest.config.confinement, &path, offset, max_len).await,
         Request::Setup(Setup::WriteFile {
             path,
             mode,
@@ -358,13 +359,14 @@ enum FileBody {
 /// files that report size 0 (`/proc`, `/sys`) are read to their end, up to
 /// [`MAX_UNSIZED_READ`].
 fn open_for_read(
+    confinement: &Confinement,
     path: &str,
     offset: u64,
     max_len: Option<u64>,
 ) -> Result<(FileStat, FileBody), WireError> {
     use std::io::{Read, Seek};
-    let (mut f, meta) =
-        probe::open_regular(path)?.ok_or_else(|| WireError::NotFound { path: path.into() })?;
+    let (mut f, meta) = probe::open_regular(confinement, path)?
+        .ok_or_else(|| WireError::NotFound { path: path.into() })?;
     let stat = probe::file_stat(path, &meta);
     if offset > 0 {
         f.seek(std::io::SeekFrom::Start(offset))
@@ -401,12 +403,14 @@ fn open_for_read(
 /// thread reads 1 MiB chunks (a few chunks ahead) while this task sends them.
 async fn send_file(
     send: &mut SendHalf,
+    confinement: &Arc<Confinement>,
     path: &str,
     offset: u64,
     max_len: Option<u64>,
 ) -> Result<(), TransportError> {
     let owned = path.to_owned();
-    let opened = tokio::task::spawn_blocking(move || open_for_read(&owned, offset, max_len))
+    let c = confinement.clone();
+    let opened = tokio::task::spawn_blocking(move || open_for_read(&c, &owned, offset, max_len))
         .await
         .unwrap_or_else(|e| {
             Err(WireError::Internal {
@@ -540,7 +544,8 @@ mod tests {
         let path = path.to_owned();
         let sender = tokio::spawn(async move {
             let mut send: SendHalf = Box::new(ours);
-            send_file(&mut send, &path, offset, max_len).await
+            let normal = Arc::new(Confinement::normal(std::path::Path::new("/nonexistent")));
+            send_file(&mut send, &normal, &path, offset, max_len).await
         });
         let header = tokio::time::timeout(
             Duration::from_secs(5),
@@ -579,8 +584,9 @@ mod tests {
         refused(&read(fifo.to_str().unwrap(), 0, None).await.0, "FIFO");
         refused(&read("/dev/zero", 0, None).await.0, "device");
         // The inline probe refuses the same, without blocking on the FIFO either.
+        let normal = Confinement::normal(std::path::Path::new("/nonexistent"));
         assert!(matches!(
-            probe::read_file(fifo.to_str().unwrap(), 10, None),
+            probe::read_file(&normal, fifo.to_str().unwrap(), 10, None),
             Err(WireError::InvalidArgument { .. })
         ));
     }
@@ -718,6 +724,7 @@ mod tests {
             name: "admission".into(),
             token: token.clone(),
             read_only: true,
+            confinement: Arc::new(Confinement::normal(std::path::Path::new("/nonexistent"))),
             display: Some(":65000".into()),
             process_session: None,
         }));
