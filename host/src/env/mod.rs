@@ -21,12 +21,13 @@ use pincer_shared::observe::{ScreenInfo, ScreenshotMeta, ScreenshotRequest, Tree
 use pincer_shared::probe::{FileStat, Probe, ProbeReply, WindowInfo};
 use pincer_shared::setup::{ExecOutput, ExecRequest, Setup, WindowOp};
 use pincer_shared::transport::stream::{finish, read_body, read_header, write_body, write_header};
-use pincer_shared::transport::{Link, TransportError, quic};
+use pincer_shared::transport::{Link, RecvHalf, TransportError, quic};
 use pincer_shared::tree::UiTree;
 use pincer_shared::{Action, ProtocolVersion, Request, RequestClass, Response, WireError};
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Timeouts of an environment's calls.
 #[derive(Debug, Clone)]
@@ -276,6 +277,9 @@ async fn dial(
         got,
     ))
 }
+
+/// Most bytes moved at a time from a reply's body to a writer.
+const COPY_BUFFER: usize = 256 * 1024;
 
 /// First pause before dialling a busy guest again; it doubles up to [`BUSY_RETRY_MAX`].
 /// A guest is busy while unauthenticated connections crowd it, which lasts as long as
@@ -608,6 +612,94 @@ impl Environment {
         }
     }
 
+    /// Reads a whole file through the bulk path into the writer `open` makes once the guest
+    /// has answered (so a refusal leaves nothing behind), as the bytes arrive: no copy of
+    /// the file is held in memory, and writing it overlaps the transfer. Returns what the
+    /// guest said of the file and the bytes written. Unlike the other reads it is not
+    /// repeated on a new connection if the old one dies part way, as part of it is written.
+    pub async fn read_file_to<W: AsyncWrite + Unpin>(
+        &self,
+        path: &str,
+        open: impl AsyncFnOnce() -> std::io::Result<W>,
+    ) -> Result<(FileStat, u64), ClientError> {
+        let req = Request::ReadFile {
+            path: path.into(),
+            offset: 0,
+            max_len: None,
+        };
+        let what = req.kind_name();
+        let deadline = self.deadlines.transfer;
+        let local = |message: String| ClientError::Local {
+            env: self.name.clone(),
+            message,
+        };
+        let run = async {
+            let session = self.session(Instant::now() + deadline).await?;
+            let lost = |e: TransportError| {
+                if session.link.is_closed() {
+                    self.forget(&session);
+                }
+                ClientError::ConnectionLost {
+                    env: self.name.clone(),
+                    what,
+                    reason: e.to_string(),
+                }
+            };
+            let (frame, mut recv) = match request(&session.link, &req, None).await {
+                Ok(r) => r,
+                Err(Failure::Transport(e)) => return Err(lost(e)),
+                Err(Failure::Codec(message)) => {
+                    return Err(ClientError::Protocol {
+                        env: self.name.clone(),
+                        message,
+                    });
+                }
+            };
+            let stat = match frame.msg {
+                Response::File { stat, .. } => stat,
+                Response::Error(source) => {
+                    return Err(ClientError::Guest {
+                        env: self.name.clone(),
+                        source,
+                    });
+                }
+                other => return Err(self.unexpected(what, &other)),
+            };
+            let mut dest = open()
+                .await
+                .map_err(|e| local(format!("cannot write what {path} holds: {e}")))?;
+            let mut buf = vec![0u8; COPY_BUFFER.min(frame.body_len as usize)];
+            let mut left = frame.body_len;
+            while left > 0 {
+                let want = left.min(buf.len() as u64) as usize;
+                let n = recv
+                    .read(&mut buf[..want])
+                    .await
+                    .map_err(|e| lost(TransportError::Read(e.to_string())))?;
+                if n == 0 {
+                    return Err(lost(TransportError::Truncated));
+                }
+                dest.write_all(&buf[..n])
+                    .await
+                    .map_err(|e| local(format!("writing what {path} holds: {e}")))?;
+                left -= n as u64;
+            }
+            dest.flush()
+                .await
+                .map_err(|e| local(format!("writing what {path} holds: {e}")))?;
+            Ok((stat, frame.body_len))
+        };
+        tokio::time::timeout(deadline, run)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ClientError::Timeout {
+                    env: self.name.clone(),
+                    what,
+                    after: deadline,
+                })
+            })
+    }
+
     /// Writes a file (replacing it atomically), creating parent directories.
     pub async fn write_file(&self, path: &str, bytes: &[u8], mode: u32) -> Result<(), ClientError> {
         let req = Request::Setup(Setup::WriteFile {
@@ -716,13 +808,31 @@ enum Failure {
     Codec(String),
 }
 
-/// One request on a fresh stream: header and body out, reply header and body in. If the
-/// guest refuses early and stops reading our body, its reply is still read.
+/// [`request`], with the reply's body read into memory.
 async fn exchange(
     link: &Link,
     req: &Request,
     body: Option<&[u8]>,
 ) -> Result<(Response, Vec<u8>), Failure> {
+    let (frame, mut recv) = request(link, req, body).await?;
+    let bytes = if frame.body_len > 0 {
+        read_body(&mut recv, frame.body_len)
+            .await
+            .map_err(Failure::Transport)?
+    } else {
+        Vec::new()
+    };
+    Ok((frame.msg, bytes))
+}
+
+/// One request on a fresh stream: header and body out, reply header in; the reply's body is
+/// left on the stream returned. If the guest refuses early and stops reading our body, its
+/// reply is still read.
+async fn request(
+    link: &Link,
+    req: &Request,
+    body: Option<&[u8]>,
+) -> Result<(codec::Frame<Response>, RecvHalf), Failure> {
     let (mut send, mut recv) = link.open().await.map_err(Failure::Transport)?;
     let body_len = body.map_or(0, |b| b.len() as u64);
     let sent = async {
@@ -747,12 +857,5 @@ async fn exchange(
         Err(e) => return Err(Failure::Transport(sent.err().unwrap_or(e))),
     };
     let frame = codec::decode_response(&header).map_err(|e| Failure::Codec(e.to_string()))?;
-    let bytes = if frame.body_len > 0 {
-        read_body(&mut recv, frame.body_len)
-            .await
-            .map_err(Failure::Transport)?
-    } else {
-        Vec::new()
-    };
-    Ok((frame.msg, bytes))
+    Ok((frame, recv))
 }
