@@ -6,7 +6,7 @@ use pincer::env::{ClientError, Deadlines, EnvSpec, Environment};
 use pincer_shared::identity::Token;
 use pincer_shared::limits::MAX_HELLO;
 use pincer_shared::transport::{Link, quic};
-use pincer_tests::bin;
+use pincer_tests::{Sandbox, bin};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -18,7 +18,7 @@ struct BareAgent {
     child: Child,
     spec: EnvSpec,
     log: PathBuf,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl BareAgent {
@@ -65,7 +65,7 @@ impl BareAgent {
             child,
             spec,
             log,
-            _dir: dir,
+            dir,
         }
     }
 
@@ -361,6 +361,40 @@ async fn a_full_agent_is_reported_busy_and_dialled_again() {
     let log = agent.log();
     assert!(
         log.contains("refused (last: 127.0.0.1") && log.contains("64 connections are already open"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shot_commands_free_their_place_as_they_exit() {
+    let agent = BareAgent::start();
+    let sb = Sandbox::new();
+    let token = agent.dir.path().join("token");
+    let fingerprint = agent.spec.fingerprint.unwrap().to_string();
+    let addr = agent.spec.addr.to_string();
+    sb.pincer_ok(&[
+        "env",
+        "add",
+        "bare",
+        &addr,
+        "--token-file",
+        token.to_str().unwrap(),
+        "--fingerprint",
+        &fingerprint,
+    ]);
+    // More commands than the agent has places (64), well within its idle timeout (20 s):
+    // each tells the agent it is gone as it exits.
+    for i in 0..80 {
+        let out = sb.pincer(&["env", "ping", "--env", "bare", "-c", "1"]);
+        assert!(
+            out.status.success(),
+            "ping {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let log = agent.log();
+    assert!(
+        log.matches("closed by peer: host done").count() >= 80,
         "{log}"
     );
 }

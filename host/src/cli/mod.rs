@@ -118,8 +118,10 @@ pub(crate) fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         let result = run(cli.command, reg).await;
-        // Guests that dialled in learn at once that this host is gone, so they dial the
-        // next command's host without waiting for a keep-alive.
+        // Guests learn at once that this host is gone: those it dialled free its place, and
+        // those that dialled in dial the next command's host without waiting for a
+        // keep-alive.
+        pincer::env::finish_closing().await;
         pincer::env::listener::finish_closing().await;
         result
     });

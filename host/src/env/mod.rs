@@ -21,11 +21,11 @@ use pincer_shared::observe::{ScreenInfo, ScreenshotMeta, ScreenshotRequest, Tree
 use pincer_shared::probe::{FileStat, Probe, ProbeReply, WindowInfo};
 use pincer_shared::setup::{ExecOutput, ExecRequest, Setup, WindowOp};
 use pincer_shared::transport::stream::{finish, read_body, read_header, write_body, write_header};
-use pincer_shared::transport::{Link, RecvHalf, TransportError, quic};
+use pincer_shared::transport::{Closed, Link, RecvHalf, TransportError, close_code, quic};
 use pincer_shared::tree::UiTree;
 use pincer_shared::{Action, ProtocolVersion, Request, RequestClass, Response, WireError};
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -792,13 +792,40 @@ impl Environment {
     /// Closes the connection.
     pub fn close(&self) {
         if let Some(s) = self.live() {
-            s.link.close(0, "host done");
+            s.link.close(close_code::DONE, "host done");
         }
     }
 
     /// The protocol version of the current connection.
     pub fn version(&self) -> Option<ProtocolVersion> {
         self.live().map(|s| s.version)
+    }
+}
+
+impl Drop for Environment {
+    fn drop(&mut self) {
+        // Tell a guest this host dialled at once, so it frees the host's place rather than
+        // keeping it until its idle timeout: one-shot commands that never said goodbye would
+        // fill its 64 places within 20 s. (A guest that dialled in belongs to its listener.)
+        if let (Source::Dial(..), Some(s)) = (&self.source, self.live()) {
+            let closed = s.link.close_telling(close_code::DONE, "host done");
+            CLOSING
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(closed);
+        }
+    }
+}
+
+/// Connections closed by dropped environments, whose guests may not have been told yet.
+static CLOSING: Mutex<Vec<Closed>> = Mutex::new(Vec::new());
+
+/// Waits (a little) until the guests of every environment this process dropped have been
+/// told. Call it before the process exits.
+pub async fn finish_closing() {
+    let closing = std::mem::take(&mut *CLOSING.lock().unwrap_or_else(PoisonError::into_inner));
+    for closed in closing {
+        closed.told(Duration::from_millis(100)).await;
     }
 }
 

@@ -157,6 +157,23 @@ impl Link {
         }
     }
 
+    /// Closes the connection like [`Link::close`], and returns a [`Closed`] that can wait
+    /// until the peer has been told.
+    pub fn close_telling(&self, code: u32, reason: &str) -> Closed {
+        let sent = self.datagrams_sent();
+        self.close(code, reason);
+        Closed {
+            link: self.clone(),
+            sent,
+        }
+    }
+
+    fn datagrams_sent(&self) -> u64 {
+        match self {
+            Self::Quic(c) => c.stats().udp_tx.datagrams,
+        }
+    }
+
     /// Waits until the connection is closed, by either side or by a timeout, and says why.
     pub async fn closed(&self) -> String {
         match self {
@@ -183,6 +200,28 @@ impl Link {
     pub fn rtt(&self) -> std::time::Duration {
         match self {
             Self::Quic(c) => c.rtt(),
+        }
+    }
+}
+
+/// A connection closed by [`Link::close_telling`].
+#[derive(Debug)]
+pub struct Closed {
+    link: Link,
+    /// Datagrams the connection had sent before it was closed.
+    sent: u64,
+}
+
+impl Closed {
+    /// Waits, at most `within`, until the packet that tells the peer has left (the next
+    /// datagram). A process that exits right after closing would otherwise leave its peer to
+    /// notice at its idle timeout, holding the connection's place until then.
+    pub async fn told(self, within: std::time::Duration) {
+        let until = std::time::Instant::now() + within;
+        // The transport's own task sends it within microseconds; the timer's millisecond
+        // ticks would be the slowest part of waiting for it.
+        while self.link.datagrams_sent() == self.sent && std::time::Instant::now() < until {
+            tokio::task::yield_now().await;
         }
     }
 }
