@@ -435,11 +435,15 @@ async fn send_file(
         Err(e) => return reply(send, Response::Error(e), None).await,
     };
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+    // Chunks come back once sent, so a transfer reuses a handful of buffers instead of
+    // allocating (and zeroing) one per MiB.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     let reader = tokio::task::spawn_blocking(move || {
         use std::io::Read;
         let mut left = len;
         while left > 0 {
-            let mut chunk = vec![0u8; left.min(FILE_CHUNK as u64) as usize];
+            let mut chunk = done_rx.try_recv().unwrap_or_default();
+            chunk.resize(left.min(FILE_CHUNK as u64) as usize, 0);
             let mut filled = 0;
             while filled < chunk.len() {
                 match file.read(&mut chunk[filled..]) {
@@ -453,6 +457,7 @@ async fn send_file(
             }
             // A file that shrank meanwhile is padded with zeros so the frame stays
             // well-formed; the header already promised `len` bytes.
+            chunk[filled..].fill(0);
             left -= chunk.len() as u64;
             if tx.blocking_send(chunk).is_err() {
                 return;
@@ -461,6 +466,7 @@ async fn send_file(
     });
     while let Some(chunk) = rx.recv().await {
         write_body(send, &chunk).await?;
+        let _ = done_tx.send(chunk);
     }
     let _ = reader.await;
     finish(send).await
@@ -624,6 +630,20 @@ mod tests {
             read(missing.to_str().unwrap(), 0, None).await.0,
             Response::Error(WireError::NotFound { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn files_of_many_chunks_arrive_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("big.bin");
+        // Every chunk different, so a reused buffer that kept old bytes would show.
+        let bytes: Vec<u8> = (0..(3 * FILE_CHUNK + 12_345))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        std::fs::write(&file, &bytes).unwrap();
+        let (reply, body) = read(file.to_str().unwrap(), 0, None).await;
+        assert!(matches!(reply, Response::File { len, .. } if len == bytes.len() as u64));
+        assert!(body == bytes, "the body differs from the file");
     }
 
     #[tokio::test]
