@@ -109,10 +109,7 @@ pub(crate) fn main() -> ExitCode {
     if let Command::Desktop(desktop::DesktopCmd::Supervise(args)) = &cli.command {
         return report(desktop::supervise(args));
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match runtime_for(&cli.command).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return report(Err(e.into())),
     };
@@ -126,6 +123,30 @@ pub(crate) fn main() -> ExitCode {
         result
     });
     report(result)
+}
+
+/// The async runtime a command runs on. Commands that do one thing with a guest or two run
+/// on this thread alone: a transfer would otherwise pay for hand-offs between the
+/// transport's threads and the command's on every chunk (about a quarter of a one-shot
+/// 10 MiB read's CPU time). Runs, benchmarks and demos, which do many things at once, get a
+/// thread per core.
+fn runtime_for(command: &Command) -> tokio::runtime::Builder {
+    match command {
+        Command::Run(_) | Command::Bench(_) | Command::Demo(_) | Command::Task(_) => {
+            tokio::runtime::Builder::new_multi_thread()
+        }
+        Command::Desktop(_)
+        | Command::Env(_)
+        | Command::Screenshot(_)
+        | Command::Tree(_)
+        | Command::Act(_)
+        | Command::Probe(_)
+        | Command::Exec(_)
+        | Command::Launch(_)
+        | Command::File(_)
+        | Command::Report { .. }
+        | Command::Token(_) => tokio::runtime::Builder::new_current_thread(),
+    }
 }
 
 async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
