@@ -442,22 +442,19 @@ async fn send_file(
         use std::io::Read;
         let mut left = len;
         while left > 0 {
+            let want = left.min(FILE_CHUNK as u64);
             let mut chunk = done_rx.try_recv().unwrap_or_default();
-            chunk.resize(left.min(FILE_CHUNK as u64) as usize, 0);
-            let mut filled = 0;
-            while filled < chunk.len() {
-                match file.read(&mut chunk[filled..]) {
-                    Ok(0) => break,
-                    Ok(n) => filled += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    // The header is out: stop short, and the host sees a truncated body
-                    // rather than made-up bytes.
-                    Err(_) => return,
-                }
+            chunk.clear();
+            chunk.reserve(want as usize);
+            // Into the buffer's spare room, which needs no zeroing first.
+            if (&mut file).take(want).read_to_end(&mut chunk).is_err() {
+                // The header is out: stop short, and the host sees a truncated body rather
+                // than made-up bytes.
+                return;
             }
             // A file that shrank meanwhile is padded with zeros so the frame stays
             // well-formed; the header already promised `len` bytes.
-            chunk[filled..].fill(0);
+            chunk.resize(want as usize, 0);
             left -= chunk.len() as u64;
             if tx.blocking_send(chunk).is_err() {
                 return;
