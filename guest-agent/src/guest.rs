@@ -5,6 +5,7 @@
 use crate::a11y::A11y;
 use crate::budget::Budget;
 use crate::clipboard::Clipboard;
+use crate::confine::Confinement;
 use crate::input::Input;
 use crate::screen::Screen;
 use crate::window::Windows;
@@ -30,6 +31,8 @@ pub(crate) struct Config {
     pub(crate) token: Token,
     /// Refuse the setup class and command probes.
     pub(crate) read_only: bool,
+    /// What file and environment probes may read.
+    pub(crate) confinement: Arc<Confinement>,
     /// X display to use (`None`: `$DISPLAY`).
     pub(crate) display: Option<String>,
     /// List only processes of this session in process probes.
@@ -279,18 +282,19 @@ impl Guest {
     /// Runs a probe. In a batch, the file and command output its reply carries inline comes
     /// out of the batch's `budget`.
     async fn probe(&self, p: Probe, budget: Option<Arc<Budget>>) -> Result<ProbeReply, WireError> {
+        let c = self.config.confinement.clone();
         match p {
             Probe::Stat { path } => {
-                in_thread(move || probe::stat(&path).map(ProbeReply::Stat)).await
+                in_thread(move || probe::stat(&c, &path).map(ProbeReply::Stat)).await
             }
             Probe::ReadFile { path, max_len } => {
                 in_thread(move || {
-                    probe::read_file(&path, max_len, budget.as_deref()).map(ProbeReply::File)
+                    probe::read_file(&c, &path, max_len, budget.as_deref()).map(ProbeReply::File)
                 })
                 .await
             }
             Probe::ListDir { path } => {
-                in_thread(move || probe::list_dir(&path).map(ProbeReply::Dir)).await
+                in_thread(move || probe::list_dir(&c, &path).map(ProbeReply::Dir)).await
             }
             Probe::Processes => {
                 let session = self.config.process_session;
@@ -337,7 +341,10 @@ impl Guest {
                 }
                 Ok(ProbeReply::Command(out))
             }
-            Probe::EnvVar { name } => Ok(ProbeReply::EnvVar(std::env::var(name).ok())),
+            Probe::EnvVar { name } => {
+                c.env_var(&name)?;
+                Ok(ProbeReply::EnvVar(std::env::var(name).ok()))
+            }
             Probe::UiTree(req) => self
                 .tree(&req)
                 .await
@@ -493,6 +500,7 @@ mod tests {
             name: "test".into(),
             token: Token::generate(),
             read_only,
+            confinement: Arc::new(Confinement::normal(std::path::Path::new("/nonexistent"))),
             display: Some(display.into()),
             process_session: None,
         })

@@ -5,6 +5,7 @@
 mod a11y;
 mod budget;
 mod clipboard;
+mod confine;
 mod encode;
 mod exec;
 mod guest;
@@ -46,9 +47,18 @@ struct Args {
     /// default: STATE_DIR/token).
     #[arg(long, value_name = "FILE", env = "PINCER_TOKEN_FILE")]
     token_file: Option<PathBuf>,
-    /// Refuse setup requests and command probes (for physical machines).
+    /// Refuse setup requests and command probes, and serve files only under the read
+    /// roots, minus where secrets live (for people's own machines).
     #[arg(long)]
     read_only: bool,
+    /// With --read-only: serve files under DIR (repeatable; default: the home directory).
+    /// Naming a place where secrets live (~/.ssh, a browser profile) allows that place.
+    #[arg(long, value_name = "DIR", requires = "read_only")]
+    read_root: Vec<PathBuf>,
+    /// With --read-only: also serve the environment variable NAME (repeatable; by default
+    /// only ones that hold no secrets: HOME, USER, LANG, LC_*, XDG_*, ...).
+    #[arg(long, value_name = "NAME", requires = "read_only")]
+    read_env: Vec<String>,
     /// X display to use (default: $DISPLAY).
     #[arg(long)]
     display: Option<String>,
@@ -109,16 +119,24 @@ fn write_ready(path: &Path, addr: SocketAddr, fp: Fingerprint) -> anyhow::Result
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // Before the runtime's threads exist: arenas made before stay.
+    memory::tune();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(serve())
+}
+
+async fn serve() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PINCER_LOG")
-                .unwrap_or_else(|_| "pincer_agent=info".into()),
+                // pincer_shared: the transport's summaries of refused connections.
+                .unwrap_or_else(|_| "pincer_agent=info,pincer_shared=info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    memory::tune();
     let args = Args::parse();
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
     let name = args.name.clone().unwrap_or_else(hostname);
@@ -147,10 +165,21 @@ async fn main() -> anyhow::Result<()> {
     if display.is_none() {
         eprintln!("pincer-agent: warning: {}", no_display_warning());
     }
+    let home = confine::home();
+    let policy = confine::Policy {
+        others: confine::pincer_places(&home),
+        home,
+        state_dir: state_dir.clone(),
+        token_file: token_file.clone(),
+        read_roots: args.read_only.then(|| args.read_root.clone()),
+        read_env: args.read_env.clone(),
+    };
+    let confinement = confine::Confinement::new(&policy)?;
     let guest = Arc::new(Guest::new(Config {
         name: name.clone(),
         token,
         read_only: args.read_only,
+        confinement: Arc::new(confinement),
         display,
         process_session: args
             .own_session_processes

@@ -1,14 +1,16 @@
 //! Read-only state of the guest's file system and processes, for evaluators: stat, inline
-//! file reads, directory listings and the process table from /proc. Window and clipboard
-//! probes live with their X11 modules.
+//! file reads, directory listings and the process table from /proc. Every path goes
+//! through the agent's [`Confinement`]; process listings carry no environments. Window and
+//! clipboard probes live with their X11 modules.
 
 use crate::budget::Budget;
+use crate::confine::{Confinement, Follow};
 use pincer_shared::WireError;
 use pincer_shared::limits::{MAX_DIR_ENTRIES, MAX_INLINE_FILE};
 use pincer_shared::probe::{DirEntry, FileContent, FileKind, FileStat, ProcessInfo};
 use std::fs::{File, Metadata};
 use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
 /// A path as the host wrote it: `~` and relative paths are taken from the agent user's home,
@@ -67,17 +69,15 @@ pub(crate) fn file_stat(path: &str, m: &Metadata) -> FileStat {
 
 /// Metadata of a path without following a final symlink, with what a symlink resolves to;
 /// a missing path is `exists: false`.
-pub(crate) fn stat(path: &str) -> Result<FileStat, WireError> {
+pub(crate) fn stat(c: &Confinement, path: &str) -> Result<FileStat, WireError> {
     let p = check_path(path)?;
-    match std::fs::symlink_metadata(&p) {
-        Ok(m) => {
-            let mut s = file_stat(path, &m);
-            if m.file_type().is_symlink() {
-                s.target = std::fs::metadata(&p).ok().map(|t| kind_of(t.file_type()));
-            }
+    match c.open(path, &p, Follow::No)? {
+        Some(a) => {
+            let mut s = file_stat(path, a.metadata());
+            s.target = a.target().map(|t| kind_of(t.file_type()));
             Ok(s)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(FileStat {
+        None => Ok(FileStat {
             path: path.to_owned(),
             exists: false,
             kind: None,
@@ -86,33 +86,26 @@ pub(crate) fn stat(path: &str) -> Result<FileStat, WireError> {
             mode: 0,
             modified_ms: 0,
         }),
-        Err(e) => Err(WireError::from_io(path, &e)),
     }
 }
 
 /// Opens a regular file (following symlinks) for reading, with its metadata; `None` if
 /// nothing is there. Directories, FIFOs, sockets and devices are refused before they are
-/// opened: opening a FIFO blocks until a writer comes, and a device may never end.
-pub(crate) fn open_regular(path: &str) -> Result<Option<(File, Metadata)>, WireError> {
+/// opened for reading: opening a FIFO blocks until a writer comes, and a device may never
+/// end.
+pub(crate) fn open_regular(
+    c: &Confinement,
+    path: &str,
+) -> Result<Option<(File, Metadata)>, WireError> {
     let p = check_path(path)?;
-    match std::fs::metadata(&p) {
-        Ok(m) => refuse_non_regular(path, &m)?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(WireError::from_io(path, &e)),
-    }
-    // Non-blocking, in case the path became a FIFO since the check; it changes nothing for
-    // regular files.
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&p)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(WireError::from_io(path, &e)),
+    let Some(allowed) = c.open(path, &p, Follow::Yes)? else {
+        return Ok(None);
     };
+    refuse_non_regular(path, allowed.metadata())?;
+    let f = allowed
+        .open_for_reading()
+        .map_err(|e| WireError::from_io(path, &e))?;
     let meta = f.metadata().map_err(|e| WireError::from_io(path, &e))?;
-    refuse_non_regular(path, &meta)?;
     Ok(Some((f, meta)))
 }
 
@@ -139,11 +132,12 @@ fn refuse_non_regular(path: &str, m: &Metadata) -> Result<(), WireError> {
 /// Up to `max_len` bytes of a file (capped at the inline limit); `None` if it does not exist.
 /// The bytes come out of `budget` when given (a batch's), reserved before the file is read.
 pub(crate) fn read_file(
+    c: &Confinement,
     path: &str,
     max_len: u64,
     budget: Option<&Budget>,
 ) -> Result<Option<FileContent>, WireError> {
-    let Some((f, meta)) = open_regular(path)? else {
+    let Some((f, meta)) = open_regular(c, path)? else {
         return Ok(None);
     };
     let cap = max_len.min(MAX_INLINE_FILE);
@@ -168,13 +162,12 @@ pub(crate) fn read_file(
 }
 
 /// Entries of a directory sorted by name; `None` if it does not exist.
-pub(crate) fn list_dir(path: &str) -> Result<Option<Vec<DirEntry>>, WireError> {
+pub(crate) fn list_dir(c: &Confinement, path: &str) -> Result<Option<Vec<DirEntry>>, WireError> {
     let p = check_path(path)?;
-    let rd = match std::fs::read_dir(&p) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(WireError::from_io(path, &e)),
+    let Some(allowed) = c.open(path, &p, Follow::Yes)? else {
+        return Ok(None);
     };
+    let rd = std::fs::read_dir(allowed.handle_path()).map_err(|e| WireError::from_io(path, &e))?;
     let mut out = Vec::new();
     for entry in rd {
         let entry = entry.map_err(|e| WireError::from_io(path, &e))?;
@@ -269,20 +262,28 @@ pub(crate) fn process(pid: u32) -> Option<ProcessInfo> {
 mod tests {
     use super::*;
 
+    /// The policy of an agent whose state is somewhere else.
+    fn normal() -> Confinement {
+        Confinement::normal(std::path::Path::new("/nonexistent-pincer-state"))
+    }
+
     #[test]
     fn stat_reports_files_dirs_and_absence() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("a.txt");
         std::fs::write(&f, "hello").unwrap();
-        let s = stat(f.to_str().unwrap()).unwrap();
+        let s = stat(&normal(), f.to_str().unwrap()).unwrap();
         assert!(s.exists);
         assert_eq!(s.kind, Some(FileKind::File));
         assert_eq!(s.size, 5);
-        let d = stat(dir.path().to_str().unwrap()).unwrap();
+        let d = stat(&normal(), dir.path().to_str().unwrap()).unwrap();
         assert_eq!(d.kind, Some(FileKind::Dir));
-        let missing = stat(dir.path().join("nope").to_str().unwrap()).unwrap();
+        let missing = stat(&normal(), dir.path().join("nope").to_str().unwrap()).unwrap();
         assert!(!missing.exists);
-        assert!(matches!(stat(""), Err(WireError::InvalidArgument { .. })));
+        assert!(matches!(
+            stat(&normal(), ""),
+            Err(WireError::InvalidArgument { .. })
+        ));
     }
 
     #[test]
@@ -290,16 +291,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("a.txt");
         std::fs::write(&f, "hello world").unwrap();
-        let c = read_file(f.to_str().unwrap(), 5, None).unwrap().unwrap();
+        let c = read_file(&normal(), f.to_str().unwrap(), 5, None)
+            .unwrap()
+            .unwrap();
         assert_eq!(c.bytes, b"hello");
         assert_eq!(c.total_size, 11);
         assert!(
-            read_file(dir.path().join("x").to_str().unwrap(), 5, None)
+            read_file(&normal(), dir.path().join("x").to_str().unwrap(), 5, None)
                 .unwrap()
                 .is_none()
         );
         assert!(matches!(
-            read_file(dir.path().to_str().unwrap(), 5, None),
+            read_file(&normal(), dir.path().to_str().unwrap(), 5, None),
             Err(WireError::InvalidArgument { .. })
         ));
     }
@@ -309,10 +312,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("b"), "1").unwrap();
         std::fs::create_dir(dir.path().join("a")).unwrap();
-        let l = list_dir(dir.path().to_str().unwrap()).unwrap().unwrap();
+        let l = list_dir(&normal(), dir.path().to_str().unwrap())
+            .unwrap()
+            .unwrap();
         let names: Vec<_> = l.iter().map(|e| (e.name.as_str(), e.kind)).collect();
         assert_eq!(names, vec![("a", FileKind::Dir), ("b", FileKind::File)]);
-        assert!(list_dir("/nonexistent-pincer").unwrap().is_none());
+        assert!(
+            list_dir(&normal(), "/nonexistent-pincer")
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]

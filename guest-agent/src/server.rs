@@ -3,6 +3,7 @@
 //! that stream; it never takes down its connection, and one connection never takes down
 //! another.
 
+use crate::confine::Confinement;
 use crate::guest::{Guest, Reply};
 use crate::probe;
 use pincer_shared::codec::{self, Frame};
@@ -23,11 +24,11 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
 /// How many connections are served: authenticated ones, and ones still in TLS or their
-/// hello. Peers that never authenticate only ever hold the small pending budget, for at
-/// most [`PREAUTH_TIMEOUT`], never an authenticated host's place.
+/// hello. Peers that never authenticate only ever hold places of the pending budget, for
+/// at most [`PREAUTH_TIMEOUT`] and only until newer connections need them, never an
+/// authenticated host's place.
 const ADMISSION: Limits = Limits {
-    pending: 16,
-    pending_per_peer: 4,
+    pending: 64,
     live: 64,
 };
 /// Most requests in flight on one connection.
@@ -42,17 +43,19 @@ pub(crate) async fn listen(guest: Arc<Guest>, endpoint: quinn::Endpoint) {
         let guest = guest.clone();
         async move {
             let left = PREAUTH_TIMEOUT.saturating_sub(arrived.elapsed());
-            let Some(version) = authenticate_within(&guest, &link, left).await else {
-                return;
+            let welcome = match check_hello_within(&guest, &link, left).await {
+                Ok(w) => w,
+                Err(e) => return pending.failed(e.kind(), e),
             };
+            // The place first, so that a host the guest cannot serve is told so instead of
+            // welcomed.
             let _live = match pending.authenticated() {
                 Ok(live) => live,
-                Err(why) => {
-                    tracing::warn!(peer = %link.remote_addr(), "closing authenticated connection: {why}");
-                    return link.close(close_code::BUSY, &why.to_string());
-                }
+                Err(why) => return link.close(close_code::BUSY, &why.to_string()),
             };
-            serve(guest, link, version).await;
+            if let Ok(version) = welcome.send().await {
+                serve(guest, link, version).await;
+            }
         }
     };
     admission::accept(
@@ -101,8 +104,13 @@ pub(crate) async fn dial(
                 backoff = Duration::from_millis(250);
                 failures = 0;
                 let link = Link::Quic(conn);
-                if let Some(version) = authenticate_within(&guest, &link, PREAUTH_TIMEOUT).await {
-                    serve(guest.clone(), link, version).await;
+                let welcomed = match check_hello_within(&guest, &link, PREAUTH_TIMEOUT).await {
+                    Ok(welcome) => welcome.send().await,
+                    Err(e) => Err(e),
+                };
+                match welcomed {
+                    Ok(version) => serve(guest.clone(), link, version).await,
+                    Err(e) => tracing::warn!(host = %addr, "{e}"),
                 }
                 tracing::info!(host = %addr, "connection to host ended; redialling");
             }
@@ -121,29 +129,71 @@ pub(crate) async fn dial(
     }
 }
 
-/// Runs the handshake on a new connection within `limit`; on failure, says why in the log
-/// and closes the connection.
-async fn authenticate_within(
+/// Why a host did not authenticate.
+#[derive(Debug, thiserror::Error)]
+enum AuthError {
+    /// No hello within the limit.
+    #[error("no hello within {0:?}")]
+    Timeout(Duration),
+    /// The first stream did not carry a hello, or broke.
+    #[error("{0}")]
+    Broken(String),
+    /// The hello did not verify.
+    #[error("rejected host '{host}': {answer:?}")]
+    Rejected { host: String, answer: ServerHello },
+}
+
+impl AuthError {
+    /// The kind, for the admission summary.
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Timeout(_) => "sent no hello in time",
+            Self::Broken(_) => "sent no usable hello",
+            Self::Rejected { .. } => "failed authentication",
+        }
+    }
+}
+
+/// A host whose hello verified, and the answer it is owed.
+struct Welcome {
+    send: SendHalf,
+    answer: ServerHello,
+    version: ProtocolVersion,
+}
+
+impl Welcome {
+    /// Tells the host it is in.
+    async fn send(mut self) -> Result<ProtocolVersion, AuthError> {
+        let broken = |e: TransportError| AuthError::Broken(format!("answering the hello: {e}"));
+        write_header(&mut self.send, &self.answer, 0, MAX_HELLO)
+            .await
+            .map_err(broken)?;
+        finish(&mut self.send).await.map_err(broken)?;
+        Ok(self.version)
+    }
+}
+
+/// Reads and checks the hello of a new connection within `limit`. A host that fails is
+/// answered, and the connection closed, here; one that passes gets its answer from
+/// [`Welcome::send`].
+async fn check_hello_within(
     guest: &Guest,
     link: &Link,
     limit: Duration,
-) -> Option<ProtocolVersion> {
-    let peer = link.remote_addr();
-    match tokio::time::timeout(limit, authenticate(guest, link)).await {
-        Ok(Ok(v)) => Some(v),
-        Ok(Err(e)) => {
-            tracing::warn!(%peer, "handshake failed: {e}");
-            // Let the rejection reach the peer before closing.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            link.close(close_code::HANDSHAKE, "handshake failed");
-            None
-        }
-        Err(_) => {
-            tracing::warn!(%peer, "no hello within {limit:?}; closing");
-            link.close(close_code::HANDSHAKE, "no hello");
-            None
-        }
+) -> Result<Welcome, AuthError> {
+    let failed = match tokio::time::timeout(limit, check_hello(guest, link)).await {
+        Ok(Ok(welcome)) => return Ok(welcome),
+        Ok(Err(e)) => e,
+        Err(_) => AuthError::Timeout(limit),
+    };
+    if matches!(failed, AuthError::Timeout(_)) {
+        link.close(close_code::HANDSHAKE, "no hello");
+    } else {
+        // Let the rejection reach the peer before closing.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        link.close(close_code::HANDSHAKE, "handshake failed");
     }
+    Err(failed)
 }
 
 /// Serves an authenticated connection's streams until it closes.
@@ -172,33 +222,40 @@ async fn serve(guest: Arc<Guest>, link: Link, version: ProtocolVersion) {
     }
 }
 
-/// Reads the hello from the first stream and answers it.
-async fn authenticate(guest: &Guest, link: &Link) -> Result<ProtocolVersion, String> {
-    let (mut send, mut recv) = link.accept().await.map_err(|e| e.to_string())?;
+/// Reads the hello from the first stream and checks it; answers it only if it fails.
+async fn check_hello(guest: &Guest, link: &Link) -> Result<Welcome, AuthError> {
+    let broken = |e: TransportError| AuthError::Broken(e.to_string());
+    let (mut send, mut recv) = link.accept().await.map_err(broken)?;
     let header = read_header(&mut recv, MAX_HELLO)
         .await
-        .map_err(|e| e.to_string())?
-        .ok_or("stream closed before the hello")?;
+        .map_err(broken)?
+        .ok_or_else(|| AuthError::Broken("stream closed before the hello".into()))?;
     let hello: ClientHello = match codec::decode(&header, 0) {
         Ok(Frame { msg, .. }) => msg,
         Err(e) => {
             // Not a hello: whatever it is, it is a request before authentication.
             let _ = reply(&mut send, Response::Error(WireError::Unauthenticated), None).await;
-            return Err(format!("first stream was not a hello ({e})"));
+            return Err(AuthError::Broken(format!(
+                "first stream was not a hello ({e})"
+            )));
         }
     };
-    let exporter = link.exporter().map_err(|e| e.to_string())?;
+    let exporter = link.exporter().map_err(broken)?;
     let info = guest.info().await;
     let (answer, version) = handshake::accept(&hello, &guest.config.token, &exporter, info);
-    write_header(&mut send, &answer, 0, MAX_HELLO)
-        .await
-        .map_err(|e| e.to_string())?;
-    let _ = finish(&mut send).await;
-    match (answer, version) {
-        (ServerHello::Accepted(_), Some(v)) => Ok(v),
-        (ServerHello::Rejected(r), _) => Err(format!("rejected host '{}': {r:?}", hello.host)),
-        (ServerHello::Accepted(_), None) => Err("accepted without a version".into()),
+    if let Some(version) = version {
+        return Ok(Welcome {
+            send,
+            answer,
+            version,
+        });
     }
+    let _ = write_header(&mut send, &answer, 0, MAX_HELLO).await;
+    let _ = finish(&mut send).await;
+    Err(AuthError::Rejected {
+        host: hello.host,
+        answer,
+    })
 }
 
 /// Serves one request stream.
@@ -239,7 +296,7 @@ async fn handle_stream(
             path,
             offset,
             max_len,
-        } => send_file(&mut send, &path, offset, max_len).await,
+        } => send_file(&mut send, &guest.config.confinement, &path, offset, max_len).await,
         Request::Setup(Setup::WriteFile {
             path,
             mode,
@@ -302,13 +359,14 @@ enum FileBody {
 /// files that report size 0 (`/proc`, `/sys`) are read to their end, up to
 /// [`MAX_UNSIZED_READ`].
 fn open_for_read(
+    confinement: &Confinement,
     path: &str,
     offset: u64,
     max_len: Option<u64>,
 ) -> Result<(FileStat, FileBody), WireError> {
     use std::io::{Read, Seek};
-    let (mut f, meta) =
-        probe::open_regular(path)?.ok_or_else(|| WireError::NotFound { path: path.into() })?;
+    let (mut f, meta) = probe::open_regular(confinement, path)?
+        .ok_or_else(|| WireError::NotFound { path: path.into() })?;
     let stat = probe::file_stat(path, &meta);
     if offset > 0 {
         f.seek(std::io::SeekFrom::Start(offset))
@@ -345,12 +403,14 @@ fn open_for_read(
 /// thread reads 1 MiB chunks (a few chunks ahead) while this task sends them.
 async fn send_file(
     send: &mut SendHalf,
+    confinement: &Arc<Confinement>,
     path: &str,
     offset: u64,
     max_len: Option<u64>,
 ) -> Result<(), TransportError> {
     let owned = path.to_owned();
-    let opened = tokio::task::spawn_blocking(move || open_for_read(&owned, offset, max_len))
+    let c = confinement.clone();
+    let opened = tokio::task::spawn_blocking(move || open_for_read(&c, &owned, offset, max_len))
         .await
         .unwrap_or_else(|e| {
             Err(WireError::Internal {
@@ -375,24 +435,26 @@ async fn send_file(
         Err(e) => return reply(send, Response::Error(e), None).await,
     };
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+    // Chunks come back once sent, so a transfer reuses a handful of buffers instead of
+    // allocating (and zeroing) one per MiB.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     let reader = tokio::task::spawn_blocking(move || {
         use std::io::Read;
         let mut left = len;
         while left > 0 {
-            let mut chunk = vec![0u8; left.min(FILE_CHUNK as u64) as usize];
-            let mut filled = 0;
-            while filled < chunk.len() {
-                match file.read(&mut chunk[filled..]) {
-                    Ok(0) => break,
-                    Ok(n) => filled += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    // The header is out: stop short, and the host sees a truncated body
-                    // rather than made-up bytes.
-                    Err(_) => return,
-                }
+            let want = left.min(FILE_CHUNK as u64);
+            let mut chunk = done_rx.try_recv().unwrap_or_default();
+            chunk.clear();
+            chunk.reserve(want as usize);
+            // Into the buffer's spare room, which needs no zeroing first.
+            if (&mut file).take(want).read_to_end(&mut chunk).is_err() {
+                // The header is out: stop short, and the host sees a truncated body rather
+                // than made-up bytes.
+                return;
             }
             // A file that shrank meanwhile is padded with zeros so the frame stays
             // well-formed; the header already promised `len` bytes.
+            chunk.resize(want as usize, 0);
             left -= chunk.len() as u64;
             if tx.blocking_send(chunk).is_err() {
                 return;
@@ -401,6 +463,7 @@ async fn send_file(
     });
     while let Some(chunk) = rx.recv().await {
         write_body(send, &chunk).await?;
+        let _ = done_tx.send(chunk);
     }
     let _ = reader.await;
     finish(send).await
@@ -484,7 +547,8 @@ mod tests {
         let path = path.to_owned();
         let sender = tokio::spawn(async move {
             let mut send: SendHalf = Box::new(ours);
-            send_file(&mut send, &path, offset, max_len).await
+            let normal = Arc::new(Confinement::normal(std::path::Path::new("/nonexistent")));
+            send_file(&mut send, &normal, &path, offset, max_len).await
         });
         let header = tokio::time::timeout(
             Duration::from_secs(5),
@@ -523,8 +587,9 @@ mod tests {
         refused(&read(fifo.to_str().unwrap(), 0, None).await.0, "FIFO");
         refused(&read("/dev/zero", 0, None).await.0, "device");
         // The inline probe refuses the same, without blocking on the FIFO either.
+        let normal = Confinement::normal(std::path::Path::new("/nonexistent"));
         assert!(matches!(
-            probe::read_file(fifo.to_str().unwrap(), 10, None),
+            probe::read_file(&normal, fifo.to_str().unwrap(), 10, None),
             Err(WireError::InvalidArgument { .. })
         ));
     }
@@ -562,6 +627,20 @@ mod tests {
             read(missing.to_str().unwrap(), 0, None).await.0,
             Response::Error(WireError::NotFound { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn files_of_many_chunks_arrive_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("big.bin");
+        // Every chunk different, so a reused buffer that kept old bytes would show.
+        let bytes: Vec<u8> = (0..(3 * FILE_CHUNK + 12_345))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        std::fs::write(&file, &bytes).unwrap();
+        let (reply, body) = read(file.to_str().unwrap(), 0, None).await;
+        assert!(matches!(reply, Response::File { len, .. } if len == bytes.len() as u64));
+        assert!(body == bytes, "the body differs from the file");
     }
 
     #[tokio::test]
@@ -654,14 +733,15 @@ mod tests {
         codec::decode_response(&h).unwrap().msg
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn silent_peers_cannot_crowd_out_hosts() {
+    /// A guest listening on loopback, its address, and what a host needs to reach it.
+    fn listening_guest() -> (quinn::Endpoint, SocketAddr, Identity, Token) {
         let id = Identity::generate("guest").unwrap();
         let token = Token::generate();
         let guest = Arc::new(Guest::new(Config {
             name: "admission".into(),
             token: token.clone(),
             read_only: true,
+            confinement: Arc::new(Confinement::normal(std::path::Path::new("/nonexistent"))),
             display: Some(":65000".into()),
             process_session: None,
         }));
@@ -669,31 +749,93 @@ mod tests {
         let endpoint = quic::server_endpoint("127.0.0.1:0".parse().unwrap(), cfg, &id).unwrap();
         let addr = endpoint.local_addr().unwrap();
         tokio::spawn(listen(guest, endpoint.clone()));
+        (endpoint, addr, id, token)
+    }
 
-        // One address opens connections and never says hello: it gets a few places only.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn silent_peers_make_room_for_hosts_even_from_the_same_address() {
+        let (endpoint, addr, id, token) = listening_guest();
+        // One address fills the pending budget with connections that never say hello.
         let mut silent = Vec::new();
-        for _ in 0..ADMISSION.pending_per_peer {
+        for _ in 0..ADMISSION.pending {
             let (ep, link) = dial_from([127, 0, 0, 1], addr, &id).await;
             silent.push((ep, link.expect("TLS completes")));
         }
-        let (_ep, refused) = dial_from([127, 0, 0, 1], addr, &id).await;
-        assert!(refused.is_err(), "a fifth silent connection was accepted");
-
-        // Meanwhile a host from elsewhere connects and is served at once.
-        let (_host_ep, host) = dial_from([127, 0, 0, 2], addr, &id).await;
+        // A host from the same address still gets in: the silent connection that waited
+        // longest makes room, and is told why.
+        let (_host_ep, host) = dial_from([127, 0, 0, 1], addr, &id).await;
         let pong = hello_and_ping(&host.unwrap(), &token).await;
         assert!(matches!(pong, Response::Pong { .. }), "{pong:?}");
-
-        // The silent ones are shed after the pre-authentication timeout, freeing places.
-        for (_, link) in &silent {
+        let (_, oldest) = &silent[0];
+        let why = tokio::time::timeout(Duration::from_secs(5), oldest.closed())
+            .await
+            .expect("the oldest silent connection is pushed out");
+        assert!(why.contains("waited longest"), "{why}");
+        assert!(oldest.busy().is_some(), "{why}");
+        // The others keep their places until their time is up.
+        assert!(silent[1..].iter().all(|(_, l)| !l.is_closed()));
+        for (_, link) in &silent[1..] {
             let why = tokio::time::timeout(PREAUTH_TIMEOUT + Duration::from_secs(2), link.closed())
                 .await
                 .expect("a silent connection is closed");
             assert!(why.contains("no hello"), "{why}");
         }
-        let (_ep, again) = dial_from([127, 0, 0, 1], addr, &id).await;
-        let pong = hello_and_ping(&again.unwrap(), &token).await;
-        assert!(matches!(pong, Response::Pong { .. }), "{pong:?}");
+        endpoint.close(0u32.into(), b"done");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn before_its_hello_a_connection_gets_one_stream_and_a_small_window() {
+        let (endpoint, addr, id, token) = listening_guest();
+        let (_ep, link) = dial_from([127, 0, 0, 1], addr, &id).await;
+        let Link::Quic(conn) = link.unwrap();
+        // A hello that never ends: the guest waits for the rest of it.
+        let (mut first, _r) = conn.open_bi().await.unwrap();
+        first
+            .write_all(&(MAX_HELLO - 1).to_le_bytes())
+            .await
+            .unwrap();
+        first.write_all(&[0; 1000]).await.unwrap();
+        // No second stream...
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), conn.open_bi())
+                .await
+                .is_err(),
+            "a second stream opened before the hello"
+        );
+        // ...and of 10 MiB pushed at the first, only about the window is taken in.
+        let junk = vec![7u8; 10 << 20];
+        let mut sent = 0;
+        let _ = tokio::time::timeout(Duration::from_millis(500), async {
+            while sent < junk.len() {
+                match first.write(&junk[sent..]).await {
+                    Ok(n) => sent += n,
+                    Err(_) => break,
+                }
+            }
+        })
+        .await;
+        assert!(
+            sent <= 2 * quic::PREAUTH_RECEIVE_WINDOW as usize,
+            "{sent} bytes accepted before the hello"
+        );
+        // An authenticated connection gets the full budget at once.
+        let (_ep, host) = dial_from([127, 0, 0, 2], addr, &id).await;
+        let host = host.unwrap();
+        assert!(matches!(
+            hello_and_ping(&host, &token).await,
+            Response::Pong { .. }
+        ));
+        let Link::Quic(hconn) = host;
+        let mut streams = Vec::new();
+        for _ in 0..8 {
+            let (mut s, r) = tokio::time::timeout(Duration::from_secs(2), hconn.open_bi())
+                .await
+                .expect("streams are granted after authentication")
+                .unwrap();
+            // Opened streams count once the guest sees them.
+            s.write_all(&[0]).await.unwrap();
+            streams.push((s, r));
+        }
         endpoint.close(0u32.into(), b"done");
     }
 }

@@ -356,6 +356,17 @@ mod tests {
                 ..
             })
         ));
+        // So is a newer error kind (as `Denied` is to hosts of the first release).
+        let error = postcard::to_stdvec(&Response::Error(WireError::Unauthenticated)).unwrap()[0];
+        let header = [0, error, 40, 1, b'x'];
+        assert!(matches!(
+            decode_response(&header),
+            Err(CodecError::UnknownKind {
+                kind: "WireError",
+                index: 40,
+                ..
+            })
+        ));
     }
 
     #[test]

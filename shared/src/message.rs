@@ -258,6 +258,16 @@ pub enum WireError {
         /// Details.
         message: String,
     },
+    /// The guest does not serve this (a path or an environment variable) by policy: its
+    /// own keys and tokens never, and a `--read-only` guest only what its read roots allow.
+    /// Added after the first release: older peers decode it as an unknown kind.
+    #[error("refused {what}: {reason}")]
+    Denied {
+        /// What was asked for: the path as the host wrote it, or the variable.
+        what: String,
+        /// Which rule refused it, and how to allow it (if anything does).
+        reason: String,
+    },
 }
 
 impl WireError {
@@ -317,6 +327,26 @@ mod tests {
         assert_eq!(
             Request::action_click_for_test().class(),
             RequestClass::Action
+        );
+    }
+
+    #[test]
+    fn wire_errors_keep_their_numbers() {
+        // postcard writes the variant index first, and peers of other builds read it: new
+        // kinds go at the end, and none moves.
+        let index = |e: WireError| postcard::to_stdvec(&e).unwrap()[0];
+        let text = String::new;
+        assert_eq!(index(WireError::Unsupported { what: text() }), 0);
+        assert_eq!(index(WireError::Unauthenticated), 3);
+        assert_eq!(index(WireError::PermissionDenied { path: text() }), 7);
+        assert_eq!(index(WireError::Busy { message: text() }), 13);
+        assert_eq!(index(WireError::Internal { message: text() }), 14);
+        assert_eq!(
+            index(WireError::Denied {
+                what: text(),
+                reason: text()
+            }),
+            15
         );
     }
 

@@ -195,12 +195,73 @@ async fn read_only_guests_refuse_setup_but_serve_the_rest() {
         env.launch(vec!["true".into()], vec![]).await.map(|_| ())
     ));
     assert!(!std::path::Path::new("/tmp/ro-test").exists());
-    env.probe(Probe::Stat {
-        path: "/tmp".into(),
-    })
-    .await
-    .unwrap();
     env.screen_info().await.unwrap();
+
+    // Files: the home directory, but not where secrets live, and nothing outside it.
+    let home = d.state()["env"]["HOME"].as_str().unwrap().to_owned();
+    std::fs::write(format!("{home}/notes.txt"), "hello").unwrap();
+    std::fs::create_dir_all(format!("{home}/.ssh")).unwrap();
+    std::fs::write(format!("{home}/.ssh/id_ed25519"), "private").unwrap();
+    assert_eq!(env.read_file("~/notes.txt").await.unwrap().1, b"hello");
+    let refused = |r: Result<_, ClientError>, rule: &str| {
+        let e = r.expect_err("refused");
+        let msg = e.to_string();
+        assert!(
+            matches!(e.wire(), Some(WireError::Denied { .. })) && msg.contains(rule),
+            "{msg}"
+        );
+    };
+    refused(
+        env.read_file("~/.ssh/id_ed25519").await.map(|_| ()),
+        "--read-root",
+    );
+    refused(
+        env.probe(Probe::Stat {
+            path: "/tmp".into(),
+        })
+        .await
+        .map(|_| ()),
+        "outside the read roots",
+    );
+    refused(
+        env.probe(Probe::EnvVar {
+            name: "DBUS_SESSION_BUS_ADDRESS".into(),
+        })
+        .await
+        .map(|_| ()),
+        "--read-env",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_never_serve_their_keys_and_tokens() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("keys", "800x600", &["--no-wm"]);
+    let env = d.connect().await;
+    let dir = sb.path().join("state/desktops/keys");
+    for secret in [dir.join("token"), dir.join("agent/key.der")] {
+        let e = env
+            .read_file(secret.to_str().unwrap())
+            .await
+            .expect_err("the agent served its own secret");
+        assert!(
+            e.to_string().contains("never serves it, in any mode"),
+            "{e}"
+        );
+    }
+    // Nor those of the host that runs it, or of other desktops.
+    let host_token = sb.path().join("state/host/token");
+    std::fs::create_dir_all(host_token.parent().unwrap()).unwrap();
+    std::fs::write(&host_token, "t").unwrap();
+    assert!(matches!(
+        env.read_file(host_token.to_str().unwrap())
+            .await
+            .err()
+            .and_then(|e| e.wire().cloned()),
+        Some(WireError::Denied { .. })
+    ));
+    // Files of its own home are served as always.
+    env.probe(Probe::Stat { path: "~".into() }).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -371,6 +371,25 @@ async fn the_cli_commands_work_against_a_desktop() {
         back.to_str().unwrap(),
     ]);
     assert_eq!(std::fs::read_to_string(&back).unwrap(), "payload");
+    // A file the guest does not have leaves nothing behind here.
+    let missing = sb.path().join("missing.txt");
+    let out = sb.pincer(&[
+        "file",
+        "get",
+        "/tmp/pincer-cli-e2e-missing.txt",
+        missing.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not found"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !missing.exists(),
+        "a failed get created {}",
+        missing.display()
+    );
 
     let bench: serde_json::Value =
         serde_json::from_str(&sb.pincer_ok(&["bench", "-n", "5", "--json", "--no-typing"]))

@@ -111,21 +111,44 @@ pub(crate) fn main() -> ExitCode {
     if let Command::Desktop(desktop::DesktopCmd::Supervise(args)) = &cli.command {
         return report(desktop::supervise(args));
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match runtime_for(&cli.command).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return report(Err(e.into())),
     };
     let result = rt.block_on(async {
         let result = run(cli.command, reg).await;
-        // Guests that dialled in learn at once that this host is gone, so they dial the
-        // next command's host without waiting for a keep-alive.
+        // Guests learn at once that this host is gone: those it dialled free its place, and
+        // those that dialled in dial the next command's host without waiting for a
+        // keep-alive.
+        pincer::env::finish_closing().await;
         pincer::env::listener::finish_closing().await;
         result
     });
     report(result)
+}
+
+/// The async runtime a command runs on. Commands that do one thing with a guest or two run
+/// on this thread alone: a transfer would otherwise pay for hand-offs between the
+/// transport's threads and the command's on every chunk (about a quarter of a one-shot
+/// 10 MiB read's CPU time). Runs, benchmarks and demos, which do many things at once, get a
+/// thread per core.
+fn runtime_for(command: &Command) -> tokio::runtime::Builder {
+    match command {
+        Command::Run(_) | Command::Bench(_) | Command::Demo(_) | Command::Task(_) => {
+            tokio::runtime::Builder::new_multi_thread()
+        }
+        Command::Desktop(_)
+        | Command::Env(_)
+        | Command::Screenshot(_)
+        | Command::Tree(_)
+        | Command::Act(_)
+        | Command::Probe(_)
+        | Command::Exec(_)
+        | Command::Launch(_)
+        | Command::File(_)
+        | Command::Report { .. }
+        | Command::Token(_) => tokio::runtime::Builder::new_current_thread(),
+    }
 }
 
 async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {

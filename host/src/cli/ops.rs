@@ -353,12 +353,14 @@ pub(crate) async fn file(c: FileCmd, reg: &Registry) -> anyhow::Result<()> {
         FileCmd::Get { env, remote, local } => {
             let env = env.connect(reg).await?;
             let t = std::time::Instant::now();
-            let (_, bytes) = env.read_file(&remote).await?;
-            std::fs::write(&local, &bytes)
-                .with_context(|| format!("writing {}", local.display()))?;
+            let create = async || {
+                tokio::fs::File::create(&local)
+                    .await
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", local.display())))
+            };
+            let (_, len) = env.read_file_to(&remote, create).await?;
             println!(
-                "{} bytes read from {remote} in {:.1} ms",
-                bytes.len(),
+                "{len} bytes read from {remote} in {:.1} ms",
                 t.elapsed().as_secs_f64() * 1000.0
             );
         }

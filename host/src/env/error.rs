@@ -22,6 +22,20 @@ pub enum ClientError {
         /// What the transport said.
         reason: String,
     },
+    /// The agent is running but turned the connection away for load until the deadline:
+    /// connections that never authenticate keep it busy, or it serves as many hosts as it
+    /// may.
+    #[error(
+        "env '{env}': the agent at {addr} is running but busy ({reason}); it stayed busy until the connect deadline: its log names the addresses keeping it busy"
+    )]
+    Busy {
+        /// Environment name.
+        env: String,
+        /// Address dialled.
+        addr: SocketAddr,
+        /// What the agent said.
+        reason: String,
+    },
     /// A guest that dials in did not arrive in time.
     #[error(
         "no guest '{env}' dialled in to {listen} within {waited:?}: start it with `pincer-agent --connect THIS_HOST:{port} --name {env} --token-file {token} --host-fingerprint {host_fingerprint}` (with a copy of {token}), or check that it runs and reaches this machine over UDP",
@@ -138,6 +152,7 @@ impl ClientError {
         matches!(
             self,
             Self::Unreachable { .. }
+                | Self::Busy { .. }
                 | Self::NotDialledIn { .. }
                 | Self::Listen { .. }
                 | Self::ConnectionLost { .. }

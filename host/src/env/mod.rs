@@ -21,12 +21,13 @@ use pincer_shared::observe::{ScreenInfo, ScreenshotMeta, ScreenshotRequest, Tree
 use pincer_shared::probe::{FileStat, Probe, ProbeReply, WindowInfo};
 use pincer_shared::setup::{ExecOutput, ExecRequest, Setup, WindowOp};
 use pincer_shared::transport::stream::{finish, read_body, read_header, write_body, write_header};
-use pincer_shared::transport::{Link, TransportError, quic};
+use pincer_shared::transport::{Closed, Link, RecvHalf, TransportError, close_code, quic};
 use pincer_shared::tree::UiTree;
 use pincer_shared::{Action, ProtocolVersion, Request, RequestClass, Response, WireError};
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Timeouts of an environment's calls.
 #[derive(Debug, Clone)]
@@ -217,6 +218,11 @@ async fn dial(
         addr: spec.addr,
         reason,
     };
+    let busy = |reason: String| ClientError::Busy {
+        env: env.clone(),
+        addr: spec.addr,
+        reason,
+    };
     let pin = spec
         .fingerprint
         .map_or(quic::ServerPin::Any, quic::ServerPin::Pinned);
@@ -236,7 +242,12 @@ async fn dial(
         Ok(Err(TransportError::FingerprintMismatch { expected, got })) => {
             return Err(ClientError::FingerprintMismatch { env, expected, got });
         }
-        Ok(Err(e)) => return Err(unreachable(e.to_string())),
+        Ok(Err(e)) => {
+            return Err(match e.busy() {
+                Some(reason) => busy(reason),
+                None => unreachable(e.to_string()),
+            });
+        }
         Ok(Ok(c)) => c,
     };
     let link = Link::Quic(conn);
@@ -245,14 +256,18 @@ async fn dial(
         .or_else(|| seen.get())
         .ok_or_else(|| unreachable("the guest presented no certificate".into()))?;
     let (info, version) =
-        tokio::time::timeout(deadlines.connect, handshake(&spec.name, &link, &spec.token))
+        match tokio::time::timeout(deadlines.connect, handshake(&spec.name, &link, &spec.token))
             .await
-            .map_err(|_| {
-                unreachable(format!(
+        {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(link.busy().map_or(e, busy)),
+            Err(_) => {
+                return Err(unreachable(format!(
                     "no handshake answer within {:?}",
                     deadlines.connect
-                ))
-            })??;
+                )));
+            }
+        };
     Ok((
         Session {
             link,
@@ -263,11 +278,43 @@ async fn dial(
     ))
 }
 
+/// Most bytes moved at a time from a reply's body to a writer.
+const COPY_BUFFER: usize = 256 * 1024;
+
+/// First pause before dialling a busy guest again; it doubles up to [`BUSY_RETRY_MAX`].
+/// A guest is busy while unauthenticated connections crowd it, which lasts as long as
+/// their flood: retries must be quick to slip in between, and few.
+const BUSY_RETRY_FIRST: Duration = Duration::from_millis(25);
+/// Longest pause between dials of a busy guest.
+const BUSY_RETRY_MAX: Duration = Duration::from_millis(400);
+
+/// Dials and authenticates like [`dial`], dialling again while the guest is busy until the
+/// connect deadline.
+async fn dial_while_busy(
+    spec: &EnvSpec,
+    endpoint: &quinn::Endpoint,
+    deadlines: &Deadlines,
+) -> Result<(Session, Fingerprint), ClientError> {
+    let until = Instant::now() + deadlines.connect;
+    let mut pause = BUSY_RETRY_FIRST;
+    loop {
+        match dial(spec, endpoint, deadlines).await {
+            Err(e @ ClientError::Busy { .. }) if Instant::now() + pause < until => {
+                tracing::debug!(env = %spec.name, "{e}; dialling again in {pause:?}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(BUSY_RETRY_MAX);
+            }
+            done => return done,
+        }
+    }
+}
+
 impl Environment {
-    /// Connects to a guest and authenticates.
+    /// Connects to a guest and authenticates; a busy guest is dialled again until the
+    /// connect deadline.
     pub async fn connect(spec: EnvSpec, deadlines: Deadlines) -> Result<Self, ClientError> {
         let endpoint = client_endpoint(&spec)?;
-        let (session, _) = dial(&spec, &endpoint, &deadlines).await?;
+        let (session, _) = dial_while_busy(&spec, &endpoint, &deadlines).await?;
         Ok(Self {
             name: spec.name.clone(),
             source: Source::Dial(spec, endpoint),
@@ -287,7 +334,7 @@ impl Environment {
         let mut spec = spec.clone();
         spec.fingerprint = None;
         let endpoint = client_endpoint(&spec)?;
-        let (session, fp) = dial(&spec, &endpoint, deadlines).await?;
+        let (session, fp) = dial_while_busy(&spec, &endpoint, deadlines).await?;
         session.link.close(0, "fingerprint probe done");
         Ok((fp, session.info))
     }
@@ -566,6 +613,94 @@ impl Environment {
         }
     }
 
+    /// Reads a whole file through the bulk path into the writer `open` makes once the guest
+    /// has answered (so a refusal leaves nothing behind), as the bytes arrive: no copy of
+    /// the file is held in memory, and writing it overlaps the transfer. Returns what the
+    /// guest said of the file and the bytes written. Unlike the other reads it is not
+    /// repeated on a new connection if the old one dies part way, as part of it is written.
+    pub async fn read_file_to<W: AsyncWrite + Unpin>(
+        &self,
+        path: &str,
+        open: impl AsyncFnOnce() -> std::io::Result<W>,
+    ) -> Result<(FileStat, u64), ClientError> {
+        let req = Request::ReadFile {
+            path: path.into(),
+            offset: 0,
+            max_len: None,
+        };
+        let what = req.kind_name();
+        let deadline = self.deadlines.transfer;
+        let local = |message: String| ClientError::Local {
+            env: self.name.clone(),
+            message,
+        };
+        let run = async {
+            let session = self.session(Instant::now() + deadline).await?;
+            let lost = |e: TransportError| {
+                if session.link.is_closed() {
+                    self.forget(&session);
+                }
+                ClientError::ConnectionLost {
+                    env: self.name.clone(),
+                    what,
+                    reason: e.to_string(),
+                }
+            };
+            let (frame, mut recv) = match request(&session.link, &req, None).await {
+                Ok(r) => r,
+                Err(Failure::Transport(e)) => return Err(lost(e)),
+                Err(Failure::Codec(message)) => {
+                    return Err(ClientError::Protocol {
+                        env: self.name.clone(),
+                        message,
+                    });
+                }
+            };
+            let stat = match frame.msg {
+                Response::File { stat, .. } => stat,
+                Response::Error(source) => {
+                    return Err(ClientError::Guest {
+                        env: self.name.clone(),
+                        source,
+                    });
+                }
+                other => return Err(self.unexpected(what, &other)),
+            };
+            let mut dest = open()
+                .await
+                .map_err(|e| local(format!("cannot write what {path} holds: {e}")))?;
+            let mut buf = vec![0u8; COPY_BUFFER.min(frame.body_len as usize)];
+            let mut left = frame.body_len;
+            while left > 0 {
+                let want = left.min(buf.len() as u64) as usize;
+                let n = recv
+                    .read(&mut buf[..want])
+                    .await
+                    .map_err(|e| lost(TransportError::Read(e.to_string())))?;
+                if n == 0 {
+                    return Err(lost(TransportError::Truncated));
+                }
+                dest.write_all(&buf[..n])
+                    .await
+                    .map_err(|e| local(format!("writing what {path} holds: {e}")))?;
+                left -= n as u64;
+            }
+            dest.flush()
+                .await
+                .map_err(|e| local(format!("writing what {path} holds: {e}")))?;
+            Ok((stat, frame.body_len))
+        };
+        tokio::time::timeout(deadline, run)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ClientError::Timeout {
+                    env: self.name.clone(),
+                    what,
+                    after: deadline,
+                })
+            })
+    }
+
     /// Writes a file (replacing it atomically), creating parent directories.
     pub async fn write_file(&self, path: &str, bytes: &[u8], mode: u32) -> Result<(), ClientError> {
         let req = Request::Setup(Setup::WriteFile {
@@ -658,7 +793,7 @@ impl Environment {
     /// Closes the connection.
     pub fn close(&self) {
         if let Some(s) = self.live() {
-            s.link.close(0, "host done");
+            s.link.close(close_code::DONE, "host done");
         }
     }
 
@@ -668,19 +803,64 @@ impl Environment {
     }
 }
 
+impl Drop for Environment {
+    fn drop(&mut self) {
+        // Tell a guest this host dialled at once, so it frees the host's place rather than
+        // keeping it until its idle timeout: one-shot commands that never said goodbye would
+        // fill its 64 places within 20 s. (A guest that dialled in belongs to its listener.)
+        if let (Source::Dial(..), Some(s)) = (&self.source, self.live()) {
+            let closed = s.link.close_telling(close_code::DONE, "host done");
+            CLOSING
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(closed);
+        }
+    }
+}
+
+/// Connections closed by dropped environments, whose guests may not have been told yet.
+static CLOSING: Mutex<Vec<Closed>> = Mutex::new(Vec::new());
+
+/// Waits (a little) until the guests of every environment this process dropped have been
+/// told. Call it before the process exits.
+pub async fn finish_closing() {
+    let closing = std::mem::take(&mut *CLOSING.lock().unwrap_or_else(PoisonError::into_inner));
+    for closed in closing {
+        closed.told(Duration::from_millis(100)).await;
+    }
+}
+
 /// Why one exchange failed.
 enum Failure {
     Transport(TransportError),
     Codec(String),
 }
 
-/// One request on a fresh stream: header and body out, reply header and body in. If the
-/// guest refuses early and stops reading our body, its reply is still read.
+/// [`request`], with the reply's body read into memory.
 async fn exchange(
     link: &Link,
     req: &Request,
     body: Option<&[u8]>,
 ) -> Result<(Response, Vec<u8>), Failure> {
+    let (frame, mut recv) = request(link, req, body).await?;
+    let bytes = if frame.body_len > 0 {
+        read_body(&mut recv, frame.body_len)
+            .await
+            .map_err(Failure::Transport)?
+    } else {
+        Vec::new()
+    };
+    Ok((frame.msg, bytes))
+}
+
+/// One request on a fresh stream: header and body out, reply header in; the reply's body is
+/// left on the stream returned. If the guest refuses early and stops reading our body, its
+/// reply is still read.
+async fn request(
+    link: &Link,
+    req: &Request,
+    body: Option<&[u8]>,
+) -> Result<(codec::Frame<Response>, RecvHalf), Failure> {
     let (mut send, mut recv) = link.open().await.map_err(Failure::Transport)?;
     let body_len = body.map_or(0, |b| b.len() as u64);
     let sent = async {
@@ -705,12 +885,5 @@ async fn exchange(
         Err(e) => return Err(Failure::Transport(sent.err().unwrap_or(e))),
     };
     let frame = codec::decode_response(&header).map_err(|e| Failure::Codec(e.to_string()))?;
-    let bytes = if frame.body_len > 0 {
-        read_body(&mut recv, frame.body_len)
-            .await
-            .map_err(Failure::Transport)?
-    } else {
-        Vec::new()
-    };
-    Ok((frame.msg, bytes))
+    Ok((frame, recv))
 }

@@ -53,6 +53,42 @@ pub enum TransportError {
     },
 }
 
+impl TransportError {
+    /// If the peer turned the connection away for load, what it said: it is at its
+    /// connection limit, or other connections pushed this one out before it authenticated.
+    /// Worth trying again, unlike a peer that is not there.
+    pub fn busy(&self) -> Option<String> {
+        match self {
+            Self::Connection(e) => busy_reason(e),
+            _ => None,
+        }
+    }
+}
+
+/// See [`TransportError::busy`].
+fn busy_reason(e: &quinn::ConnectionError) -> Option<String> {
+    use quinn::{ConnectionError, TransportErrorCode};
+    match e {
+        ConnectionError::ApplicationClosed(c) if c.error_code == close_code::BUSY.into() => {
+            Some(String::from_utf8_lossy(&c.reason).into_owned())
+        }
+        ConnectionError::ConnectionClosed(c)
+            if c.error_code == TransportErrorCode::CONNECTION_REFUSED =>
+        {
+            Some("it refused the connection: it serves as many peers as it may".into())
+        }
+        // Closing a connection before its TLS handshake is done sends no code or reason of
+        // the application's; pincer does that only to push a connection out for newer
+        // ones, or when the agent stops (then trying again is right too).
+        ConnectionError::ConnectionClosed(c)
+            if c.error_code == TransportErrorCode::APPLICATION_ERROR =>
+        {
+            Some("it closed the connection during the TLS handshake, as it does when more connections are authenticating than it holds".into())
+        }
+        _ => None,
+    }
+}
+
 /// One authenticated-or-not connection between a host and a guest.
 #[derive(Debug, Clone)]
 pub enum Link {
@@ -121,10 +157,35 @@ impl Link {
         }
     }
 
+    /// Closes the connection like [`Link::close`], and returns a [`Closed`] that can wait
+    /// until the peer has been told.
+    pub fn close_telling(&self, code: u32, reason: &str) -> Closed {
+        let sent = self.datagrams_sent();
+        self.close(code, reason);
+        Closed {
+            link: self.clone(),
+            sent,
+        }
+    }
+
+    fn datagrams_sent(&self) -> u64 {
+        match self {
+            Self::Quic(c) => c.stats().udp_tx.datagrams,
+        }
+    }
+
     /// Waits until the connection is closed, by either side or by a timeout, and says why.
     pub async fn closed(&self) -> String {
         match self {
             Self::Quic(c) => c.closed().await.to_string(),
+        }
+    }
+
+    /// If the peer closed the connection because it is busy, what it said (see
+    /// [`TransportError::busy`]).
+    pub fn busy(&self) -> Option<String> {
+        match self {
+            Self::Quic(c) => busy_reason(&c.close_reason()?),
         }
     }
 
@@ -143,6 +204,28 @@ impl Link {
     }
 }
 
+/// A connection closed by [`Link::close_telling`].
+#[derive(Debug)]
+pub struct Closed {
+    link: Link,
+    /// Datagrams the connection had sent before it was closed.
+    sent: u64,
+}
+
+impl Closed {
+    /// Waits, at most `within`, until the packet that tells the peer has left (the next
+    /// datagram). A process that exits right after closing would otherwise leave its peer to
+    /// notice at its idle timeout, holding the connection's place until then.
+    pub async fn told(self, within: std::time::Duration) {
+        let until = std::time::Instant::now() + within;
+        // The transport's own task sends it within microseconds; the timer's millisecond
+        // ticks would be the slowest part of waiting for it.
+        while self.link.datagrams_sent() == self.sent && std::time::Instant::now() < until {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
 /// Application close codes.
 pub mod close_code {
     /// Normal shutdown.
@@ -155,6 +238,7 @@ pub mod close_code {
     pub const SHUTDOWN: u32 = 3;
     /// Another connection for the same guest name replaced this one.
     pub const REPLACED: u32 = 4;
-    /// The accepting side is at its connection limit.
+    /// The accepting side is at its connection limit, or pushed this connection out for
+    /// newer ones before it authenticated.
     pub const BUSY: u32 = 5;
 }

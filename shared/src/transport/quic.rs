@@ -1,9 +1,12 @@
 //! QUIC endpoints for pincer: TLS 1.3 with the ring provider, ALPN `pincer/1`, self-signed
 //! certificates checked by pinned SHA-256 fingerprint (no CA, no platform verifier), and
-//! transport settings sized for screenshots and files on a LAN.
+//! transport settings sized for screenshots and files on a LAN once a peer has
+//! authenticated, and for little more than a hello before.
 
 use super::TransportError;
+use crate::codec::PREFIX_LEN;
 use crate::identity::{Fingerprint, Identity};
+use crate::limits::MAX_HELLO;
 use crate::version::ALPN;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
@@ -21,15 +24,35 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// Transport settings: many concurrent requests, windows big enough for a raw 4K frame in
-/// flight, keep-alives so NAT bindings and idle guests stay reachable.
-fn transport_config() -> quinn::TransportConfig {
+/// Most concurrent requests on an authenticated connection.
+const STREAMS: u32 = 1024;
+/// Bytes an authenticated connection may have in flight towards us on all its streams, and
+/// on one: room for raw 4K frames and large files without waiting for window updates.
+const RECEIVE_WINDOW: u32 = 256 << 20;
+const STREAM_RECEIVE_WINDOW: u32 = 64 << 20;
+/// What an accepting side grants a connection before its peer authenticates: one stream,
+/// and room for the largest hello with its length prefix, on all streams together. QUIC
+/// fixes the per-stream window for the connection's life, so it stays large; the
+/// connection window is what bounds the bytes a peer can make us hold.
+pub const PREAUTH_RECEIVE_WINDOW: u32 = MAX_HELLO + PREFIX_LEN as u32;
+
+/// Transport settings: keep-alives so NAT bindings and idle guests stay reachable, no
+/// datagrams (pincer sends none, and unread ones would be buffered), and either the budgets
+/// of an authenticated connection or, for connections we accept, the small ones of
+/// [`PREAUTH_RECEIVE_WINDOW`] until [`open_windows`] after authentication.
+fn transport_config(authenticated: bool) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
-    t.max_concurrent_bidi_streams(1024u32.into())
+    let (streams, window) = if authenticated {
+        (STREAMS, RECEIVE_WINDOW)
+    } else {
+        (1, PREAUTH_RECEIVE_WINDOW)
+    };
+    t.max_concurrent_bidi_streams(streams.into())
         .max_concurrent_uni_streams(0u32.into())
-        .stream_receive_window((64u32 << 20).into())
-        .receive_window((256u32 << 20).into())
-        .send_window(256 << 20)
+        .stream_receive_window(STREAM_RECEIVE_WINDOW.into())
+        .receive_window(window.into())
+        .send_window(RECEIVE_WINDOW.into())
+        .datagram_receive_buffer_size(None)
         .keep_alive_interval(Some(Duration::from_secs(4)))
         .initial_rtt(Duration::from_millis(10));
     t.max_idle_timeout(Some(
@@ -38,6 +61,13 @@ fn transport_config() -> quinn::TransportConfig {
             .expect("20 s is a valid idle timeout"),
     ));
     t
+}
+
+/// Gives a connection we accepted the budgets of an authenticated one, once its peer has
+/// authenticated.
+pub(super) fn open_windows(conn: &quinn::Connection) {
+    conn.set_receive_window(RECEIVE_WINDOW.into());
+    conn.set_max_concurrent_bi_streams(STREAMS.into());
 }
 
 /// Which server certificate a dialling side accepts.
@@ -161,7 +191,8 @@ fn endpoint_err(e: impl std::fmt::Display) -> TransportError {
 
 /// A server configuration presenting `id`. With `require_client_cert`, dialling peers must
 /// present a certificate (a host listening for guests); the fingerprint is checked by the
-/// application after the handshake.
+/// application after the handshake. Connections start with the small budgets of a peer
+/// that has not authenticated ([`PREAUTH_RECEIVE_WINDOW`], one stream).
 pub fn server_config(
     id: &Identity,
     require_client_cert: bool,
@@ -183,13 +214,14 @@ pub fn server_config(
     tls.max_early_data_size = 0;
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(endpoint_err)?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    cfg.transport_config(Arc::new(transport_config()));
+    cfg.transport_config(Arc::new(transport_config(false)));
     Ok(cfg)
 }
 
 /// A client configuration that accepts the server certificate allowed by `pin` and, if
 /// given, presents `id` as client certificate. The returned [`SeenCert`] records what the
-/// server presented.
+/// server presented. A dialling side checks its peer's certificate during TLS, so its
+/// connections have an authenticated connection's budgets from the start.
 pub fn client_config(
     pin: ServerPin,
     id: Option<&Identity>,
@@ -217,7 +249,7 @@ pub fn client_config(
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(endpoint_err)?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
-    cfg.transport_config(Arc::new(transport_config()));
+    cfg.transport_config(Arc::new(transport_config(true)));
     Ok((cfg, seen))
 }
 
