@@ -116,8 +116,25 @@ fn json_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ImportError> {
     Ok(())
 }
 
+/// What is wrong with a CRAB file's adjacency list.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdjlistError {
+    /// A token that is not a node index.
+    #[error("adjlist: '{0}' is not a node index")]
+    NotIndex(String),
+    /// An index past the sub-tasks.
+    #[error("adjlist names node {index}, but there are {nodes} sub-tasks")]
+    OutOfRange {
+        /// The index named.
+        index: usize,
+        /// How many sub-tasks there are.
+        nodes: usize,
+    },
+}
+
 /// Parses networkx adjacency-list text ("0 1\n1"): each line is a node then its successors.
-pub fn parse_adjlist(text: &str, nodes: usize) -> Result<Vec<(usize, usize)>, String> {
+pub fn parse_adjlist(text: &str, nodes: usize) -> Result<Vec<(usize, usize)>, AdjlistError> {
     let mut edges = Vec::new();
     for line in text
         .lines()
@@ -128,13 +145,11 @@ pub fn parse_adjlist(text: &str, nodes: usize) -> Result<Vec<(usize, usize)>, St
             .split_whitespace()
             .map(|t| {
                 t.parse::<usize>()
-                    .map_err(|_| format!("adjlist: '{t}' is not a node index"))
+                    .map_err(|_| AdjlistError::NotIndex(t.to_owned()))
             })
             .collect::<Result<_, _>>()?;
-        if let Some(&bad) = ids.iter().find(|&&i| i >= nodes) {
-            return Err(format!(
-                "adjlist names node {bad}, but there are {nodes} sub-tasks"
-            ));
+        if let Some(&index) = ids.iter().find(|&&i| i >= nodes) {
+            return Err(AdjlistError::OutOfRange { index, nodes });
         }
         edges.extend(ids[1..].iter().map(|&to| (ids[0], to)));
     }
@@ -173,7 +188,7 @@ fn convert(text: &str, cat: &Catalogue, lib: &Library) -> Result<Converted, Stri
             values,
         });
     }
-    let edges = parse_adjlist(&file.adjlist, parts.len())?;
+    let edges = parse_adjlist(&file.adjlist, parts.len()).map_err(|e| e.to_string())?;
     let untyped = edges
         .iter()
         .map(|&(from, to)| (parts[from].template, parts[to].template))
@@ -684,7 +699,13 @@ mod tests {
             parse_adjlist("0 1 2\n1 2\n2", 3).unwrap(),
             vec![(0, 1), (0, 2), (1, 2)]
         );
-        assert!(parse_adjlist("0 5", 2).unwrap_err().contains("node 5"));
-        assert!(parse_adjlist("0 x", 2).is_err());
+        assert_eq!(
+            parse_adjlist("0 5", 2),
+            Err(AdjlistError::OutOfRange { index: 5, nodes: 2 })
+        );
+        assert_eq!(
+            parse_adjlist("0 x", 2),
+            Err(AdjlistError::NotIndex("x".into()))
+        );
     }
 }

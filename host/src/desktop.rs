@@ -250,6 +250,8 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
     let log2 = log.try_clone().map_err(io("duplicating a file handle"))?;
     let exe = std::env::current_exe().map_err(io("locating the pincer binary"))?;
     let mut cmd = Command::new(exe);
+    // The supervisor tells the agent which envs file's tokens to keep to itself.
+    cmd.env("PINCER_ENVS", reg.path());
     cmd.args(["desktop", "supervise", "--name", &opts.name])
         .arg("--size")
         .arg(format!("{}x{}", opts.size.0, opts.size.1))
@@ -739,6 +741,10 @@ fn start_agent(
         .args(&args)
         .env_clear()
         .envs(env)
+        // Where this host keeps its identity and the desktops' tokens, so that the agent
+        // never serves them; the desktop's other processes are not told.
+        .env("PINCER_STATE_DIR", crate::paths::state_dir())
+        .env("PINCER_ENVS", Registry::locate(None).path())
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(err)

@@ -4,7 +4,7 @@
 
 use crate::agent::observe::{ObservationConfig, View, tree_text};
 use crate::agent::som::{self, Canvas};
-use crate::env::{ClientError, Environment, Screenshot};
+use crate::env::{ClientError, Environment, PixelsError, Screenshot};
 use crate::task::Platform;
 use pincer_shared::observe::{ImageFormat, PixelLayout, Rect, ScreenshotRequest, TreeRequest};
 use std::time::Instant;
@@ -16,6 +16,9 @@ pub enum ObserveError {
     /// The environment failed.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// The screenshot's pixels could not be had.
+    #[error(transparent)]
+    Pixels(#[from] PixelsError),
     /// The image could not be processed.
     #[error("image: {0}")]
     Image(String),
@@ -107,7 +110,7 @@ struct Pixels {
 
 /// Decodes a raw screenshot into RGB (and encodes the plain PNG when `plain`).
 fn pixels(shot: &Screenshot, plain: bool) -> Result<Pixels, ObserveError> {
-    let raw = shot.raw_pixels().map_err(ObserveError::Image)?;
+    let raw = shot.raw_pixels()?;
     let (width, height) = (shot.meta.width, shot.meta.height);
     let rgb = match shot.meta.layout {
         PixelLayout::Bgrx8 => som::bgrx_to_rgb(&raw),

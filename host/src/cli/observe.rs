@@ -70,7 +70,7 @@ pub(crate) async fn screenshot(a: ScreenshotArgs, reg: &Registry) -> anyhow::Res
         .await?;
     let took = t.elapsed();
     let bytes = match a.format {
-        ShotFormat::Raw => shot.raw_pixels().map_err(anyhow::Error::msg)?,
+        ShotFormat::Raw => shot.raw_pixels()?,
         _ => shot.bytes,
     };
     std::fs::write(&a.out, &bytes).with_context(|| format!("writing {}", a.out.display()))?;

@@ -141,15 +141,27 @@ pub struct Screenshot {
 
 impl Screenshot {
     /// Raw pixels as sent, with zstd removed if it was applied.
-    pub fn raw_pixels(&self) -> Result<Vec<u8>, String> {
+    pub fn raw_pixels(&self) -> Result<Vec<u8>, PixelsError> {
         match self.meta.format {
             pincer_shared::observe::ImageFormat::Raw { zstd: Some(_) } => {
-                zstd::decode_all(&self.bytes[..]).map_err(|e| format!("zstd: {e}"))
+                zstd::decode_all(&self.bytes[..]).map_err(PixelsError::Zstd)
             }
             pincer_shared::observe::ImageFormat::Raw { zstd: None } => Ok(self.bytes.clone()),
-            other => Err(format!("{other:?} is not a raw format")),
+            other => Err(PixelsError::NotRaw(other)),
         }
     }
+}
+
+/// Why a screenshot's raw pixels cannot be had.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PixelsError {
+    /// The screenshot is an encoded image, not raw pixels.
+    #[error("a {0:?} screenshot holds no raw pixels: ask for the raw format")]
+    NotRaw(pincer_shared::observe::ImageFormat),
+    /// The zstd frame does not decode.
+    #[error("the screenshot's zstd frame does not decode: {0}")]
+    Zstd(std::io::Error),
 }
 
 fn client_endpoint(spec: &EnvSpec) -> Result<quinn::Endpoint, ClientError> {
