@@ -319,34 +319,62 @@ impl Confinement {
         path: &Path,
         follow: Follow,
     ) -> Result<Option<Allowed>, WireError> {
-        let mut flags = libc::O_PATH;
-        if follow == Follow::No {
-            flags |= libc::O_NOFOLLOW;
+        match open_path(path, follow) {
+            Ok(fd) => self.accept(asked, path, follow, fd),
+            Err(e) => self.unopened(asked, path, &e),
         }
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(flags)
-            .open(path);
-        let fd = match opened {
-            Ok(fd) => fd,
-            Err(e) => {
-                // Say nothing about a refused place, not even that it is missing.
-                self.judge(asked, &real_location(path), None)?;
-                return match e.kind() {
-                    io::ErrorKind::NotFound => Ok(None),
-                    _ => Err(WireError::from_io(asked, &e)),
-                };
-            }
-        };
-        let mut allowed = held(fd).map_err(|e| WireError::from_io(asked, &e))?;
-        self.judge_opened(asked, &allowed)?;
-        if follow == Follow::No && allowed.meta.file_type().is_symlink() {
-            // A link is judged by what it points to as well (if anything).
-            if let Some(target) = self.open(asked, path, Follow::Yes)? {
-                allowed.target = Some(target.meta);
-            }
+    }
+
+    /// What a path that could not be opened answers.
+    fn unopened(
+        &self,
+        asked: &str,
+        path: &Path,
+        e: &io::Error,
+    ) -> Result<Option<Allowed>, WireError> {
+        // Say nothing about a refused place, not even that it is missing.
+        self.judge(asked, &real_location(path), None)?;
+        match e.kind() {
+            io::ErrorKind::NotFound => Ok(None),
+            _ => Err(WireError::from_io(asked, e)),
         }
-        Ok(Some(allowed))
+    }
+
+    /// Judges the file opened from `path`. Editors save by renaming a new file over the old
+    /// one: a file opened just before that has lost its path by the time it is judged, and
+    /// is refused as pathless. When the path has come to name another file (or none), it is
+    /// opened again, a few times, and the file it names now is judged.
+    fn accept(
+        &self,
+        asked: &str,
+        path: &Path,
+        follow: Follow,
+        mut fd: File,
+    ) -> Result<Option<Allowed>, WireError> {
+        let mut retries = 3;
+        loop {
+            let mut allowed = held(fd).map_err(|e| WireError::from_io(asked, &e))?;
+            match self.judge_opened(asked, &allowed) {
+                Ok(()) => {}
+                Err(e) if retries > 0 && replaced(path, follow, &allowed.meta) => {
+                    retries -= 1;
+                    fd = match open_path(path, follow) {
+                        Ok(fd) => fd,
+                        Err(e) => return self.unopened(asked, path, &e),
+                    };
+                    tracing::debug!(path = asked, error = %e, "replaced while opened; opening again");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            if follow == Follow::No && allowed.meta.file_type().is_symlink() {
+                // A link is judged by what it points to as well (if anything).
+                if let Some(target) = self.open(asked, path, Follow::Yes)? {
+                    allowed.target = Some(target.meta);
+                }
+            }
+            return Ok(Some(allowed));
+        }
     }
 
     /// Refuses an environment variable a read-only agent does not serve.
@@ -471,6 +499,29 @@ fn process_memory_or_environment(real: &Path) -> bool {
 }
 
 /// An open descriptor with its metadata.
+/// Opens `path` as a handle (`O_PATH`) that reads nothing yet, following a final symlink
+/// or not.
+fn open_path(path: &Path, follow: Follow) -> io::Result<File> {
+    let mut flags = libc::O_PATH;
+    if follow == Follow::No {
+        flags |= libc::O_NOFOLLOW;
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+}
+
+/// Whether `path` now names another file than the one opened from it, or none: it was
+/// replaced or removed since.
+fn replaced(path: &Path, follow: Follow, opened: &Metadata) -> bool {
+    let now = match follow {
+        Follow::Yes => std::fs::metadata(path),
+        Follow::No => std::fs::symlink_metadata(path),
+    };
+    now.map_or(true, |m| FileId::of(&m) != FileId::of(opened))
+}
+
 fn held(fd: File) -> io::Result<Allowed> {
     let meta = fd.metadata()?;
     Ok(Allowed {
@@ -890,6 +941,48 @@ mod tests {
             b"c"
         );
         assert!(read(&c, "/proc/self/status").is_ok());
+    }
+
+    /// An editor saving by renaming a new file over the old one between the agent's open
+    /// and its judgement: the new file is judged and served; a file that is gone for good
+    /// (only a descriptor holds it) is still refused.
+    #[test]
+    fn a_file_replaced_while_opened_is_opened_again() {
+        let m = Machine::new();
+        for c in [m.policy(None), m.policy(Some(vec![]))] {
+            let path = m.home.join("notes.txt");
+            let asked = path.display().to_string();
+            let old = open_path(&path, Follow::Yes).unwrap();
+            let fresh = m.home.join(".notes.txt.new");
+            std::fs::write(&fresh, "saved").unwrap();
+            std::fs::rename(&fresh, &path).unwrap();
+            let allowed = c
+                .accept(&asked, &path, Follow::Yes, old)
+                .unwrap()
+                .expect("the new file");
+            let mut text = String::new();
+            io::Read::read_to_string(&mut allowed.open_for_reading().unwrap(), &mut text).unwrap();
+            assert_eq!(text, "saved");
+            std::fs::write(&path, "hello").unwrap();
+
+            // Removed for good: it is missing, not refused.
+            let gone = m.home.join("gone.txt");
+            std::fs::write(&gone, "x").unwrap();
+            let held_open = open_path(&gone, Follow::Yes).unwrap();
+            std::fs::remove_file(&gone).unwrap();
+            let judged = c.accept(&gone.display().to_string(), &gone, Follow::Yes, held_open);
+            assert!(matches!(judged, Ok(None)), "{judged:?}");
+
+            // A deleted file reached through a descriptor's link is no path of its own.
+            let kept = File::create(m.home.join("kept.txt")).unwrap();
+            std::fs::remove_file(m.home.join("kept.txt")).unwrap();
+            let via = format!("/proc/self/fd/{}", kept.as_raw_fd());
+            let why = refused(read(&c, &via));
+            assert!(
+                why.contains("no path of its own") || why.contains("process"),
+                "{why}"
+            );
+        }
     }
 
     #[test]
