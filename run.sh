@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # Build: C toolchain and the -dev packages of the X11 crates.
-BUILD_PKGS="build-essential pkg-config libxcb1-dev libxcb-shm0-dev libxcb-randr0-dev libxkbcommon-dev"
+BUILD_PKGS="build-essential pkg-config libzstd-dev libxcb1-dev libxcb-shm0-dev libxcb-randr0-dev libxkbcommon-dev"
 # The agent's optional xcap capture (Wayland), which `test` checks still builds.
 XCAP_PKGS="libclang-dev libwayland-dev libpipewire-0.3-dev libegl-dev libgbm-dev"
 # Run: the local desktop (Xvfb, D-Bus, AT-SPI, a window manager) and the apps tests drive.

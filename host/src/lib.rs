@@ -15,6 +15,7 @@ pub mod eval;
 pub mod metrics;
 pub mod observe;
 pub mod paths;
+mod picture;
 pub mod report;
 pub mod run;
 pub mod task;

@@ -41,7 +41,12 @@ fn documented_layers(architecture: &str) -> Vec<String> {
 /// The library's top-level modules, as `lib.rs` declares them.
 fn declared_modules(lib: &str) -> BTreeSet<String> {
     lib.lines()
-        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .filter_map(|l| {
+            let l = l.trim();
+            ["pub mod ", "pub(crate) mod ", "mod "]
+                .iter()
+                .find_map(|p| l.strip_prefix(p))
+        })
         .map(|m| m.trim_end_matches(';').to_owned())
         .collect()
 }

@@ -4,6 +4,7 @@
 //! Sizes follow a byte budget for the whole page, so a short run keeps sharp 960 px images
 //! and a long one still opens as a file of a few megabytes.
 
+use crate::picture::{self, Rgb};
 use base64::Engine;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -60,16 +61,9 @@ pub(crate) struct Embedded {
 
 /// Reads, shrinks and encodes one image; the error says why it could not be shown.
 pub(crate) fn embed(path: &Path, plan: &Plan) -> Result<Embedded, String> {
-    let img = image::ImageReader::open(path)
-        .map_err(|e| format!("cannot open: {e}"))?
-        .with_guessed_format()
-        .map_err(|e| format!("cannot read: {e}"))?
-        .decode()
-        .map_err(|e| format!("cannot decode: {e}"))?;
-    let (w, h) = (img.width(), img.height());
-    if w == 0 || h == 0 {
-        return Err("empty image".to_owned());
-    }
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot open: {e}"))?;
+    let img = picture::decode(&bytes).map_err(|e| format!("cannot decode: {e}"))?;
+    let (w, h) = (img.width, img.height);
     let max_h = plan.max_width * 5 / 4;
     let fit = (f64::from(plan.max_width) / f64::from(w))
         .min(f64::from(max_h) / f64::from(h))
@@ -93,28 +87,19 @@ pub(crate) fn embed(path: &Path, plan: &Plan) -> Result<Embedded, String> {
     })
 }
 
-/// `img` scaled by `scale` as JPEG, with its size. `thumbnail_exact` (area sampling) is
-/// made for downscaling and, being compiled inside `image`, stays fast in debug builds.
-fn encode(
-    img: &image::DynamicImage,
-    scale: f64,
-    quality: u8,
-) -> Result<(Vec<u8>, u32, u32), String> {
-    let (w, h) = (img.width(), img.height());
+/// `img` scaled by `scale` as JPEG, with its size.
+fn encode(img: &Rgb, scale: f64, quality: u8) -> Result<(Vec<u8>, u32, u32), String> {
+    let (w, h) = (img.width, img.height);
     let (nw, nh) = (
         ((f64::from(w) * scale).round() as u32).clamp(1, w),
         ((f64::from(h) * scale).round() as u32).clamp(1, h),
     );
-    let rgb = if (nw, nh) == (w, h) {
-        img.to_rgb8()
-    } else {
-        img.thumbnail_exact(nw, nh).to_rgb8()
-    };
+    let rgb = img.shrink(nw, nh);
     let too_big = || format!("{nw}x{nh} is too large for JPEG");
     let mut jpeg = Vec::new();
     jpeg_encoder::Encoder::new(&mut jpeg, quality)
         .encode(
-            rgb.as_raw(),
+            &rgb.pixels,
             u16::try_from(nw).map_err(|_| too_big())?,
             u16::try_from(nh).map_err(|_| too_big())?,
             jpeg_encoder::ColorType::Rgb,
@@ -173,11 +158,10 @@ mod tests {
     fn images_are_shrunk_and_bad_files_reported() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("big.png");
-        image::RgbImage::from_fn(1920, 1080, |x, y| {
-            image::Rgb([(x % 256) as u8, (y % 256) as u8, 90])
-        })
-        .save(&p)
-        .unwrap();
+        let png = picture::png_rgba(1920, 1080, |x, y| {
+            [(x % 256) as u8, (y % 256) as u8, 90, 255]
+        });
+        std::fs::write(&p, png).unwrap();
         let e = embed(&p, &Plan::for_count(1)).unwrap();
         assert_eq!((e.width, e.height), (960, 540));
         assert_eq!(e.original, (1920, 1080));

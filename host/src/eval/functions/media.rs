@@ -3,6 +3,7 @@
 
 use super::{ANY, LINUX, Library, Reads};
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
+use crate::picture::{self, PictureError};
 use pincer_shared::WireError;
 use pincer_shared::limits::MAX_INLINE_FILE;
 use pincer_shared::probe::{FileKind, Probe, ProbeReply};
@@ -12,21 +13,14 @@ use serde::Deserialize;
 /// CRAB's brightness of an image: the mean over pixels of the Euclidean norm of the
 /// (R, G, B) vector divided by √3, so a grey pixel of value v counts v. Alpha is dropped
 /// without compositing and 16-bit samples are scaled to 8 bits, as OpenCV's `imread` does.
-pub(crate) fn brightness(bytes: &[u8]) -> Result<f64, String> {
-    let img = image::ImageReader::new(std::io::Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| e.to_string())?
-        .decode()
-        .map_err(|e| e.to_string())?
-        .to_rgb8();
-    let n = u64::from(img.width()) * u64::from(img.height());
-    if n == 0 {
-        return Err("the image has no pixels".into());
-    }
+pub(crate) fn brightness(bytes: &[u8]) -> Result<f64, PictureError> {
+    let img = picture::decode(bytes)?;
+    let n = u64::from(img.width) * u64::from(img.height);
     let sum: f64 = img
-        .pixels()
+        .pixels
+        .chunks_exact(3)
         .map(|p| {
-            let [r, g, b] = p.0.map(f64::from);
+            let [r, g, b] = [p[0], p[1], p[2]].map(f64::from);
             (r * r + g * g + b * b).sqrt()
         })
         .sum();
@@ -338,12 +332,7 @@ pub(super) fn register(lib: &mut Library) {
 mod tests {
     use super::*;
 
-    fn png(w: u32, h: u32, px: impl Fn(u32, u32) -> [u8; 4]) -> Vec<u8> {
-        let img = image::RgbaImage::from_fn(w, h, |x, y| image::Rgba(px(x, y)));
-        let mut out = std::io::Cursor::new(Vec::new());
-        img.write_to(&mut out, image::ImageFormat::Png).unwrap();
-        out.into_inner()
-    }
+    use crate::picture::png_rgba as png;
 
     #[test]
     fn brightness_is_the_mean_rgb_norm_over_root_three() {
@@ -363,10 +352,11 @@ mod tests {
 
     #[test]
     fn jpeg_decodes_and_junk_is_refused() {
-        let img = image::RgbImage::from_pixel(16, 16, image::Rgb([180, 180, 180]));
-        let mut out = std::io::Cursor::new(Vec::new());
-        img.write_to(&mut out, image::ImageFormat::Jpeg).unwrap();
-        let b = brightness(out.get_ref()).unwrap();
+        let mut jpeg = Vec::new();
+        jpeg_encoder::Encoder::new(&mut jpeg, 90)
+            .encode(&[180; 16 * 16 * 3], 16, 16, jpeg_encoder::ColorType::Rgb)
+            .unwrap();
+        let b = brightness(&jpeg).unwrap();
         assert!((b - 180.0).abs() < 2.0, "{b}");
         assert!(brightness(b"not an image").is_err());
         let mut cut = png(8, 8, |_, _| [1, 2, 3, 255]);
