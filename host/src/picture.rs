@@ -163,6 +163,17 @@ pub(crate) fn png_rgba(width: u32, height: u32, px: impl Fn(u32, u32) -> [u8; 4]
     out
 }
 
+/// A JPEG (quality 90) of one grey level, for tests that need image files.
+#[cfg(test)]
+pub(crate) fn jpeg_grey(width: u16, height: u16, level: u8) -> Vec<u8> {
+    let mut jpeg = Vec::new();
+    let pixels = vec![level; usize::from(width) * usize::from(height) * 3];
+    jpeg_encoder::Encoder::new(&mut jpeg, 90)
+        .encode(&pixels, width, height, jpeg_encoder::ColorType::Rgb)
+        .unwrap();
+    jpeg
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,10 +229,7 @@ mod tests {
 
     #[test]
     fn jpegs_decode_and_junk_says_what_it_is() {
-        let mut jpeg = Vec::new();
-        jpeg_encoder::Encoder::new(&mut jpeg, 90)
-            .encode(&[180; 16 * 8 * 3], 16, 8, jpeg_encoder::ColorType::Rgb)
-            .unwrap();
+        let jpeg = jpeg_grey(16, 8, 180);
         let img = decode(&jpeg).unwrap();
         assert_eq!(
             (img.width, img.height, img.pixels.len()),
