@@ -1,5 +1,6 @@
 //! Scores: per task (completion ratio, efficiency, termination reason) and aggregated (success
-//! rate, completion ratio, execution and cost efficiency, steps, wall time) by platform class
+//! rate, completion ratio latched as CRAB counts it and on the final state, execution and
+//! cost efficiency, steps, wall time) by platform class
 //! and over repeated seeds with mean and spread. Infrastructure failures (environment,
 //! evaluator, broken setup, aborted runs) are reported but never counted as agent failures.
 //! Cost efficiency has no value for runs that spent no tokens (oracle, random and human
@@ -13,8 +14,11 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Termination {
-    /// Every sink checkpoint passed.
+    /// Every sink checkpoint passed, and every one still held at the end.
     Success,
+    /// Every sink passed once, but one no longer held at the end: the task was done and
+    /// then undone.
+    Undone,
     /// The agent said it was done, but the graph was not complete.
     FalseCompletion,
     /// The agent declared the task infeasible (and it was not).
@@ -48,8 +52,9 @@ impl Termination {
     }
 
     /// Every reason, in report order.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::Success,
+        Self::Undone,
         Self::FalseCompletion,
         Self::Infeasible,
         Self::StepLimit,
@@ -84,8 +89,11 @@ pub struct Outcome {
     pub seed: u64,
     /// Why it ended.
     pub termination: Termination,
-    /// Checkpoints passed.
+    /// Checkpoints passed (latched: once passed, counted).
     pub passed: usize,
+    /// Checkpoints that passed and still held at the end; `None` when the end was not
+    /// checked (an environment error), where the latched count stands in.
+    pub final_passed: Option<usize>,
     /// Checkpoints in the graph.
     pub total: usize,
     /// Agent actions taken.
@@ -97,9 +105,15 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Completion ratio: passed / total checkpoints.
+    /// Completion ratio as CRAB counts it: checkpoints that ever passed / all checkpoints.
     pub fn completion(&self) -> f64 {
         self.passed as f64 / self.total.max(1) as f64
+    }
+
+    /// Completion ratio on the final state: checkpoints that passed and still held at the
+    /// end / all checkpoints.
+    pub fn final_completion(&self) -> f64 {
+        self.final_passed.unwrap_or(self.passed) as f64 / self.total.max(1) as f64
     }
 
     /// Execution efficiency: CR per action.
@@ -158,8 +172,10 @@ pub struct Summary {
     pub scored: usize,
     /// Success rate over scored runs.
     pub success_rate: f64,
-    /// Mean completion ratio over scored runs.
+    /// Mean completion ratio over scored runs (latched, as CRAB counts it).
     pub completion: f64,
+    /// Mean completion ratio on the final state over scored runs.
+    pub final_completion: f64,
     /// Mean execution efficiency.
     pub execution_efficiency: f64,
     /// Mean cost efficiency over the scored runs that spent tokens; `None` if none did.
@@ -172,6 +188,8 @@ pub struct Summary {
     pub success_by_seed: Spread,
     /// Completion ratio across seeds.
     pub completion_by_seed: Spread,
+    /// Final-state completion ratio across seeds.
+    pub final_completion_by_seed: Spread,
     /// Execution efficiency across seeds.
     pub execution_efficiency_by_seed: Spread,
     /// Cost efficiency across the seeds with runs that spent tokens; `None` if none did.
@@ -221,6 +239,7 @@ impl Summary {
         let (success_rate, success_by_seed) =
             always(&|o| f64::from(u8::from(o.termination == Termination::Success)));
         let (completion, completion_by_seed) = always(&Outcome::completion);
+        let (final_completion, final_completion_by_seed) = always(&Outcome::final_completion);
         let (execution_efficiency, execution_efficiency_by_seed) =
             always(&Outcome::execution_efficiency);
         let (cost_efficiency, cost_efficiency_by_seed) = measure(&Outcome::cost_efficiency);
@@ -231,12 +250,14 @@ impl Summary {
             scored: scored.len(),
             success_rate,
             completion,
+            final_completion,
             execution_efficiency,
             cost_efficiency,
             steps,
             wall_s,
             success_by_seed,
             completion_by_seed,
+            final_completion_by_seed,
             execution_efficiency_by_seed,
             cost_efficiency_by_seed,
             steps_by_seed,
@@ -281,6 +302,7 @@ mod tests {
             seed,
             termination: t,
             passed,
+            final_passed: None,
             total: 4,
             actions,
             tokens,
@@ -313,6 +335,39 @@ mod tests {
         );
         assert_eq!(none.execution_efficiency(), 0.0);
         assert_eq!(none.cost_efficiency(), None);
+    }
+
+    #[test]
+    fn final_completion_counts_what_still_held_and_falls_back_when_unchecked() {
+        let mut undone = run(
+            "a",
+            PlatformClass::SingleDesktop,
+            0,
+            Termination::Undone,
+            4,
+            4,
+            0,
+        );
+        undone.final_passed = Some(1);
+        assert_eq!(
+            (undone.completion(), undone.final_completion()),
+            (1.0, 0.25)
+        );
+        let unchecked = run(
+            "b",
+            PlatformClass::SingleDesktop,
+            0,
+            Termination::StepLimit,
+            2,
+            4,
+            0,
+        );
+        assert_eq!(unchecked.final_completion(), 0.5);
+        let s = Summary::of([&undone, &unchecked]);
+        assert_eq!(s.success_rate, 0.0, "undone is no success");
+        assert_eq!((s.completion, s.final_completion), (0.75, 0.375));
+        assert_eq!(s.terminations[&Termination::Undone], 1);
+        assert!(!Termination::Undone.is_infrastructure());
     }
 
     #[test]
@@ -414,6 +469,7 @@ mod tests {
     #[test]
     fn terminations_print_in_kebab_case() {
         assert_eq!(Termination::FalseCompletion.to_string(), "false-completion");
-        assert_eq!(Termination::ALL.len(), 11);
+        assert_eq!(Termination::Undone.to_string(), "undone");
+        assert_eq!(Termination::ALL.len(), 12);
     }
 }

@@ -166,9 +166,7 @@ pub async fn judge(envs: &Envs, role: Option<&str>, cases: &[Case], log: &AgentL
     );
 
     // As the runner does at the end: the failing ones' feedback, read once more.
-    ev.refresh_feedback(envs, log)
-        .await
-        .expect("the feedback is read");
+    ev.finish(envs, log).await.expect("the feedback is read");
 
     let all: BTreeMap<String, bool> = g
         .check_all(envs, log)

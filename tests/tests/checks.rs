@@ -330,12 +330,16 @@ fn file_cases() -> Vec<Case> {
         pass(
             "not",
             json!({"check": "file_exists", "args": {"path": missing}}),
-            &["not: ", missing, "does not exist"],
+            &[
+                "holds, as the inner check fails: ",
+                missing,
+                "does not exist",
+            ],
         ),
         fail(
             "not",
             json!({"check": "file_exists", "args": {"path": a}}),
-            &["not: ", a, "exists"],
+            &["fails, as the inner check holds: ", a, "exists"],
         ),
         pass(
             "all_of",
@@ -421,7 +425,7 @@ fn file_cases_after() -> Vec<Case> {
         pass(
             "not",
             json!({"check": "file_exists", "args": {"path": a}}),
-            &["not: ", a, "does not exist"],
+            &["holds, as the inner check fails: ", a, "does not exist"],
         ),
     ]
 }
@@ -1061,7 +1065,7 @@ fn busy_log_cases() -> Vec<Case> {
         pass(
             "not",
             json!({"check": "answer_equals", "args": {"text": "43"}}),
-            &["not: the agent's answer reads ' 42 '"],
+            &["holds, as the inner check fails: the agent's answer reads ' 42 '"],
         ),
         fail(
             "any_of",
@@ -1139,7 +1143,7 @@ async fn judge_log(cases: &[Case], log: &AgentLog) {
     let mut ev = Evaluator::new(graph(&task(&["desktop", "phone"], nodes)));
     let r = ev.step(1, &Envs::default(), log).await.unwrap();
     assert_eq!((r.checked, r.round_trips), (cases.len(), 0));
-    ev.refresh_feedback(&Envs::default(), log).await.unwrap();
+    ev.finish(&Envs::default(), log).await.unwrap();
     let wrong: Vec<String> = cases
         .iter()
         .zip(ev.progress())

@@ -560,7 +560,7 @@ async fn composed_crab_templates_pass_only_after_the_work() {
     .await;
     let r = ev.step(1, &envs, &log).await.unwrap();
     assert_eq!(r.passed, ["s0.target-dir"]);
-    ev.refresh_feedback(&envs, &log).await.unwrap();
+    ev.finish(&envs, &log).await.unwrap();
     let copied = ev
         .progress()
         .into_iter()

@@ -1,5 +1,6 @@
 //! Human validation on real local desktops: a person works on a desktop while the runner
-//! evaluates continuously and prints checkpoint progress; typing `infeasible` gives up.
+//! evaluates continuously and prints checkpoint progress; typing `answer TEXT` submits an
+//! answer and `infeasible` gives up.
 //! The "person" here is the test itself, acting on the desktop through `pincer exec`, as
 //! someone at a VNC viewer would through the screen. And `pincer desktop vnc` serves a
 //! desktop to that person.
@@ -36,6 +37,15 @@ fn write_tasks(dir: &Path) {
         )
         .unwrap();
     }
+    // A question, answered on the terminal (tasks run in id order: this one first).
+    let ask = json!({
+        "id": "ask",
+        "instruction": "How many days has a leap year? Answer with the number.",
+        "envs": {"desktop": {"platform": "linux"}},
+        "checkpoints": [{"id": "answer", "check": "answer", "args": {"text": {"equals": "366"}}}],
+        "limits": {"max_steps": 1000, "max_seconds": 120}
+    });
+    std::fs::write(dir.join("ask.json"), ask.to_string()).unwrap();
 }
 
 /// Waits for a line containing `needle` on the channel, returning everything read.
@@ -85,7 +95,14 @@ fn a_person_solves_one_task_and_gives_up_on_another() {
         }
     });
     let mut seen = String::new();
-    // Tasks run in id order: by-hand first. The person is told where to work.
+    let mut say = |line: &[u8]| child.stdin.as_mut().unwrap().write_all(line).unwrap();
+    // Tasks run in id order. A mistyped answer is explained, not taken; the right one is.
+    wait_for(&lines, &mut seen, "=== task ask ===");
+    wait_for(&lines, &mut seen, "`answer TEXT`");
+    say(b"answer\n");
+    wait_for(&lines, &mut seen, "`answer` needs the answer after it");
+    say(b"answer 366\n");
+    // The person is told where to work.
     wait_for(&lines, &mut seen, "=== task by-hand ===");
     wait_for(&lines, &mut seen, "environment 'person'");
     wait_for(&lines, &mut seen, "progress: 0/2 checkpoints");
@@ -99,12 +116,7 @@ fn a_person_solves_one_task_and_gives_up_on_another() {
     // The graph is complete, so the task ends on its own; the next one asks the person.
     wait_for(&lines, &mut seen, "2/2 checkpoints");
     wait_for(&lines, &mut seen, "=== task give-up ===");
-    child
-        .stdin
-        .as_mut()
-        .unwrap()
-        .write_all(b"infeasible\n")
-        .unwrap();
+    say(b"infeasible the words will not fit\n");
     let status = child.wait().unwrap();
     assert!(status.success(), "{seen}");
     let recs: Vec<Value> = std::fs::read_to_string(out.join("results.jsonl"))
@@ -121,9 +133,24 @@ fn a_person_solves_one_task_and_gives_up_on_another() {
             )
         })
         .collect();
-    assert_eq!(ends, [("by-hand", "success"), ("give-up", "infeasible")]);
+    assert_eq!(
+        ends,
+        [
+            ("ask", "success"),
+            ("by-hand", "success"),
+            ("give-up", "infeasible")
+        ]
+    );
+    assert!(
+        recs[2]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the words will not fit"),
+        "{:?}",
+        recs[2]
+    );
     // The person's progress was recorded over time: `file` passed before `words`.
-    let progress = &recs[0]["progress"];
+    let progress = &recs[1]["progress"];
     let at = |id: &str| {
         progress
             .as_array()

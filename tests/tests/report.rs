@@ -374,6 +374,7 @@ fn write_run(dir: &Path) {
             termination: t.end,
             detail: (!success).then(|| format!("{} after {} steps", t.end, t.steps)),
             passed: passing,
+            final_passed: Some(passing),
             total: n,
             actions: t.steps,
             usage,
@@ -394,6 +395,7 @@ fn write_run(dir: &Path) {
                     } else {
                         "not yet: no such window".into()
                     }),
+                    held_at_end: (k < passing).then_some(true),
                 })
                 .collect(),
             trajectory: traj_rel,

@@ -382,3 +382,59 @@ fn repeats_use_their_own_seeds_and_runs_are_reproducible_across_sets() {
     let runs: Vec<&Value> = first.values().collect();
     assert!(runs[0] != runs[1] || runs[1] != runs[2], "{runs:?}");
 }
+
+/// A task done and then undone is no success: both files existed at some step (latched
+/// completion 2/2), but at the end one is gone again, so the run ends `undone` with the
+/// checkpoint named and the final completion counting only what still held.
+#[test]
+fn a_task_done_and_then_undone_ends_undone() {
+    let sb = Sandbox::new();
+    let tasks = sb.path().join("undo");
+    std::fs::create_dir_all(&tasks).unwrap();
+    let kill =
+        json!({"do": "exec", "argv": ["pkill", "-s", "0", "-x", "xfce4-terminal"], "check": false});
+    let type_in = |text: &str| json!({"do": "type", "text": text, "target": {"role": "terminal"}});
+    let t = json!({
+        "id": "undo",
+        "instruction": "Create ~/u-a.txt and ~/u-b.txt using the terminal.",
+        "envs": {"desktop": {"platform": "linux"}},
+        "setup": {"desktop": [
+            {"do": "remove", "path": "~/u-a.txt"},
+            {"do": "remove", "path": "~/u-b.txt"},
+            kill,
+            {"do": "launch", "argv": ["xfce4-terminal", "--disable-server"]},
+            {"do": "wait_window", "title_contains": "Terminal"}
+        ]},
+        "teardown": {"desktop": [kill]},
+        "checkpoints": [
+            {"id": "a", "env": "desktop", "check": "file_exists", "args": {"path": "~/u-a.txt"}},
+            {"id": "b", "env": "desktop", "check": "file_exists", "args": {"path": "~/u-b.txt"}}
+        ],
+        "oracle": [
+            type_in("touch ~/u-a.txt\n"),
+            {"do": "sleep", "ms": 1000},
+            type_in("rm ~/u-a.txt; touch ~/u-b.txt\n"),
+            {"do": "sleep", "ms": 1000}
+        ]
+    });
+    std::fs::write(tasks.join("undo.json"), t.to_string()).unwrap();
+    let out = sb.path().join("out");
+    sb.pincer_ok(&oracle_run(&tasks, &out, &["--size", "800x600"]));
+    let rec = &results(&out)[0];
+    assert_eq!(rec["termination"], "undone", "{rec}");
+    assert_eq!(
+        (rec["passed"].as_u64(), rec["final_passed"].as_u64()),
+        (Some(2), Some(1)),
+        "{rec}"
+    );
+    let detail = rec["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("a: passed at step") && detail.contains("no longer holds"),
+        "{detail}"
+    );
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("undone") && report.contains("final CR"),
+        "{report}"
+    );
+}

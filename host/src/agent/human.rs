@@ -1,7 +1,8 @@
 //! The human agent: a person works on the environments (on the local display, or through
 //! VNC) while the evaluator checks after every second and prints which checkpoints have
-//! passed, as in CRAB's and AgentStudio's human validation. Type `done` (or `infeasible`)
-//! and Enter on the terminal to end.
+//! passed, as in CRAB's and AgentStudio's human validation. On the terminal, `answer TEXT`
+//! submits an answer (for tasks that ask a question), `done` ends the task, `infeasible
+//! [REASON]` gives up, each followed by Enter.
 
 use super::actions::AgentAction;
 use super::{Agent, AgentError, Decision, Observation, TaskBrief};
@@ -25,6 +26,33 @@ fn stdin_lines() -> &'static Mutex<Receiver<String>> {
         });
         Mutex::new(rx)
     })
+}
+
+/// What a person can type, shown at the start of each task and after a mistyped line.
+const COMMANDS: &str = "Type `answer TEXT` + Enter to submit an answer, `done` + Enter when finished, \
+                        `infeasible [REASON]` + Enter to give up.";
+
+/// The action a typed line asks for (a blank line: keep waiting).
+fn command(line: &str) -> Result<AgentAction, String> {
+    let line = line.trim();
+    let (word, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    let rest = rest.trim();
+    match word {
+        "" => Ok(AgentAction::Wait { seconds: 1.0 }),
+        "done" if rest.is_empty() => Ok(AgentAction::Complete),
+        "answer" | "submit" if !rest.is_empty() => Ok(AgentAction::Submit {
+            answer: rest.to_owned(),
+        }),
+        "answer" | "submit" => Err("`answer` needs the answer after it".to_owned()),
+        "infeasible" => Ok(AgentAction::Infeasible {
+            reason: if rest.is_empty() {
+                "the person gave up".to_owned()
+            } else {
+                rest.to_owned()
+            },
+        }),
+        _ => Err(format!("not a command: {line:?}")),
+    }
 }
 
 /// Waits for a person.
@@ -51,7 +79,7 @@ impl Agent for Human {
                 "  {role}: environment '{name}' (a local desktop: `pincer desktop vnc {name}` serves it over VNC)"
             );
         }
-        eprintln!("Type `done` + Enter when finished, `infeasible` + Enter to give up.\n");
+        eprintln!("{COMMANDS}\n");
         Ok(())
     }
 
@@ -81,17 +109,48 @@ impl Agent for Human {
                 Err(TryRecvError::Empty) => None,
                 Err(TryRecvError::Disconnected) => Some("done".into()),
             };
-            let action = match line.as_deref() {
-                Some("done") => AgentAction::Complete,
-                Some("infeasible") => AgentAction::Infeasible {
-                    reason: "the person gave up".into(),
-                },
-                _ => AgentAction::Wait { seconds: 1.0 },
+            let action = match line.as_deref().map(command) {
+                Some(Ok(action)) => action,
+                Some(Err(why)) => {
+                    eprintln!("  {why}\n{COMMANDS}");
+                    AgentAction::Wait { seconds: 1.0 }
+                }
+                None => AgentAction::Wait { seconds: 1.0 },
             };
             Ok(Decision {
                 actions: vec![action],
                 ..Decision::default()
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_lines_become_actions() {
+        assert_eq!(command("done"), Ok(AgentAction::Complete));
+        assert_eq!(
+            command("answer  42.5 EUR "),
+            Ok(AgentAction::Submit {
+                answer: "42.5 EUR".into()
+            })
+        );
+        assert_eq!(
+            command("infeasible the app is missing"),
+            Ok(AgentAction::Infeasible {
+                reason: "the app is missing".into()
+            })
+        );
+        assert!(matches!(
+            command("infeasible"),
+            Ok(AgentAction::Infeasible { .. })
+        ));
+        assert_eq!(command(""), Ok(AgentAction::Wait { seconds: 1.0 }));
+        assert!(command("answer").unwrap_err().contains("needs the answer"));
+        assert!(command("done now").unwrap_err().contains("not a command"));
+        assert!(command("helo").unwrap_err().contains("not a command"));
     }
 }

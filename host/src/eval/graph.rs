@@ -201,6 +201,10 @@ pub struct NodeProgress {
     pub checks: u32,
     /// The latest verdict's feedback.
     pub feedback: Option<String>,
+    /// For a checkpoint that passed: whether it still held when the task run ended
+    /// (`None`: not checked at the end, e.g. after an environment error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_at_end: Option<bool>,
 }
 
 /// What one evaluation step did.
@@ -657,6 +661,8 @@ pub struct Evaluator {
     remaining: Vec<usize>,
     checks: Vec<u32>,
     feedback: Vec<Option<String>>,
+    /// For passed checkpoints, whether they still held at the end ([`Evaluator::finish`]).
+    held: Vec<Option<bool>>,
     ready: BTreeSet<usize>,
     /// The batches last sent, by role.
     sent: Vec<Sent>,
@@ -677,6 +683,7 @@ impl Evaluator {
             started: std::time::Instant::now(),
             checks: vec![0; graph.nodes.len()],
             feedback: vec![None; graph.nodes.len()],
+            held: vec![None; graph.nodes.len()],
             remaining,
             ready,
             sent: graph.roles.iter().map(|_| Sent::default()).collect(),
@@ -753,7 +760,7 @@ impl Evaluator {
                     error,
                 };
                 // Feedback is written only when a verdict changes to a pass (failing ones
-                // get theirs from `refresh_feedback` when they are shown).
+                // get theirs from `finish` when they are shown).
                 let passed = n.check.passes(&buf, log).map_err(failed)?;
                 self.checks[i] += 1;
                 report.checked += 1;
@@ -784,32 +791,78 @@ impl Evaluator {
         Ok(report)
     }
 
-    /// Judges the checkpoints that are ready and have not passed once more, with feedback,
-    /// so that what is shown (the task run's record) says what each saw at the end: steps
-    /// only decide whether they pass. One round trip per environment.
-    pub async fn refresh_feedback<S: ProbeSource>(
+    /// The check at the end of a task run, in one round trip per environment. Every
+    /// checkpoint that passed is judged once more: whether it still holds decides success
+    /// on the final state ([`Self::undone_sinks`], [`Self::final_counts`]) while the
+    /// latched passes stay for the completion ratio. The checkpoints that are ready and have
+    /// not passed are judged with feedback, so that the record says what each saw at the
+    /// end (steps only decide whether they pass).
+    pub async fn finish<S: ProbeSource>(
         &mut self,
         src: &S,
         log: &AgentLog,
     ) -> Result<(), StepError> {
-        let ready: Vec<usize> = self.ready.iter().copied().collect();
-        if ready.is_empty() {
+        let passed = (0..self.graph.nodes.len()).filter(|&i| self.passed_at[i].is_some());
+        let judged: Vec<usize> = passed.chain(self.ready.iter().copied()).collect();
+        if judged.is_empty() {
             return Ok(());
         }
         let mut reads = Reads::new(self.graph.nodes.len());
         self.graph
-            .fetch(&ready, src, &mut reads, &mut self.sent)
+            .fetch(&judged, src, &mut reads, &mut self.sent)
             .await?;
         let mut buf = Vec::new();
-        for i in ready {
+        for i in judged {
             reads.of(i, &mut buf);
             let n = &self.graph.nodes[i];
-            self.feedback[i] = Some(match n.check.judge(&buf, log) {
-                Ok(v) => v.feedback,
-                Err(e) => format!("not judged: {e}"),
-            });
+            let verdict = n.check.judge(&buf, log);
+            match (self.passed_at[i], verdict) {
+                (Some(_), Ok(v)) if v.passed => self.held[i] = Some(true),
+                (Some(step), Ok(v)) => {
+                    self.held[i] = Some(false);
+                    self.feedback[i] = Some(format!(
+                        "passed at step {step} but no longer holds: {}",
+                        v.feedback
+                    ));
+                }
+                // A checkpoint that cannot be judged at the end is an evaluator failure
+                // like any other.
+                (Some(_), Err(error)) => {
+                    return Err(StepError::Evaluator {
+                        node: n.id.clone(),
+                        error,
+                    });
+                }
+                (None, v) => {
+                    self.feedback[i] = Some(match v {
+                        Ok(v) => v.feedback,
+                        Err(e) => format!("not judged: {e}"),
+                    });
+                }
+            }
         }
         Ok(())
+    }
+
+    /// The sinks that passed but no longer held at the end (after [`Self::finish`]).
+    pub fn undone_sinks(&self) -> Vec<&str> {
+        self.graph
+            .sinks
+            .iter()
+            .filter(|&&s| self.held[s] == Some(false))
+            .map(|&s| self.graph.nodes[s].id.as_str())
+            .collect()
+    }
+
+    /// Checkpoints that passed and still held at the end, and all checkpoints; `None` until
+    /// [`Self::finish`] has checked every passed one.
+    pub fn final_counts(&self) -> Option<(usize, usize)> {
+        let passed = || (0..self.graph.nodes.len()).filter(|&i| self.passed_at[i].is_some());
+        if passed().any(|i| self.held[i].is_none()) {
+            return None;
+        }
+        let held = passed().filter(|&i| self.held[i] == Some(true)).count();
+        Some((held, self.graph.nodes.len()))
     }
 
     /// Successors that would become ready if every node of `frontier` passed and whose
@@ -872,6 +925,7 @@ impl Evaluator {
                 passed_ms: self.passed_ms[i],
                 checks: self.checks[i],
                 feedback: self.feedback[i].clone(),
+                held_at_end: self.held[i],
             })
             .collect()
     }

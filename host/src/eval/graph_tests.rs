@@ -260,13 +260,13 @@ async fn and_combinator_and_negation_evaluate_on_one_environment() {
     assert!(r.passed.is_empty());
     // A step decides; the feedback of what still fails is written when it is shown.
     assert_eq!(ev.progress()[0].feedback, None);
-    ev.refresh_feedback(&fake, &log()).await.unwrap();
+    ev.finish(&fake, &log()).await.unwrap();
     assert!(
         ev.progress()[0]
             .feedback
             .as_deref()
             .unwrap()
-            .contains("not: file /lock exists"),
+            .contains("fails, as the inner check holds: file /lock exists"),
         "{:?}",
         ev.progress()
     );
@@ -279,7 +279,7 @@ async fn and_combinator_and_negation_evaluate_on_one_environment() {
             .feedback
             .as_deref()
             .unwrap()
-            .contains("not: /lock does not exist"),
+            .contains("holds, as the inner check fails: /lock does not exist"),
         "{:?}",
         ev.progress()
     );
@@ -602,4 +602,50 @@ fn validation_rejects_bad_graphs_before_anything_runs() {
     );
     let e = Graph::build(&t, &Library::standard()).unwrap_err();
     assert!(e.to_string().contains("setup step 0 on 'nowhere'"), "{e}");
+}
+
+/// A task done and then undone: latched, both sinks passed; on the final state one no
+/// longer holds, so it is no success, and the final counts leave it out.
+#[tokio::test]
+async fn the_end_is_checked_again_and_undone_sinks_are_named() {
+    let t = task(serde_json::json!([
+        exists("first", "desktop", "/first", &[]),
+        exists("a", "desktop", "/a", &["first"]),
+        exists("b", "desktop", "/b", &[])
+    ]));
+    let fake = Fake::default();
+    let mut ev = evaluator(&t);
+    fake.put("desktop", "/first", "x");
+    fake.put("desktop", "/a", "x");
+    ev.step(1, &fake, &log()).await.unwrap();
+    fake.rm("desktop", "/a");
+    fake.rm("desktop", "/first");
+    fake.put("desktop", "/b", "x");
+    ev.step(2, &fake, &log()).await.unwrap();
+    assert!(ev.is_success(), "latched, every sink passed once");
+    assert_eq!(ev.final_counts(), None, "not checked at the end yet");
+    ev.finish(&fake, &log()).await.unwrap();
+    assert_eq!(ev.undone_sinks(), ["a"]);
+    assert_eq!(
+        ev.counts(),
+        (3, 3),
+        "the latched count stays, as CRAB counts it"
+    );
+    assert_eq!(ev.final_counts(), Some((1, 3)));
+    let a = ev.progress().into_iter().find(|p| p.id == "a").unwrap();
+    assert_eq!((a.passed_at, a.held_at_end), (Some(1), Some(false)));
+    assert!(
+        a.feedback
+            .as_deref()
+            .unwrap()
+            .starts_with("passed at step 1 but no longer holds"),
+        "{a:?}"
+    );
+
+    // Put back, the sink holds again; an inner checkpoint that no longer holds costs final
+    // completion, not success.
+    fake.put("desktop", "/a", "x");
+    ev.finish(&fake, &log()).await.unwrap();
+    assert!(ev.undone_sinks().is_empty());
+    assert_eq!(ev.final_counts(), Some((2, 3)));
 }

@@ -115,6 +115,14 @@ fn summary(out: &mut String, run: &RunDir) {
                 "—".into()
             },
         ),
+        (
+            "final completion ratio",
+            if scored {
+                tables::pct(all.final_completion)
+            } else {
+                "—".into()
+            },
+        ),
         ("scored / runs", format!("{} / {}", all.scored, all.runs)),
         (
             "mean steps",
@@ -171,7 +179,8 @@ fn summary(out: &mut String, run: &RunDir) {
 fn kind(t: Termination) -> &'static str {
     match t {
         Termination::Success => "ok",
-        Termination::FalseCompletion
+        Termination::Undone
+        | Termination::FalseCompletion
         | Termination::Infeasible
         | Termination::StepLimit
         | Termination::TimeLimit => "warn",
@@ -434,11 +443,14 @@ fn g_titles(layout: &Layout, g: &GraphSpec, rec: &crate::run::record::TaskRecord
                 let _ = write!(t, "\n{}({})", c.check, c.env.as_deref().unwrap_or("agent"));
             }
             if let Some(p) = p {
-                match p.passed_at {
-                    Some(a) => {
+                match (p.passed_at, p.held_at_end) {
+                    (Some(a), Some(false)) => {
+                        let _ = write!(t, "\npassed at action {a}, undone by the end");
+                    }
+                    (Some(a), _) => {
                         let _ = write!(t, "\npassed at action {a}");
                     }
-                    None => t.push_str("\nnot passed"),
+                    (None, _) => t.push_str("\nnot passed"),
                 }
                 let _ = write!(t, ", checked {} time(s)", p.checks);
                 if let Some(f) = &p.feedback {
@@ -659,9 +671,12 @@ fn end_view(out: &mut String, end: usize, r: &TaskRun, svg: &str) {
     if !rec.progress.is_empty() {
         out.push_str("<div class=\"tablewrap\"><table><thead><tr><th>checkpoint</th><th>status</th><th class=\"num\">checks</th><th>latest feedback</th></tr></thead><tbody>");
         for p in &rec.progress {
-            let status = match p.passed_at {
-                Some(a) => format!("<span class=\"badge k-ok\">passed at action {a}</span>"),
-                None => "<span class=\"badge k-none\">not passed</span>".to_owned(),
+            let status = match (p.passed_at, p.held_at_end) {
+                (Some(a), Some(false)) => format!(
+                    "<span class=\"badge k-warn\">passed at action {a}, undone by the end</span>"
+                ),
+                (Some(a), _) => format!("<span class=\"badge k-ok\">passed at action {a}</span>"),
+                (None, _) => "<span class=\"badge k-none\">not passed</span>".to_owned(),
             };
             let _ = write!(
                 out,

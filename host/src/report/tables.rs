@@ -115,6 +115,7 @@ pub(crate) fn by_class(run: &RunDir) -> Table {
             text(s.scored.to_string()),
             text(score(pct(s.success_rate))),
             text(score(pct(s.completion))),
+            text(score(pct(s.final_completion))),
             text(score(format!("{:.4}", s.execution_efficiency))),
             text(match s.cost_efficiency {
                 _ if none => "—".to_owned(),
@@ -135,6 +136,7 @@ pub(crate) fn by_class(run: &RunDir) -> Table {
             "scored",
             "SR",
             "CR",
+            "final CR",
             "EE",
             "CE",
             "mean steps",
@@ -143,12 +145,14 @@ pub(crate) fn by_class(run: &RunDir) -> Table {
             "CR over seeds",
         ],
         numeric: vec![
-            false, true, true, true, true, true, true, true, true, true, true,
+            false, true, true, true, true, true, true, true, true, true, true, true,
         ],
         rows,
         note: Some(
             "Scored runs exclude infrastructure failures (environment, evaluator, broken setup, \
-             aborted). SR: success rate. CR: mean completion ratio (passed / total checkpoints). \
+             aborted). SR: success rate (every final checkpoint passed and still held at the end). \
+             CR: mean completion ratio as CRAB counts it (checkpoints that ever passed / all). \
+             final CR: the same over checkpoints that still held at the end. \
              EE: CR per action. CE: CR per 1,000 tokens, over the runs that spent tokens (n/a: \
              none did, as with the oracle, random and human agents). Spread over seeds: mean ± sample \
              standard deviation of the per-repeat rates."
@@ -207,6 +211,10 @@ pub(crate) fn tasks(run: &RunDir) -> Table {
                 text(rec.class.to_string()),
                 Cell::Term(rec.termination),
                 text(format!("{}/{}", rec.passed, rec.total)),
+                text(match rec.final_passed {
+                    Some(held) => format!("{held}/{}", rec.total),
+                    None => "—".to_owned(),
+                }),
                 text(rec.actions.to_string()),
                 text(tokens(rec.usage.total())),
                 text(duration_ms(rec.wall_ms as f64)),
@@ -221,12 +229,15 @@ pub(crate) fn tasks(run: &RunDir) -> Table {
             "class",
             "termination",
             "checkpoints",
+            "held at end",
             "actions",
             "tokens",
             "wall time",
             "detail",
         ],
-        numeric: vec![false, true, false, false, true, true, true, true, false],
+        numeric: vec![
+            false, true, false, false, true, true, true, true, true, false,
+        ],
         rows,
         note: None,
     }

@@ -47,6 +47,8 @@ fn record(
         termination: t,
         detail: None,
         passed,
+        // The end of a run whose environment failed is not checked.
+        final_passed: (t != Termination::EnvironmentError).then_some(passed),
         total,
         actions: 0,
         usage: Usage::default(),
@@ -66,6 +68,7 @@ fn node(id: &str, passed_at: Option<u32>) -> NodeProgress {
         passed_ms: passed_at.map(|s| u64::from(s) * 1000),
         checks: 2,
         feedback: Some(format!("feedback of {id}")),
+        held_at_end: passed_at.map(|_| true),
     }
 }
 
@@ -293,14 +296,14 @@ fn markdown_has_the_numbers() {
     // 15 actions, 3600 tokens) over seeds 0 and 1.
     let sd = md_row(&md, "single-desktop");
     assert_eq!(
-        sd[1..9],
+        sd[1..10],
         [
-            "2", "2", "50.0%", "75.0%", "0.1833", "0.4861", "9.0", "20.0 s"
+            "2", "2", "50.0%", "75.0%", "75.0%", "0.1833", "0.4861", "9.0", "20.0 s"
         ],
         "{md}"
     );
-    assert_eq!(sd[9], "50.0% ± 70.7 (2 seeds)");
-    assert_eq!(sd[10], "75.0% ± 35.4 (2 seeds)");
+    assert_eq!(sd[10], "50.0% ± 70.7 (2 seeds)");
+    assert_eq!(sd[11], "75.0% ± 35.4 (2 seeds)");
     // The environment failure is reported, never scored.
     let cross = md_row(&md, "cross-environment");
     assert_eq!(cross[1..5], ["1", "0", "—", "—"], "{md}");
@@ -323,6 +326,7 @@ fn markdown_has_the_numbers() {
             "single-desktop",
             "success",
             "2/2",
+            "2/2",
             "3",
             "1.2k",
             "10.0 s",
@@ -330,8 +334,8 @@ fn markdown_has_the_numbers() {
         ]
     );
     let cross = md_row(&md, "cross-copy");
-    assert_eq!(cross[3..6], ["environment-error", "0/3", "1"]);
-    assert!(cross[8].starts_with("environment 'phone' failed"));
+    assert_eq!(cross[3..7], ["environment-error", "0/3", "—", "1"]);
+    assert!(cross[9].starts_with("environment 'phone' failed"));
 
     // Observing and evaluating are overhead; carrying out the input is not.
     let harness = md_row(&md, "**harness overhead (observe + evaluate)**");

@@ -29,8 +29,11 @@ pub struct TaskRecord {
     pub termination: Termination,
     /// Details of the ending (error text, false completion feedback).
     pub detail: Option<String>,
-    /// Checkpoints passed.
+    /// Checkpoints passed (latched).
     pub passed: usize,
+    /// Checkpoints that passed and still held at the end (`None`: not checked at the end).
+    #[serde(default)]
+    pub final_passed: Option<usize>,
     /// Checkpoints in the graph.
     pub total: usize,
     /// Agent actions executed (waits excluded).
@@ -60,6 +63,7 @@ impl TaskRecord {
             seed: u64::from(self.repeat),
             termination: self.termination,
             passed: self.passed,
+            final_passed: self.final_passed,
             total: self.total,
             actions: self.actions,
             tokens: self.usage.total(),
@@ -226,6 +230,7 @@ mod tests {
             termination: Termination::Success,
             detail: None,
             passed: 2,
+            final_passed: Some(2),
             total: 2,
             actions: 3,
             usage: Usage::default(),

@@ -435,15 +435,42 @@ pub async fn run(
         end
     };
 
-    // What the checkpoints still waiting saw at the end, before teardown changes it; a
-    // failure here only leaves their feedback out.
-    if end.termination != Termination::EnvironmentError
-        && let Err(e) = evaluator.refresh_feedback(&envs, &log).await
-    {
-        say(&format!(
-            "reading the checkpoints' final feedback failed: {e}"
-        ));
-    }
+    // The final state, before teardown changes it: every checkpoint that passed is checked
+    // once more (success needs every sink to hold now), and those still waiting say what
+    // they saw. Not after an environment error, whose environment may be gone.
+    let end = if end.termination == Termination::EnvironmentError {
+        end
+    } else {
+        match evaluator.finish(&envs, &log).await {
+            // A success that cannot be confirmed on the final state is not scored as one.
+            Err(e) if end.termination == Termination::Success => {
+                let failed = step_error(e);
+                End::new(
+                    failed.termination,
+                    format!(
+                        "the final check failed: {}",
+                        failed.detail.unwrap_or_default()
+                    ),
+                )
+            }
+            Err(e) => {
+                say(&format!("the final check failed: {e}"));
+                end
+            }
+            Ok(()) => match evaluator.undone_sinks() {
+                undone if end.termination == Termination::Success && !undone.is_empty() => {
+                    let why: Vec<String> = evaluator
+                        .progress()
+                        .into_iter()
+                        .filter(|p| undone.contains(&p.id.as_str()))
+                        .map(|p| format!("{}: {}", p.id, p.feedback.unwrap_or_default()))
+                        .collect();
+                    End::new(Termination::Undone, why.join("; "))
+                }
+                _ => end,
+            },
+        }
+    };
 
     // Teardown, even after failures; its errors are logged, not scored.
     for (role, list) in &task.teardown {
@@ -455,6 +482,7 @@ pub async fn run(
     }
     harness.sort_by(f64::total_cmp);
     let (passed, total) = evaluator.counts();
+    let final_passed = evaluator.final_counts().map(|(held, _)| held);
     TaskRecord {
         task: task.id.clone(),
         repeat,
@@ -465,6 +493,7 @@ pub async fn run(
         termination: end.termination,
         detail: end.detail,
         passed,
+        final_passed,
         total,
         actions: actions_done,
         usage,

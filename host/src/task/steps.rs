@@ -4,9 +4,9 @@
 
 use crate::env::{ClientError, Environment};
 use base64::Engine as _;
-use pincer_shared::Request;
 use pincer_shared::probe::{Probe, ProbeReply, WindowInfo};
 use pincer_shared::setup::{ExecRequest, ExitStatus, Setup, WindowOp};
+use pincer_shared::{Request, WireError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -299,12 +299,28 @@ impl Step {
                 .await?;
             }
             Self::Window { title_contains, op } => {
-                let w = wait_window(env, title_contains, Duration::from_secs(10)).await?;
-                let req = Request::Setup(Setup::Window {
-                    id: w.id,
-                    op: (*op).into(),
-                });
-                env.call(&req, None, env.deadlines().call).await?;
+                // Apps replace windows as they start (LibreOffice's first window gives way
+                // to the document's, under the same title): a window that is gone by the
+                // time the operation reaches it is looked up again, within the wait.
+                let timeout = Duration::from_secs(10);
+                let start = Instant::now();
+                loop {
+                    let left = timeout.saturating_sub(start.elapsed());
+                    let w = wait_window(env, title_contains, left).await?;
+                    let req = Request::Setup(Setup::Window {
+                        id: w.id,
+                        op: (*op).into(),
+                    });
+                    match env.call(&req, None, env.deadlines().call).await {
+                        Err(e)
+                            if matches!(e.wire(), Some(WireError::NotFound { .. }))
+                                && start.elapsed() < timeout =>
+                        {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        done => break done.map(drop)?,
+                    }
+                }
             }
             Self::Sleep { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
             Self::SetClipboard { text } => env.set_clipboard(text).await?,

@@ -101,9 +101,15 @@ impl Check for Not {
 
     fn judge(&self, r: &[&ProbeResult], log: &AgentLog) -> Result<Verdict, EvalError> {
         let v = self.0.judge_all(r, log)?.remove(0);
+        // Said as what the negation concluded, so a pass does not read like a failure.
+        let feedback = if v.passed {
+            format!("fails, as the inner check holds: {}", v.feedback)
+        } else {
+            format!("holds, as the inner check fails: {}", v.feedback)
+        };
         Ok(Verdict {
             passed: !v.passed,
-            feedback: format!("not: {}", v.feedback),
+            feedback,
         })
     }
 }
