@@ -74,8 +74,8 @@ async fn clipboard(env: &Environment) -> Option<String> {
 /// a shell pipeline, `~/dst` holds a good copy of `a.ods` and a short copy of `b.ods`,
 /// `~/dst2` a full copy, ImageMagick saved the 800x600 screen as `~/shot.png` and
 /// `~/shot.jpg`, `~/notes/link.txt` links to `a.txt`, `~/notes-link` to `~/notes`,
-/// `~/notes/dangling.txt` to nothing, and `~/big.txt` is 17,000,006 bytes of "x" ending in
-/// "needle".
+/// `~/notes/dangling.txt` to nothing, `~/twins/one.bin` and `two.bin` have the same size
+/// and other bytes, and `~/big.txt` is 17,000,006 bytes of "x" ending in "needle".
 fn file_cases() -> Vec<Case> {
     let a = "~/notes/a.txt";
     let missing = "~/notes/missing.txt";
@@ -302,6 +302,51 @@ fn file_cases() -> Vec<Case> {
             &["~/src holds no .xlsx files"],
         ),
         pass(
+            "dir_listing",
+            json!({"path": "~/dst2", "names": ["b.ods", "a.ods"]}),
+            &["~/dst2 holds exactly b.ods, a.ods"],
+        ),
+        fail(
+            "dir_listing",
+            json!({"path": "~/src", "names": ["a.ods", "b.ods"]}),
+            &["~/src: also holds readme.txt"],
+        ),
+        fail(
+            "dir_listing",
+            json!({"path": "~/dst2", "names": ["a.ods", "b.ods", "c.ods"]}),
+            &["missing c.ods"],
+        ),
+        fail(
+            "dir_listing",
+            json!({"path": "~/nowhere", "names": []}),
+            &["directory ~/nowhere does not exist"],
+        ),
+        pass(
+            "same_content",
+            json!({"path": "~/src/b.ods", "copy": "~/dst2/b.ods"}),
+            &["~/dst2/b.ods has the same 8 bytes as ~/src/b.ods"],
+        ),
+        fail(
+            "same_content",
+            json!({"path": "~/src/b.ods", "copy": "~/dst/b.ods"}),
+            &["~/dst/b.ods has 3 bytes, ~/src/b.ods has 8"],
+        ),
+        fail(
+            "same_content",
+            json!({"path": "~/src/a.ods", "copy": "~/src/b.ods"}),
+            &["~/src/b.ods has 8 bytes, ~/src/a.ods has 7"],
+        ),
+        fail(
+            "same_content",
+            json!({"path": "~/twins/one.bin", "copy": "~/twins/two.bin"}),
+            &["~/twins/two.bin has as many bytes as ~/twins/one.bin (11) but other ones"],
+        ),
+        fail(
+            "same_content",
+            json!({"path": "~/src/a.ods", "copy": "~/notes"}),
+            &["~/notes is a directory"],
+        ),
+        pass(
             "image_file",
             json!({"path": "~/shot.png", "width": 800, "height": 600, "format": "png"}),
             &["~/shot.png", "800x600 png"],
@@ -454,6 +499,13 @@ async fn file_functions_judge_real_files() {
         .await
         .unwrap();
     env.write_file("~/src/readme.txt", b"not a sheet", 0o644)
+        .await
+        .unwrap();
+    // Same size, other bytes: a copy in name and size only.
+    env.write_file("~/twins/one.bin", b"telescope 1", 0o644)
+        .await
+        .unwrap();
+    env.write_file("~/twins/two.bin", b"telescope 2", 0o644)
         .await
         .unwrap();
     let copies = concat!(

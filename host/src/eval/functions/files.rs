@@ -314,6 +314,139 @@ impl Check for Copied {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+struct ListingArgs {
+    /// The directory.
+    path: String,
+    /// Every entry it must hold, and no other (file and directory names, not paths).
+    names: Vec<String>,
+    /// Leave out entries whose names start with a dot (default true: apps leave lock and
+    /// backup files such as `.~lock.report.ods#`).
+    #[serde(default = "yes")]
+    ignore_hidden: bool,
+}
+
+/// A directory that holds exactly these entries.
+#[derive(Debug)]
+struct Listing {
+    a: ListingArgs,
+}
+
+impl Check for Listing {
+    fn probes(&self) -> Vec<Probe> {
+        vec![Probe::ListDir {
+            path: self.a.path.clone(),
+        }]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let entries = match reply(r[0], "list dir")? {
+            ProbeReply::Dir(Some(d)) => d,
+            ProbeReply::Dir(None) => {
+                return Ok(Verdict::fail(format!(
+                    "directory {} does not exist",
+                    self.a.path
+                )));
+            }
+            other => return Err(unexpected("list dir", other)),
+        };
+        let there: std::collections::BTreeSet<&str> = entries
+            .iter()
+            .map(|e| e.name.as_str())
+            .filter(|n| !(self.a.ignore_hidden && n.starts_with('.')))
+            .collect();
+        let wanted: std::collections::BTreeSet<&str> =
+            self.a.names.iter().map(String::as_str).collect();
+        let missing: Vec<&str> = wanted.difference(&there).copied().collect();
+        let extra: Vec<&str> = there.difference(&wanted).copied().collect();
+        let mut wrong = Vec::new();
+        if !missing.is_empty() {
+            wrong.push(format!("missing {}", clip(&missing.join(", "), 120)));
+        }
+        if !extra.is_empty() {
+            wrong.push(format!("also holds {}", clip(&extra.join(", "), 120)));
+        }
+        Ok(Verdict::when(
+            wrong.is_empty(),
+            format!(
+                "{} holds exactly {}",
+                self.a.path,
+                clip(&self.a.names.join(", "), 120)
+            ),
+            format!("{}: {}", self.a.path, wrong.join("; ")),
+        ))
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SameArgs {
+    /// The original.
+    path: String,
+    /// The file that must have the same bytes.
+    copy: String,
+}
+
+/// Two files with the same bytes.
+#[derive(Debug)]
+struct Same {
+    a: SameArgs,
+}
+
+impl Check for Same {
+    fn probes(&self) -> Vec<Probe> {
+        let mut p = read_probes(&self.a.path, MAX_INLINE_FILE);
+        p.extend(read_probes(&self.a.copy, MAX_INLINE_FILE));
+        p
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let original = match read(&self.a.path, &r[..2], "file")? {
+            Ok(f) => f,
+            Err(v) => return Ok(v),
+        };
+        let copy = match read(&self.a.copy, &r[2..], "file")? {
+            Ok(f) => f,
+            Err(v) => return Ok(v),
+        };
+        let whole = |f: &FileContent| f.total_size == f.bytes.len() as u64;
+        if !whole(original) || !whole(copy) {
+            return Ok(Verdict::fail(format!(
+                "{} or {} is larger than the {} MiB pincer reads for a check, so they cannot be compared",
+                self.a.path,
+                self.a.copy,
+                MAX_INLINE_FILE / (1024 * 1024)
+            )));
+        }
+        Ok(Verdict::when(
+            original.bytes == copy.bytes,
+            format!(
+                "{} has the same {} bytes as {}",
+                self.a.copy,
+                copy.bytes.len(),
+                self.a.path
+            ),
+            if original.bytes.len() == copy.bytes.len() {
+                format!(
+                    "{} has as many bytes as {} ({}) but other ones",
+                    self.a.copy,
+                    self.a.path,
+                    copy.bytes.len()
+                )
+            } else {
+                format!(
+                    "{} has {} bytes, {} has {}",
+                    self.a.copy,
+                    copy.bytes.len(),
+                    self.a.path,
+                    original.bytes.len()
+                )
+            },
+        ))
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct ImageArgs {
     /// The image file.
     path: String,
@@ -471,6 +604,20 @@ pub(super) fn register(lib: &mut Library) {
                 ext: a.extension.trim_start_matches('.').to_owned(),
             })
         },
+    );
+    lib.add(
+        "dir_listing",
+        "The directory holds exactly these entries, no fewer and no others (hidden ones left out unless asked).",
+        Reads::Env(LINUX),
+        r#"{"path": "~/archive", "names": ["report.txt"]}"#,
+        |a: ListingArgs, _| Ok(Listing { a }),
+    );
+    lib.add(
+        "same_content",
+        "A file has the same bytes as another (a copy, not a file of the same name or size).",
+        Reads::Env(ANY),
+        r#"{"path": "~/data/telescope.bin", "copy": "~/backup/telescope.bin"}"#,
+        |a: SameArgs, _| Ok(Same { a }),
     );
     lib.add(
         "image_file",
