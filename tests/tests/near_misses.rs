@@ -5,12 +5,23 @@
 
 use pincer_tests::Sandbox;
 
-/// Sets the task up, makes an end state with `script`, and returns what each checkpoint
-/// says about it (`PASS id: ...` / `fail id ...` lines).
-fn end_state(sb: &Sandbox, task: &str, script: &str) -> String {
-    sb.pincer_ok(&["task", "check", task, "--tasks", "demo"]);
-    sb.pincer_ok(&["exec", "--", "sh", "-c", script]);
-    sb.pincer_ok(&["task", "check", task, "--tasks", "demo", "--no-setup"])
+/// The two desktops: `near` for the role `desktop`, `near2` for `desktop2`.
+const BINDS: [&str; 4] = ["--bind", "desktop=near", "--bind", "desktop2=near2"];
+
+/// Sets the task up, makes an end state with `script` on the environment `env`, and
+/// returns what each checkpoint says about it (`PASS id: ...` / `fail id ...` lines).
+fn end_state(sb: &Sandbox, task: &str, env: &str, script: &str) -> String {
+    let check = |extra: &[&str]| {
+        let mut args = vec!["task", "check", task, "--tasks", "demo"];
+        // A task binds only its own roles.
+        let roles = if task.starts_with("cross-") { 4 } else { 2 };
+        args.extend_from_slice(&BINDS[..roles]);
+        args.extend_from_slice(extra);
+        sb.pincer_ok(&args)
+    };
+    check(&[]);
+    sb.pincer_ok(&["exec", "--env", env, "--", "sh", "-c", script]);
+    check(&["--no-setup"])
 }
 
 /// The checkpoints the check printed as failing.
@@ -24,14 +35,26 @@ fn failing(out: &str) -> Vec<String> {
 /// Each near miss fails the named checkpoint; the other route passes every checkpoint
 /// except those named in `unjudged` (an answer nobody submitted).
 fn judge(sb: &Sandbox, task: &str, misses: &[(&str, &str)], route: &str, unjudged: &[&str]) {
+    judge_on(sb, "near", task, misses, route, unjudged);
+}
+
+/// [`judge`], with the end states made on `env`.
+fn judge_on(
+    sb: &Sandbox,
+    env: &str,
+    task: &str,
+    misses: &[(&str, &str)],
+    route: &str,
+    unjudged: &[&str],
+) {
     for (script, caught_by) in misses {
-        let out = end_state(sb, task, script);
+        let out = end_state(sb, task, env, script);
         assert!(
             failing(&out).iter().any(|f| f == caught_by),
             "{task}: `{script}` should fail {caught_by}:\n{out}"
         );
     }
-    let out = end_state(sb, task, route);
+    let out = end_state(sb, task, env, route);
     assert_eq!(failing(&out), unjudged, "{task}: `{route}`:\n{out}");
 }
 
@@ -39,6 +62,7 @@ fn judge(sb: &Sandbox, task: &str, misses: &[(&str, &str)], route: &str, unjudge
 fn near_misses_of_the_file_tasks_are_caught_and_other_routes_pass() {
     let sb = Sandbox::new();
     let _desktop = sb.desktop("near", "1024x768", &[]);
+    let _desktop2 = sb.desktop("near2", "1024x768", &[]);
 
     judge(
         &sb,
@@ -103,6 +127,62 @@ fn near_misses_of_the_file_tasks_are_caught_and_other_routes_pass() {
             ),
         ],
         "mkdir ~/sheets && cp ~/Documents/*.ods ~/sheets/",
+        &[],
+    );
+
+    judge(
+        &sb,
+        "editor-fix-typo",
+        &[
+            // One letter too many, the lines merged, the text twice.
+            (
+                "printf 'Hello worldd\\nsecond line stays\\n' > ~/notes/draft.txt",
+                "exact",
+            ),
+            (
+                "printf 'Hello world second line stays\\n' > ~/notes/draft.txt",
+                "exact",
+            ),
+            (
+                "printf 'Hello world\\nsecond line stays\\nHello world\\nsecond line stays\\n' > ~/notes/draft.txt",
+                "exact",
+            ),
+        ],
+        // Windows line ends and no final newline are the same text.
+        "printf 'Hello world\\r\\nsecond line stays' > ~/notes/draft.txt",
+        &[],
+    );
+
+    judge(
+        &sb,
+        "editor-write-note",
+        &[
+            ("printf 'buy milk\\n' > ~/notes/todo.txt", "content"),
+            ("printf 'buy milk and eggs\\n' > ~/todo.txt", "saved"),
+            (
+                "printf 'buy milk and eggs\\nbuy milk and eggs\\n' > ~/notes/todo.txt",
+                "content",
+            ),
+        ],
+        // Saved without Mousepad: everything but the editor's title, which the task asks
+        // for ("in the Mousepad text editor").
+        "printf 'buy milk and eggs\\n' > ~/notes/todo.txt",
+        &["title"],
+    );
+
+    judge_on(
+        &sb,
+        "near2",
+        "cross-sheet-price",
+        &[
+            ("echo 142.50 > ~/order.txt", "price"),
+            (
+                "printf 'pears,3.10\\napples,42.50\\nplums,7.25\\n' > ~/order.txt",
+                "price",
+            ),
+            ("echo 42.05 > ~/order.txt", "price"),
+        ],
+        "printf '42.5' > ~/order.txt",
         &[],
     );
 }
