@@ -1235,6 +1235,7 @@ const COVERED_IN_CHECKS_CRAB: &[&str] = &[
     "document_text",
     "image_brighter",
     "image_not_brighter",
+    "spreadsheet_cell",
     "spreadsheet_row",
     "wallpaper_is",
 ];

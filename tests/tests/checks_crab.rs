@@ -170,6 +170,31 @@ fn document_cases() -> Vec<Case> {
             &["not a spreadsheet"],
         ),
         pass(
+            "spreadsheet_cell",
+            json!({"path": ods, "cell": "C2", "value": 124516650}),
+            &["cell C2 of sheet 'countries' holds 124516650"],
+        ),
+        pass(
+            "spreadsheet_cell",
+            json!({"path": ods, "cell": "b2", "text": {"equals": "Tokyo"}}),
+            &["cell B2", "holds the text 'Tokyo'"],
+        ),
+        fail(
+            "spreadsheet_cell",
+            json!({"path": ods, "cell": "B1", "value": 1}),
+            &["holds the text 'Ottawa', not the number 1"],
+        ),
+        fail(
+            "spreadsheet_cell",
+            json!({"path": ods, "cell": "C1", "value": 40097761, "text": {"equals": "40,097,761"}}),
+            &["holds 40097761", "expected text"],
+        ),
+        fail(
+            "spreadsheet_cell",
+            json!({"path": odt, "cell": "A1", "text": {"contains": "x"}}),
+            &["not a spreadsheet"],
+        ),
+        pass(
             "clipboard_in_document",
             json!({"path": odt}),
             &["all 4 clipboard lines", "OpenDocument text"],
@@ -377,6 +402,7 @@ const CRAB_LINUX_FUNCTIONS: &[&str] = &[
     "document_contains",
     "document_text",
     "clipboard_in_document",
+    "spreadsheet_cell",
     "spreadsheet_row",
     "image_brighter",
     "image_not_brighter",

@@ -185,4 +185,24 @@ fn near_misses_of_the_file_tasks_are_caught_and_other_routes_pass() {
         "printf '42.5' > ~/order.txt",
         &[],
     );
+
+    // Spreadsheets written by LibreOffice itself (a CSV converted headless, in a profile of
+    // its own so the Calc the setup opened is left alone).
+    let sheet = |csv: &str| {
+        format!(
+            "cd ~/sheets && printf '{csv}' > b.csv && soffice -env:UserInstallation=file://$HOME/.lo-convert --headless --norestore --convert-to ods b.csv >/dev/null 2>&1 && mv b.ods budget.ods && rm b.csv"
+        )
+    };
+    judge(
+        &sb,
+        "sheet-budget",
+        &[
+            // The right row in the wrong place, another amount, the label in other case.
+            (sheet(",\\n,\\nRent,1200\\n").as_str(), "label"),
+            (sheet("Rent,12000\\n").as_str(), "amount"),
+            (sheet("rent,1200\\n").as_str(), "label"),
+        ],
+        sheet("Rent,1200\\n").as_str(),
+        &[],
+    );
 }

@@ -62,6 +62,9 @@ pub(crate) struct Sheet {
     pub(crate) name: String,
     /// Rows of cell texts, trailing empty cells and rows left out.
     pub(crate) rows: Vec<Vec<String>>,
+    /// The cells' typed values (`office:value`, `office:date-value`, ...) in the same
+    /// places as `rows`; `None` for text cells and empty ones.
+    pub(crate) values: Vec<Vec<Option<String>>>,
 }
 
 /// What a file's bytes hold.
@@ -327,8 +330,8 @@ fn odf_sheets(xml: &str) -> Result<Vec<Sheet>, DocError> {
     #[derive(Default)]
     struct State {
         sheets: Vec<Sheet>,
-        row: Option<(Vec<String>, usize, usize)>,
-        cell: Option<(String, usize, usize)>,
+        row: Option<(Vec<String>, usize, usize, Vec<Option<String>>)>,
+        cell: Option<(String, usize, usize, Option<String>)>,
         empty_rows: usize,
         cells: usize,
         overflow: bool,
@@ -340,21 +343,36 @@ fn odf_sheets(xml: &str) -> Result<Vec<Sheet>, DocError> {
                 s.sheets.push(Sheet {
                     name: attr(e, "table:name").unwrap_or_default(),
                     rows: Vec::new(),
+                    values: Vec::new(),
                 });
                 s.empty_rows = 0;
             }
             b"table:table-row" => {
-                s.row = Some((Vec::new(), count_attr(e, "table:number-rows-repeated"), 0));
+                s.row = Some((
+                    Vec::new(),
+                    count_attr(e, "table:number-rows-repeated"),
+                    0,
+                    Vec::new(),
+                ));
             }
             b"table:table-cell" | b"table:covered-table-cell" if s.row.is_some() => {
+                let value = [
+                    "office:value",
+                    "office:date-value",
+                    "office:time-value",
+                    "office:boolean-value",
+                ]
+                .iter()
+                .find_map(|a| attr(e, a));
                 s.cell = Some((
                     String::new(),
                     count_attr(e, "table:number-columns-repeated"),
                     0,
+                    value,
                 ));
             }
             name => {
-                if let Some((text, _, paras)) = s.cell.as_mut() {
+                if let Some((text, _, paras, _)) = s.cell.as_mut() {
                     match name {
                         b"text:p" | b"text:h" => {
                             if *paras > 0 {
@@ -372,10 +390,10 @@ fn odf_sheets(xml: &str) -> Result<Vec<Sheet>, DocError> {
         },
         Xml::Close(name) => match name {
             b"table:table-cell" | b"table:covered-table-cell" => {
-                if let (Some((text, repeat, _)), Some((cells, _, empty))) =
+                if let (Some((text, repeat, _, value)), Some((cells, _, empty, values))) =
                     (s.cell.take(), s.row.as_mut())
                 {
-                    if text.is_empty() {
+                    if text.is_empty() && value.is_none() {
                         *empty += repeat;
                     } else {
                         let n = *empty + repeat;
@@ -386,12 +404,15 @@ fn odf_sheets(xml: &str) -> Result<Vec<Sheet>, DocError> {
                         }
                         cells.extend(std::iter::repeat_n(String::new(), *empty));
                         cells.extend(std::iter::repeat_n(text, repeat));
+                        values.extend(std::iter::repeat_n(None, *empty));
+                        values.extend(std::iter::repeat_n(value, repeat));
                         *empty = 0;
                     }
                 }
             }
             b"table:table-row" => {
-                if let (Some((cells, repeat, _)), Some(sheet)) = (s.row.take(), s.sheets.last_mut())
+                if let (Some((cells, repeat, _, values)), Some(sheet)) =
+                    (s.row.take(), s.sheets.last_mut())
                 {
                     if cells.is_empty() {
                         s.empty_rows += repeat;
@@ -405,6 +426,10 @@ fn odf_sheets(xml: &str) -> Result<Vec<Sheet>, DocError> {
                             .rows
                             .extend(std::iter::repeat_n(Vec::new(), s.empty_rows));
                         sheet.rows.extend(std::iter::repeat_n(cells, repeat));
+                        sheet
+                            .values
+                            .extend(std::iter::repeat_n(Vec::new(), s.empty_rows));
+                        sheet.values.extend(std::iter::repeat_n(values, repeat));
                         s.empty_rows = 0;
                     }
                 }
@@ -412,7 +437,7 @@ fn odf_sheets(xml: &str) -> Result<Vec<Sheet>, DocError> {
             _ => {}
         },
         Xml::Text(t) => {
-            if let Some((text, _, _)) = s.cell.as_mut() {
+            if let Some((text, _, _, _)) = s.cell.as_mut() {
                 text.push_str(t);
             }
         }
@@ -614,30 +639,10 @@ impl Check for Row {
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
         let p = &self.a.path;
-        let sheets = match document(r[0], p)? {
-            Ok(Document::Sheets(s)) => s,
-            Ok(other) => {
-                return Ok(Verdict::fail(format!(
-                    "{p} is a {}, not a spreadsheet",
-                    other.kind()
-                )));
-            }
+        let mut sheets = Vec::new();
+        let sheet = match pick_sheet(r[0], p, self.a.sheet.as_deref(), &mut sheets)? {
+            Ok(s) => s,
             Err(v) => return Ok(v),
-        };
-        let sheet = match &self.a.sheet {
-            Some(name) => sheets.iter().find(|s| &s.name == name),
-            None => sheets.first(),
-        };
-        let Some(sheet) = sheet else {
-            return Ok(Verdict::fail(format!(
-                "{p} has no sheet {} (sheets: {})",
-                self.a.sheet.as_deref().unwrap_or("at all"),
-                sheets
-                    .iter()
-                    .map(|s| format!("'{}'", s.name))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
         };
         let want: Vec<TextMatch> = self
             .a
@@ -674,6 +679,129 @@ impl Check for Row {
     }
 }
 
+/// The spreadsheet's sheet named (or the first), or the failing verdict that says why not.
+fn pick_sheet<'a>(
+    r: &ProbeResult,
+    path: &str,
+    name: Option<&str>,
+    sheets: &'a mut Vec<Sheet>,
+) -> Result<Result<&'a Sheet, Verdict>, EvalError> {
+    *sheets = match document(r, path)? {
+        Ok(Document::Sheets(s)) => s,
+        Ok(other) => {
+            return Ok(Err(Verdict::fail(format!(
+                "{path} is a {}, not a spreadsheet",
+                other.kind()
+            ))));
+        }
+        Err(v) => return Ok(Err(v)),
+    };
+    let names = sheets
+        .iter()
+        .map(|s| format!("'{}'", s.name))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sheet = match name {
+        Some(name) => sheets.iter().find(|s| s.name == name),
+        None => sheets.first(),
+    };
+    Ok(sheet.ok_or_else(|| {
+        Verdict::fail(format!(
+            "{path} has no sheet {} (sheets: {names})",
+            name.unwrap_or("at all"),
+        ))
+    }))
+}
+
+/// A cell address such as `B3` as (row, column) from 0.
+fn cell_address(cell: &str) -> Option<(usize, usize)> {
+    let cell = cell.trim().to_ascii_uppercase();
+    let split = cell.find(|c: char| c.is_ascii_digit())?;
+    let (letters, digits) = cell.split_at(split);
+    if letters.is_empty() || letters.len() > 3 || !letters.chars().all(|c| c.is_ascii_uppercase()) {
+        return None;
+    }
+    let col = letters
+        .bytes()
+        .fold(0usize, |n, b| n * 26 + usize::from(b - b'A' + 1))
+        - 1;
+    let row: usize = digits.parse().ok().filter(|&r| r > 0)?;
+    Some((row - 1, col))
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct CellArgs {
+    /// The spreadsheet (OpenDocument .ods).
+    path: String,
+    /// The cell's address, such as "B3".
+    cell: String,
+    /// The sheet's name (default: the first sheet).
+    #[serde(default)]
+    sheet: Option<String>,
+    /// The number the cell must hold (its value, however it is formatted: 1200 matches a
+    /// cell shown as "1,200" or "$1,200.00"; a text that looks like a number does not).
+    #[serde(default)]
+    value: Option<f64>,
+    /// A test of the text the cell shows.
+    #[serde(default)]
+    text: Option<TextMatch>,
+}
+
+/// One spreadsheet cell, by address: its value, its shown text, or both.
+#[derive(Debug)]
+struct Cell {
+    a: CellArgs,
+    at: (usize, usize),
+}
+
+impl Check for Cell {
+    fn probes(&self) -> Vec<Probe> {
+        vec![read_probe(&self.a.path)]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let mut sheets = Vec::new();
+        let sheet = match pick_sheet(r[0], &self.a.path, self.a.sheet.as_deref(), &mut sheets)? {
+            Ok(s) => s,
+            Err(v) => return Ok(v),
+        };
+        let (row, col) = self.at;
+        let text = sheet
+            .rows
+            .get(row)
+            .and_then(|r| r.get(col))
+            .map_or("", String::as_str);
+        let value = sheet
+            .values
+            .get(row)
+            .and_then(|r| r.get(col))
+            .and_then(Option::as_deref);
+        let cell = format!(
+            "cell {} of sheet '{}'",
+            self.a.cell.trim().to_ascii_uppercase(),
+            sheet.name
+        );
+        let holds = match value {
+            Some(v) => format!("{cell} holds {v} (shown as '{}')", clip(text, 40)),
+            None if text.is_empty() => format!("{cell} is empty"),
+            None => format!("{cell} holds the text '{}'", clip(text, 40)),
+        };
+        if let Some(want) = self.a.value {
+            let number = value.and_then(|v| v.parse::<f64>().ok());
+            if number.is_none_or(|n| (n - want).abs() > 1e-9 * want.abs().max(1.0)) {
+                return Ok(Verdict::fail(format!("{holds}, not the number {want}")));
+            }
+        }
+        if let Some(test) = &self.a.text
+            && !test.test(text)
+        {
+            return Ok(Verdict::fail(format!("{holds}, expected text {test}")));
+        }
+        Ok(Verdict::pass(holds))
+    }
+}
+
 pub(super) fn register(lib: &mut Library) {
     lib.add(
         "document_text",
@@ -705,6 +833,20 @@ pub(super) fn register(lib: &mut Library) {
         Reads::Env(ANY),
         r#"{"path": "~/Documents/pasted.odt"}"#,
         |a: ClipboardArgs, _| Ok(ClipboardInDoc { path: a.path }),
+    );
+    lib.add(
+        "spreadsheet_cell",
+        "One cell of an OpenDocument spreadsheet, by address (first sheet unless named): its number (`value`, however formatted) and/or its shown text (`text`, a text match).",
+        Reads::Env(ANY),
+        r#"{"path": "~/sheets/budget.ods", "cell": "B1", "value": 1200}"#,
+        |a: CellArgs, _| {
+            let at = cell_address(&a.cell)
+                .ok_or_else(|| format!("`cell` {:?} is not a cell address such as \"B3\"", a.cell))?;
+            if a.value.is_none() && a.text.is_none() {
+                return Err("give `value`, `text` or both: the cell is checked against them".into());
+            }
+            Ok(Cell { a, at })
+        },
     );
     lib.add(
         "spreadsheet_row",
@@ -811,6 +953,65 @@ mod tests {
             ]
         );
         assert_eq!(sheets[1].rows, vec![vec!["a\nb"]]);
+    }
+
+    #[test]
+    fn cells_are_found_by_address_and_judged_by_value_or_text() {
+        let content = r#"<office:document-content xmlns:office="o" xmlns:table="t" xmlns:text="x"><office:body><office:spreadsheet><table:table table:name="Budget">
+<table:table-row><table:table-cell office:value-type="string"><text:p>Rent</text:p></table:table-cell><table:table-cell office:value-type="currency" office:value="1200"><text:p>$1,200.00</text:p></table:table-cell></table:table-row>
+<table:table-row table:number-rows-repeated="2"><table:table-cell table:number-columns-repeated="1024"/></table:table-row>
+<table:table-row><table:table-cell table:number-columns-repeated="2"/><table:table-cell office:value-type="string"><text:p>1200</text:p></table:table-cell></table:table-row>
+</table:table></office:spreadsheet></office:body></office:document-content>"#;
+        let ods = archive(&[
+            ("mimetype", "application/vnd.oasis.opendocument.spreadsheet"),
+            ("content.xml", content),
+        ]);
+        let reply: ProbeResult = Ok(ProbeReply::File(Some(FileContent {
+            path: "~/b.ods".into(),
+            total_size: ods.len() as u64,
+            bytes: ods,
+        })));
+        let lib = Library::standard();
+        let judge = |args: serde_json::Value| {
+            let mut args = args;
+            args["path"] = "~/b.ods".into();
+            let c = lib.build("spreadsheet_cell", &args).unwrap();
+            c.judge(&[&reply], &AgentLog::default()).unwrap()
+        };
+        let v = judge(serde_json::json!({"cell": "B1", "value": 1200}));
+        assert!(v.passed, "{v:?}");
+        assert_eq!(
+            v.feedback,
+            "cell B1 of sheet 'Budget' holds 1200 (shown as '$1,200.00')"
+        );
+        assert!(
+            judge(
+                serde_json::json!({"cell": "a1", "text": {"equals": "rent", "ignore_case": true}})
+            )
+            .passed
+        );
+        // A number typed as text is not the number; another cell is another cell.
+        let v = judge(serde_json::json!({"cell": "C4", "value": 1200}));
+        assert!(
+            !v.passed && v.feedback.contains("holds the text '1200'"),
+            "{v:?}"
+        );
+        assert!(!judge(serde_json::json!({"cell": "B4", "value": 1200})).passed);
+        let v = judge(serde_json::json!({"cell": "B1", "value": 120}));
+        assert!(v.feedback.ends_with("not the number 120"), "{v:?}");
+        let v = judge(serde_json::json!({"cell": "Z99", "text": {"equals": ""}}));
+        assert!(v.passed && v.feedback.contains("is empty"), "{v:?}");
+        assert_eq!(cell_address("AA10"), Some((9, 26)));
+        for bad in ["B0", "1B", "B", "ABCD1", ""] {
+            assert_eq!(cell_address(bad), None, "{bad}");
+        }
+        assert!(
+            lib.build(
+                "spreadsheet_cell",
+                &serde_json::json!({"path": "x", "cell": "B1"})
+            )
+            .is_err()
+        );
     }
 
     #[test]
