@@ -327,11 +327,26 @@ fn paragraphs(xml: &str, part: &str, v: &Vocabulary) -> Result<Vec<String>, DocE
 /// expanded, except trailing empty ones (LibreOffice writes a row of 1,024 repeated empty
 /// cells and a million repeated empty rows to fill the grid).
 fn odf_sheets(xml: &str) -> Result<Vec<Sheet>, DocError> {
+    /// The row being read: its cells' texts and values, how often it repeats, and how many
+    /// empty cells wait to be written before the next non-empty one.
+    struct OpenRow {
+        cells: Vec<String>,
+        values: Vec<Option<String>>,
+        repeat: usize,
+        empty: usize,
+    }
+    /// The cell being read: its text, value, how often it repeats and its paragraphs so far.
+    struct OpenCell {
+        text: String,
+        value: Option<String>,
+        repeat: usize,
+        paras: usize,
+    }
     #[derive(Default)]
     struct State {
         sheets: Vec<Sheet>,
-        row: Option<(Vec<String>, usize, usize, Vec<Option<String>>)>,
-        cell: Option<(String, usize, usize, Option<String>)>,
+        row: Option<OpenRow>,
+        cell: Option<OpenCell>,
         empty_rows: usize,
         cells: usize,
         overflow: bool,
@@ -348,12 +363,12 @@ fn odf_sheets(xml: &str) -> Result<Vec<Sheet>, DocError> {
                 s.empty_rows = 0;
             }
             b"table:table-row" => {
-                s.row = Some((
-                    Vec::new(),
-                    count_attr(e, "table:number-rows-repeated"),
-                    0,
-                    Vec::new(),
-                ));
+                s.row = Some(OpenRow {
+                    cells: Vec::new(),
+                    values: Vec::new(),
+                    repeat: count_attr(e, "table:number-rows-repeated"),
+                    empty: 0,
+                });
             }
             b"table:table-cell" | b"table:covered-table-cell" if s.row.is_some() => {
                 let value = [
@@ -364,15 +379,15 @@ fn odf_sheets(xml: &str) -> Result<Vec<Sheet>, DocError> {
                 ]
                 .iter()
                 .find_map(|a| attr(e, a));
-                s.cell = Some((
-                    String::new(),
-                    count_attr(e, "table:number-columns-repeated"),
-                    0,
+                s.cell = Some(OpenCell {
+                    text: String::new(),
                     value,
-                ));
+                    repeat: count_attr(e, "table:number-columns-repeated"),
+                    paras: 0,
+                });
             }
             name => {
-                if let Some((text, _, paras, _)) = s.cell.as_mut() {
+                if let Some(OpenCell { text, paras, .. }) = s.cell.as_mut() {
                     match name {
                         b"text:p" | b"text:h" => {
                             if *paras > 0 {
@@ -390,8 +405,20 @@ fn odf_sheets(xml: &str) -> Result<Vec<Sheet>, DocError> {
         },
         Xml::Close(name) => match name {
             b"table:table-cell" | b"table:covered-table-cell" => {
-                if let (Some((text, repeat, _, value)), Some((cells, _, empty, values))) =
-                    (s.cell.take(), s.row.as_mut())
+                if let (
+                    Some(OpenCell {
+                        text,
+                        value,
+                        repeat,
+                        ..
+                    }),
+                    Some(OpenRow {
+                        cells,
+                        values,
+                        empty,
+                        ..
+                    }),
+                ) = (s.cell.take(), s.row.as_mut())
                 {
                     if text.is_empty() && value.is_none() {
                         *empty += repeat;
@@ -411,8 +438,15 @@ fn odf_sheets(xml: &str) -> Result<Vec<Sheet>, DocError> {
                 }
             }
             b"table:table-row" => {
-                if let (Some((cells, repeat, _, values)), Some(sheet)) =
-                    (s.row.take(), s.sheets.last_mut())
+                if let (
+                    Some(OpenRow {
+                        cells,
+                        values,
+                        repeat,
+                        ..
+                    }),
+                    Some(sheet),
+                ) = (s.row.take(), s.sheets.last_mut())
                 {
                     if cells.is_empty() {
                         s.empty_rows += repeat;
@@ -437,7 +471,7 @@ fn odf_sheets(xml: &str) -> Result<Vec<Sheet>, DocError> {
             _ => {}
         },
         Xml::Text(t) => {
-            if let Some((text, _, _, _)) = s.cell.as_mut() {
+            if let Some(OpenCell { text, .. }) = s.cell.as_mut() {
                 text.push_str(t);
             }
         }
