@@ -1233,6 +1233,7 @@ const COVERED_IN_CHECKS_CRAB: &[&str] = &[
     "clipboard_in_document",
     "document_contains",
     "document_text",
+    "document_type",
     "image_brighter",
     "image_not_brighter",
     "spreadsheet_cell",

@@ -170,6 +170,36 @@ fn document_cases() -> Vec<Case> {
             &["not a spreadsheet"],
         ),
         pass(
+            "document_type",
+            json!({"path": odt, "kind": "odt"}),
+            &["is odt: OpenDocument text"],
+        ),
+        pass(
+            "document_type",
+            json!({"path": docx, "kind": "docx"}),
+            &["DOCX"],
+        ),
+        pass(
+            "document_type",
+            json!({"path": ods, "kind": "ods"}),
+            &["is ods"],
+        ),
+        fail(
+            "document_type",
+            json!({"path": docx, "kind": "odt"}),
+            &["is not odt: DOCX"],
+        ),
+        fail(
+            "document_type",
+            json!({"path": "~/docs/notes.txt", "kind": "odt"}),
+            &["is not odt: text file"],
+        ),
+        fail(
+            "document_type",
+            json!({"path": "~/docs/notes.pdf", "kind": "text"}),
+            &["PDF", "not text"],
+        ),
+        pass(
             "spreadsheet_cell",
             json!({"path": ods, "cell": "C2", "value": 124516650}),
             &["cell C2 of sheet 'countries' holds 124516650"],
@@ -402,6 +432,7 @@ const CRAB_LINUX_FUNCTIONS: &[&str] = &[
     "document_contains",
     "document_text",
     "clipboard_in_document",
+    "document_type",
     "spreadsheet_cell",
     "spreadsheet_row",
     "image_brighter",

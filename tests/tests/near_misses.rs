@@ -205,4 +205,32 @@ fn near_misses_of_the_file_tasks_are_caught_and_other_routes_pass() {
         sheet("Rent,1200\\n").as_str(),
         &[],
     );
+
+    let writer = |script: &str| {
+        format!(
+            "cd ~/letters && printf 'Dear Ada, thank you for the engine.\\n' > a.txt && {script} && rm -f a.txt"
+        )
+    };
+    let convert = "soffice -env:UserInstallation=file://$HOME/.lo-convert --headless --norestore --convert-to";
+    judge(
+        &sb,
+        "writer-letter",
+        &[
+            // Plain text, and a Word file, under the OpenDocument name.
+            (writer("cp a.txt ada.odt").as_str(), "is-odt"),
+            (
+                writer(&format!("{convert} docx:'MS Word 2007 XML' a.txt >/dev/null 2>&1 && mv a.docx ada.odt"))
+                    .as_str(),
+                "is-odt",
+            ),
+            // The right kind with other words.
+            (
+                format!("cd ~/letters && printf 'Dear Bob\\n' > a.txt && {convert} odt a.txt >/dev/null 2>&1 && mv a.odt ada.odt")
+                    .as_str(),
+                "text",
+            ),
+        ],
+        writer(&format!("{convert} odt a.txt >/dev/null 2>&1 && mv a.odt ada.odt")).as_str(),
+        &[],
+    );
 }

@@ -713,6 +713,76 @@ impl Check for Row {
     }
 }
 
+/// The kinds of document `document_type` tells apart, by content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum DocKind {
+    /// OpenDocument text (Writer).
+    Odt,
+    /// OpenDocument spreadsheet (Calc).
+    Ods,
+    /// OpenDocument presentation (Impress).
+    Odp,
+    /// OpenDocument drawing (Draw).
+    Odg,
+    /// Word's DOCX.
+    Docx,
+    /// Plain text.
+    Text,
+}
+
+impl DocKind {
+    /// The kind of a parsed document.
+    fn of(d: &Document) -> Option<Self> {
+        Some(match d {
+            Document::Text(_) => Self::Text,
+            Document::Sheets(_) => Self::Ods,
+            Document::Paragraphs { kind, .. } => match *kind {
+                "OpenDocument text" => Self::Odt,
+                "OpenDocument presentation" => Self::Odp,
+                "OpenDocument drawing" => Self::Odg,
+                "DOCX" => Self::Docx,
+                _ => return None,
+            },
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TypeArgs {
+    /// The file.
+    path: String,
+    /// What it must be, judged by its content, not its name.
+    kind: DocKind,
+}
+
+/// A file that is a document of a kind, by content.
+#[derive(Debug)]
+struct DocType {
+    a: TypeArgs,
+}
+
+impl Check for DocType {
+    fn probes(&self) -> Vec<Probe> {
+        vec![read_probe(&self.a.path)]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let p = &self.a.path;
+        let want = format!("{:?}", self.a.kind).to_lowercase();
+        let doc = match document(r[0], p)? {
+            Ok(d) => d,
+            Err(v) => return Ok(Verdict::fail(format!("{}, not {want}", v.feedback))),
+        };
+        Ok(Verdict::when(
+            DocKind::of(&doc) == Some(self.a.kind),
+            format!("{p} is {want}: {}", doc.kind()),
+            format!("{p} is not {want}: {}", doc.kind()),
+        ))
+    }
+}
+
 /// The spreadsheet's sheet named (or the first), or the failing verdict that says why not.
 fn pick_sheet<'a>(
     r: &ProbeResult,
@@ -867,6 +937,13 @@ pub(super) fn register(lib: &mut Library) {
         Reads::Env(ANY),
         r#"{"path": "~/Documents/pasted.odt"}"#,
         |a: ClipboardArgs, _| Ok(ClipboardInDoc { path: a.path }),
+    );
+    lib.add(
+        "document_type",
+        "A file is a document of the kind (odt, ods, odp, odg, docx, text), judged by its content, not its name.",
+        Reads::Env(ANY),
+        r#"{"path": "~/letters/ada.odt", "kind": "odt"}"#,
+        |a: TypeArgs, _| Ok(DocType { a }),
     );
     lib.add(
         "spreadsheet_cell",
