@@ -59,7 +59,7 @@ fn judge_on(
 }
 
 #[test]
-fn near_misses_of_the_file_tasks_are_caught_and_other_routes_pass() {
+fn near_misses_of_twelve_demo_tasks_are_caught_and_other_routes_pass() {
     let sb = Sandbox::new();
     let _desktop = sb.desktop("near", "1024x768", &[]);
     let _desktop2 = sb.desktop("near2", "1024x768", &[]);
@@ -232,5 +232,71 @@ fn near_misses_of_the_file_tasks_are_caught_and_other_routes_pass() {
         ],
         writer(&format!("{convert} odt a.txt >/dev/null 2>&1 && mv a.odt ada.odt")).as_str(),
         &[],
+    );
+
+    let mouse = |left: &str, ms: &str| {
+        format!(
+            "gsettings set org.gnome.desktop.peripherals.mouse left-handed {left} && gsettings set org.gnome.desktop.peripherals.mouse double-click {ms}"
+        )
+    };
+    judge(
+        &sb,
+        "settings-left-handed-mouse",
+        &[
+            (mouse("true", "400").as_str(), "double-click"),
+            (mouse("false", "600").as_str(), "left-handed"),
+            (mouse("true", "60").as_str(), "double-click"),
+        ],
+        mouse("true", "600").as_str(),
+        &[],
+    );
+
+    let look = |scheme: &str, theme: &str| {
+        format!(
+            "gsettings set org.gnome.desktop.interface color-scheme {scheme} && gsettings set org.gnome.desktop.interface gtk-theme {theme}"
+        )
+    };
+    judge(
+        &sb,
+        "settings-dark-mode",
+        &[
+            (look("prefer-dark", "Adwaita").as_str(), "theme"),
+            (look("default", "Adwaita-dark").as_str(), "scheme"),
+            (look("prefer-dark", "adwaita-dark").as_str(), "theme"),
+        ],
+        look("prefer-dark", "Adwaita-dark").as_str(),
+        &[],
+    );
+
+    judge(
+        &sb,
+        "terminal-make-project",
+        &[
+            // The file one level up, a word that only contains "fast", a directory named README.
+            (
+                "mkdir -p ~/projects/pincer && echo fast > ~/projects/README",
+                "readme",
+            ),
+            (
+                "mkdir -p ~/projects/pincer && echo breakfast > ~/projects/pincer/README",
+                "readme",
+            ),
+            ("mkdir -p ~/projects/pincer/README", "readme"),
+        ],
+        "mkdir -p ~/projects/pincer && printf 'Fast, sound.' > ~/projects/pincer/README",
+        &[],
+    );
+
+    judge(
+        &sb,
+        "terminal-count-lines",
+        &[
+            ("echo 37 lines > ~/data/count.txt", "count"),
+            ("echo 36 > ~/data/count.txt", "count"),
+            ("echo 37 > ~/count.txt", "count-file"),
+        ],
+        // The answer is the agent's to submit; nobody did here.
+        "wc -l < ~/data/events.log > ~/data/count.txt",
+        &["answer"],
     );
 }
