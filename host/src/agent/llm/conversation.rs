@@ -235,6 +235,17 @@ mod tests {
         }
     }
 
+    /// One observation, a click called on it, and the click executed.
+    fn first_turn(c: &mut Conversation) {
+        c.ask(vec![Part::Text("obs 1".into())]);
+        c.answer(reply("a"));
+        c.settle(vec![ToolResult {
+            id: "a".into(),
+            name: "click".into(),
+            content: "executed".into(),
+        }]);
+    }
+
     #[test]
     fn the_window_keeps_recent_turns_and_only_the_current_images() {
         let mut c = Conversation::new("sys".into(), Vec::new(), 2);
@@ -276,13 +287,7 @@ mod tests {
     #[test]
     fn a_withdrawn_turn_leaves_no_trace_but_its_results_stay_owed() {
         let mut c = Conversation::new("sys".into(), Vec::new(), 5);
-        c.ask(vec![Part::Text("obs 1".into())]);
-        c.answer(reply("a"));
-        c.settle(vec![ToolResult {
-            id: "a".into(),
-            name: "click".into(),
-            content: "executed".into(),
-        }]);
+        first_turn(&mut c);
         c.ask(vec![Part::Text("obs 2 (refused)".into()), image(2)]);
         c.withdraw();
         assert_eq!(c.len(), 2, "the refused prompt is gone");
@@ -299,13 +304,7 @@ mod tests {
     #[test]
     fn no_history_sends_only_the_current_turn() {
         let mut c = Conversation::new("sys".into(), Vec::new(), 0);
-        c.ask(vec![Part::Text("obs 1".into())]);
-        c.answer(reply("a"));
-        c.settle(vec![ToolResult {
-            id: "a".into(),
-            name: "click".into(),
-            content: "executed".into(),
-        }]);
+        first_turn(&mut c);
         c.ask(vec![Part::Text("obs 2".into()), image(2)]);
         let w = c.window();
         assert_eq!(w.len(), 1);

@@ -673,8 +673,7 @@ impl Check for Row {
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
         let p = &self.a.path;
-        let mut sheets = Vec::new();
-        let sheet = match pick_sheet(r[0], p, self.a.sheet.as_deref(), &mut sheets)? {
+        let sheet = match pick_sheet(r[0], p, self.a.sheet.as_deref())? {
             Ok(s) => s,
             Err(v) => return Ok(v),
         };
@@ -784,13 +783,12 @@ impl Check for DocType {
 }
 
 /// The spreadsheet's sheet named (or the first), or the failing verdict that says why not.
-fn pick_sheet<'a>(
+fn pick_sheet(
     r: &ProbeResult,
     path: &str,
     name: Option<&str>,
-    sheets: &'a mut Vec<Sheet>,
-) -> Result<Result<&'a Sheet, Verdict>, EvalError> {
-    *sheets = match document(r, path)? {
+) -> Result<Result<Sheet, Verdict>, EvalError> {
+    let sheets = match document(r, path)? {
         Ok(Document::Sheets(s)) => s,
         Ok(other) => {
             return Ok(Err(Verdict::fail(format!(
@@ -805,9 +803,10 @@ fn pick_sheet<'a>(
         .map(|s| format!("'{}'", s.name))
         .collect::<Vec<_>>()
         .join(", ");
+    let mut sheets = sheets.into_iter();
     let sheet = match name {
-        Some(name) => sheets.iter().find(|s| s.name == name),
-        None => sheets.first(),
+        Some(name) => sheets.find(|s| s.name == name),
+        None => sheets.next(),
     };
     Ok(sheet.ok_or_else(|| {
         Verdict::fail(format!(
@@ -865,8 +864,7 @@ impl Check for Cell {
     }
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
-        let mut sheets = Vec::new();
-        let sheet = match pick_sheet(r[0], &self.a.path, self.a.sheet.as_deref(), &mut sheets)? {
+        let sheet = match pick_sheet(r[0], &self.a.path, self.a.sheet.as_deref())? {
             Ok(s) => s,
             Err(v) => return Ok(v),
         };
