@@ -3,6 +3,7 @@
 //! own state directory and envs file so tests run in parallel without seeing each other.
 
 pub mod cases;
+pub mod routes;
 
 use pincer::env::registry::Registry;
 use pincer::env::{Deadlines, Environment};

@@ -48,19 +48,100 @@ fn write_tasks(dir: &Path) {
     std::fs::write(dir.join("ask.json"), ask.to_string()).unwrap();
 }
 
-/// Waits for a line containing `needle` on the channel, returning everything read.
-fn wait_for(lines: &mpsc::Receiver<String>, seen: &mut String, needle: &str) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !seen.contains(needle) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(l) => {
-                seen.push_str(&l);
-                seen.push('\n');
+/// `pincer run --agent human` in a sandbox, with the test as the person: it reads what the
+/// run prints for the person and types lines on its terminal.
+struct Person {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+    /// Everything printed so far.
+    seen: String,
+    /// Where the next wait starts looking.
+    at: usize,
+}
+
+impl Person {
+    /// Starts `pincer run ARGS --agent human --no-report --out OUT`.
+    fn start(sb: &Sandbox, args: &[&str], out: &Path) -> Self {
+        let mut child = sb
+            .pincer_command(&["run", "--agent", "human", "--no-report", "--out"])
+            .arg(out)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
             }
-            Err(_) => panic!("no '{needle}' in the output:\n{seen}"),
+        });
+        Self {
+            child,
+            lines,
+            seen: String::new(),
+            at: 0,
         }
     }
+
+    /// Waits until the run prints `needle` after what the last wait found.
+    fn wait_for(&mut self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(i) = self.seen[self.at..].find(needle) {
+                self.at += i + needle.len();
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push_str(&l);
+                    self.seen.push('\n');
+                }
+                Err(_) => panic!("no '{needle}' in the output:\n{}", self.seen),
+            }
+        }
+    }
+
+    /// Types a line on the run's terminal.
+    fn say(&mut self, line: &str) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+    }
+
+    /// Waits for the run to end; it must succeed.
+    fn finish(mut self) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().unwrap();
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push_str(&l);
+            self.seen.push('\n');
+        }
+        assert!(status.success(), "{status}:\n{}", self.seen);
+    }
+}
+
+/// The records of a run directory's results.jsonl.
+fn results(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// (task, termination) of each record.
+fn ends(recs: &[Value]) -> Vec<(String, String)> {
+    recs.iter()
+        .map(|r| {
+            (
+                r["task"].as_str().unwrap().to_owned(),
+                r["termination"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -70,75 +151,45 @@ fn a_person_solves_one_task_and_gives_up_on_another() {
     let tasks = sb.path().join("tasks");
     write_tasks(&tasks);
     let out = sb.path().join("out");
-    let mut child = Command::new(bin("pincer"))
-        .args([
-            "run",
+    let mut person = Person::start(
+        &sb,
+        &[
             "--tasks",
             tasks.to_str().unwrap(),
-            "--agent",
-            "human",
-        ])
-        .args(["--set", "desktop=person", "--no-report", "--out"])
-        .arg(&out)
-        .env("PINCER_STATE_DIR", sb.path().join("state"))
-        .env("PINCER_ENVS", sb.path().join("envs.toml"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, lines) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let mut seen = String::new();
-    let mut say = |line: &[u8]| child.stdin.as_mut().unwrap().write_all(line).unwrap();
+            "--set",
+            "desktop=person",
+        ],
+        &out,
+    );
     // Tasks run in id order. A mistyped answer is explained, not taken; the right one is.
-    wait_for(&lines, &mut seen, "=== task ask ===");
-    wait_for(&lines, &mut seen, "`answer TEXT`");
-    say(b"answer\n");
-    wait_for(&lines, &mut seen, "`answer` needs the answer after it");
-    say(b"answer 366\n");
+    person.wait_for("=== task ask ===");
+    person.wait_for("`answer TEXT`");
+    person.say("answer");
+    person.wait_for("`answer` needs the answer after it");
+    person.say("answer 366");
     // The person is told where to work.
-    wait_for(&lines, &mut seen, "=== task by-hand ===");
-    wait_for(&lines, &mut seen, "environment 'person'");
-    wait_for(&lines, &mut seen, "progress: 0/2 checkpoints");
+    person.wait_for("=== task by-hand ===");
+    person.wait_for("environment 'person'");
+    person.wait_for("progress: 0/2 checkpoints");
     // The person's hands: a shell command on the desktop.
     let work = |script: &str| sb.pincer_ok(&["exec", "--env", "person", "--", "sh", "-c", script]);
     // Half the work: the file exists, without the words yet.
     work("touch \"$HOME/by-hand.txt\"");
-    wait_for(&lines, &mut seen, "checkpoint passed: file");
-    wait_for(&lines, &mut seen, "progress: 1/2 checkpoints");
+    person.wait_for("checkpoint passed: file");
+    person.wait_for("progress: 1/2 checkpoints");
     work("echo made by hand > \"$HOME/by-hand.txt\"");
     // The graph is complete, so the task ends on its own; the next one asks the person.
-    wait_for(&lines, &mut seen, "2/2 checkpoints");
-    wait_for(&lines, &mut seen, "=== task give-up ===");
-    say(b"infeasible the words will not fit\n");
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{seen}");
-    let recs: Vec<Value> = std::fs::read_to_string(out.join("results.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let ends: Vec<(&str, &str)> = recs
-        .iter()
-        .map(|r| {
-            (
-                r["task"].as_str().unwrap(),
-                r["termination"].as_str().unwrap(),
-            )
-        })
-        .collect();
+    person.wait_for("2/2 checkpoints");
+    person.wait_for("=== task give-up ===");
+    person.say("infeasible the words will not fit");
+    person.finish();
+    let recs = results(&out);
     assert_eq!(
-        ends,
+        ends(&recs),
         [
-            ("ask", "success"),
-            ("by-hand", "success"),
-            ("give-up", "infeasible")
+            ("ask".to_owned(), "success".to_owned()),
+            ("by-hand".to_owned(), "success".to_owned()),
+            ("give-up".to_owned(), "infeasible".to_owned())
         ]
     );
     assert!(
@@ -161,6 +212,102 @@ fn a_person_solves_one_task_and_gives_up_on_another() {
             .unwrap_or_else(|| panic!("{id} has no passed_ms: {progress}"))
     };
     assert!(at("file") < at("words"), "{progress}");
+}
+
+/// The environment each role of the demo suite is bound to in these tests.
+fn person_env(role: &str) -> String {
+    match role {
+        "desktop" => "hand".into(),
+        "desktop2" => "hand2".into(),
+        other => panic!("no environment for role {other}"),
+    }
+}
+
+#[test]
+fn a_person_solves_every_demo_task_by_a_route_of_their_own() {
+    let sb = Sandbox::new();
+    let _desk = sb.desktop("hand", "1024x768", &[]);
+    let _desk2 = sb.desktop("hand2", "1024x768", &[]);
+    let out = sb.path().join("out");
+    let mut person = Person::start(
+        &sb,
+        &["--tasks", "demo", "--set", "desktop=hand,desktop2=hand2"],
+        &out,
+    );
+    let mut routes = pincer_tests::routes::demo();
+    routes.sort_by_key(|r| r.task);
+    for route in &routes {
+        person.wait_for(&format!("=== task {} ===", route.task));
+        // Set up and checked: the person is shown the checkpoints and may start.
+        person.wait_for("progress: 0/");
+        route.perform(&sb, &person_env);
+        if let Some(answer) = route.answer {
+            person.say(&format!("answer {answer}"));
+        }
+    }
+    person.finish();
+    let got = ends(&results(&out));
+    let want: Vec<(String, String)> = routes
+        .iter()
+        .map(|r| (r.task.to_owned(), "success".to_owned()))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_task_solved_and_then_undone_by_a_person_is_not_a_success() {
+    let sb = Sandbox::new();
+    let _desk = sb.desktop("undo", "1024x768", &[]);
+    let out = sb.path().join("out");
+    let mut person = Person::start(
+        &sb,
+        &[
+            "--tasks",
+            "demo",
+            "--task",
+            "files-archive-report",
+            "--task",
+            "settings-left-handed-mouse",
+            "--set",
+            "desktop=undo",
+        ],
+        &out,
+    );
+    let work = |script: &str| sb.pincer_ok(&["exec", "--env", "undo", "--", "sh", "-c", script]);
+    // The report moved into the archive (with a stray file beside it, so the task is not
+    // complete yet), then moved back, leaving a copy in the archive.
+    person.wait_for("=== task files-archive-report ===");
+    person.wait_for("progress: 0/");
+    work("mv ~/inbox/report-draft.txt ~/archive/report-final.txt && touch ~/archive/stray");
+    person.wait_for("checkpoint passed: inbox-exact");
+    work("cp ~/archive/report-final.txt ~/inbox/report-draft.txt && rm ~/archive/stray");
+    // Left-handed set, then unset while the double-click time is set.
+    person.wait_for("=== task settings-left-handed-mouse ===");
+    person.wait_for("progress: 0/");
+    work("gsettings set org.gnome.desktop.peripherals.mouse left-handed true");
+    person.wait_for("checkpoint passed: left-handed");
+    work(
+        "gsettings set org.gnome.desktop.peripherals.mouse left-handed false && gsettings set org.gnome.desktop.peripherals.mouse double-click 600",
+    );
+    person.finish();
+    let recs = results(&out);
+    assert_eq!(
+        ends(&recs),
+        [
+            ("files-archive-report".to_owned(), "undone".to_owned()),
+            ("settings-left-handed-mouse".to_owned(), "undone".to_owned())
+        ]
+    );
+    // Each names what no longer holds; every checkpoint passed once, not all at the end.
+    for (rec, undone) in recs.iter().zip(["inbox-exact", "left-handed"]) {
+        let detail = rec["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains(undone), "{rec}");
+        assert_eq!(rec["passed"], rec["total"], "{rec}");
+        assert!(
+            rec["final_passed"].as_u64() < rec["total"].as_u64(),
+            "{rec}"
+        );
+    }
 }
 
 #[test]

@@ -407,4 +407,88 @@ fn check_prints_every_checkpoint_on_a_live_desktop() {
 
     let e = pincer_err(&sb, &["task", "check", "no-such", "--tasks", tasks]);
     assert!(e.contains("no task 'no-such'"), "{e}");
+
+    // An answer is judged as if the agent had submitted it.
+    let mut asked = good_task("cli-answer");
+    asked["checkpoints"] = json!([
+        {"id": "answer", "check": "answer_equals", "args": {"text": "42"}}
+    ]);
+    write_json(&dir.join("cli-answer.json"), &asked);
+    let out = sb.pincer_ok(&["task", "check", "cli-answer", "--tasks", tasks]);
+    assert!(
+        out.contains("fail answer: the agent has not submitted an answer"),
+        "{out}"
+    );
+    let out = sb.pincer_ok(&[
+        "task",
+        "check",
+        "cli-answer",
+        "--tasks",
+        tasks,
+        "--answer",
+        " 42 ",
+    ]);
+    assert!(out.contains("PASS answer"), "{out}");
+    let out = sb.pincer_ok(&[
+        "task",
+        "check",
+        "cli-answer",
+        "--tasks",
+        tasks,
+        "--answer",
+        "41",
+    ]);
+    assert!(out.contains("fail answer"), "{out}");
+}
+
+#[test]
+fn check_repeats_setups_and_names_the_rounds_that_failed() {
+    let sb = Sandbox::new();
+    let dir = sb.path().join("tasks");
+    let tasks = dir.to_str().unwrap();
+    let _desktop = sb.desktop("cli-repeat", "800x600", &["--no-wm"]);
+
+    // A setup that holds every time.
+    let mut steady = good_task("steady");
+    steady["checkpoints"] = json!([
+        {"id": "written", "env": "desktop", "check": "file_contains",
+         "args": {"path": "~/cli/notes.txt", "text": "second line"}}
+    ]);
+    write_json(&dir.join("steady.json"), &steady);
+    let out = sb.pincer_ok(&["task", "check", "steady", "--tasks", tasks, "--repeat", "3"]);
+    assert_eq!(out.matches("  ok  ").count(), 3, "{out}");
+    assert!(out.contains("3 of 3 set-ups good"), "{out}");
+    assert!(out.contains("0/1 checkpoints pass"), "{out}");
+
+    // A setup that works once only: rounds 2 and 3 fail and are named.
+    let mut once = steady.clone();
+    once["id"] = json!("once");
+    once["setup"] = json!({"desktop": [
+        {"do": "exec", "argv": ["sh", "-c", "test ! -e ~/cli/flag && mkdir -p ~/cli && touch ~/cli/flag"]}
+    ]});
+    write_json(&dir.join("once.json"), &once);
+    let e = pincer_err(
+        &sb,
+        &["task", "check", "once", "--tasks", tasks, "--repeat", "3"],
+    );
+    assert!(e.contains("1 of 3 set-ups good"), "{e}");
+    assert!(e.contains("2 of 3 set-ups failed (rounds 2, 3)"), "{e}");
+    assert!(
+        e.contains("  2/3  FAIL") && e.contains("setup step 0"),
+        "{e}"
+    );
+
+    // A setup after which a starting checkpoint already holds is broken too.
+    write_json(&dir.join("good.json"), &good_task("good"));
+    let e = pincer_err(
+        &sb,
+        &["task", "check", "good", "--tasks", tasks, "--repeat", "2"],
+    );
+    assert!(e.contains("already passing: present"), "{e}");
+    assert!(e.contains("0 of 2 set-ups good"), "{e}");
+    let e = pincer_err(
+        &sb,
+        &["task", "check", "good", "--tasks", tasks, "--repeat", "0"],
+    );
+    assert!(e.contains("--repeat"), "{e}");
 }

@@ -6,10 +6,10 @@ use clap::{Subcommand, ValueEnum};
 use pincer::compose::{self, Catalogue};
 use pincer::env::registry::Registry;
 use pincer::env::{Deadlines, Environment};
-use pincer::eval::AgentLog;
 use pincer::eval::functions::{Library, Reads};
 use pincer::eval::graph::{Envs, Graph};
 use pincer::eval::text::{self, TextMatch};
+use pincer::eval::{AgentEvent, AgentLog};
 use pincer::task::{self, Task, TaskSet};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -94,6 +94,14 @@ pub(crate) enum TaskCmd {
         /// Do not run the setup steps first.
         #[arg(long)]
         no_setup: bool,
+        /// Judge answer checkpoints as if the agent had submitted this answer.
+        #[arg(long, value_name = "TEXT")]
+        answer: Option<String>,
+        /// Set up and check this many times, one line each, and fail if a setup fails or
+        /// leaves a checkpoint that is ready at the start passing (a setup that fails now
+        /// and then, or races an app, shows here).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        repeat: u32,
     },
 }
 
@@ -308,77 +316,192 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
             id,
             bind,
             no_setup,
-        } => check(reg, &tasks.load()?, &id, &bind, no_setup, &lib).await?,
+            answer,
+            repeat,
+        } => {
+            let log = AgentLog {
+                events: answer
+                    .map(|text| AgentEvent::Answer { text })
+                    .into_iter()
+                    .collect(),
+            };
+            let set = tasks.load()?;
+            let checking = Checking::connect(reg, &set, &id, &bind, &lib).await?;
+            if repeat == 1 {
+                checking.once(!no_setup, &log).await?;
+            } else {
+                checking.repeat(repeat, !no_setup, &log).await?;
+            }
+        }
     }
     Ok(())
 }
 
-async fn check(
-    reg: &Registry,
-    set: &TaskSet,
-    id: &str,
-    bind: &[String],
-    no_setup: bool,
-    lib: &Library,
-) -> anyhow::Result<()> {
-    let task = find(set, id)?;
-    let graph = Graph::build(task, lib)?;
-    let mut binds: BTreeMap<String, String> = BTreeMap::new();
-    for b in bind {
-        let (role, env) = b
-            .split_once('=')
-            .with_context(|| format!("--bind '{b}': write ROLE=ENV"))?;
-        binds.insert(role.into(), env.into());
+/// A task bound to live environments, for `pincer task check`.
+struct Checking<'a> {
+    task: &'a Task,
+    graph: Graph,
+    envs: Envs,
+}
+
+impl<'a> Checking<'a> {
+    async fn connect(
+        reg: &Registry,
+        set: &'a TaskSet,
+        id: &str,
+        bind: &[String],
+        lib: &Library,
+    ) -> anyhow::Result<Self> {
+        let task = find(set, id)?;
+        let graph = Graph::build(task, lib)?;
+        let mut binds: BTreeMap<String, String> = BTreeMap::new();
+        for b in bind {
+            let (role, env) = b
+                .split_once('=')
+                .with_context(|| format!("--bind '{b}': write ROLE=ENV"))?;
+            binds.insert(role.into(), env.into());
+        }
+        let mut envs = BTreeMap::new();
+        for role in task.envs.keys() {
+            let name = binds.get(role).cloned();
+            if name.is_none() && task.envs.len() > 1 {
+                bail!(
+                    "task '{id}' needs several environments: bind each role with --bind ROLE=ENV ({})",
+                    task.envs.keys().cloned().collect::<Vec<_>>().join(", ")
+                );
+            }
+            let env: Environment = reg.connect(name.as_deref(), Deadlines::default()).await?;
+            envs.insert(role.clone(), Arc::new(env));
+        }
+        Ok(Self {
+            task,
+            graph,
+            envs: Envs(envs),
+        })
     }
-    let mut envs = BTreeMap::new();
-    for role in task.envs.keys() {
-        let name = binds.get(role).cloned();
-        if name.is_none() && task.envs.len() > 1 {
+
+    /// Runs the setup steps of every role, calling `each` before each step.
+    async fn setup(
+        &self,
+        each: &mut (dyn FnMut(&str, &task::steps::Step) + Send),
+    ) -> anyhow::Result<()> {
+        for (role, steps) in &self.task.setup {
+            task::steps::run_all(&self.envs.0[role], steps, &mut |s| each(role, s))
+                .await
+                .map_err(|(i, e)| anyhow::anyhow!("setup step {i} on '{role}' failed: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Sets up (unless `setup` is false) and prints every checkpoint's verdict.
+    async fn once(&self, setup: bool, log: &AgentLog) -> anyhow::Result<()> {
+        if setup {
+            self.setup(&mut |role, s| println!("setup {role}: {}", s.describe()))
+                .await?;
+        }
+        let t = std::time::Instant::now();
+        let verdicts = self.graph.check_all(&self.envs, log).await?;
+        let took = t.elapsed();
+        for (node, v) in &verdicts {
+            let deps = self
+                .after(node)
+                .map(|a| format!(" (after {})", a.join(", ")))
+                .unwrap_or_default();
+            match v {
+                Ok(v) => println!(
+                    "{} {node}{deps}: {}",
+                    if v.passed { "PASS" } else { "fail" },
+                    v.feedback
+                ),
+                Err(e) => println!("ERR  {node}{deps}: {e}"),
+            }
+        }
+        println!(
+            "{} checkpoints read in {:.1} ms",
+            verdicts.len(),
+            took.as_secs_f64() * 1000.0
+        );
+        Ok(())
+    }
+
+    /// The checkpoints a node waits for, if any.
+    fn after(&self, node: &str) -> Option<&Vec<String>> {
+        self.task
+            .checkpoints
+            .iter()
+            .find(|c| c.id == node)
+            .map(|c| &c.after)
+            .filter(|a| !a.is_empty())
+    }
+
+    /// Sets up and checks `times` times, a line each; fails if any setup failed or left a
+    /// checkpoint that is ready at the start passing (what a run calls a broken setup).
+    async fn repeat(&self, times: u32, setup: bool, log: &AgentLog) -> anyhow::Result<()> {
+        let mut took = Vec::new();
+        let mut bad = Vec::new();
+        for round in 1..=times {
+            let t = std::time::Instant::now();
+            let outcome = if setup {
+                self.setup(&mut |_, _| {}).await
+            } else {
+                Ok(())
+            };
+            let secs = t.elapsed().as_secs_f64();
+            let line = match outcome {
+                Err(e) => Err(format!("{e:#}")),
+                Ok(()) => {
+                    let verdicts = self.graph.check_all(&self.envs, log).await?;
+                    let early: Vec<&str> = verdicts
+                        .iter()
+                        .filter(|(node, v)| {
+                            self.after(node).is_none() && v.as_ref().is_ok_and(|v| v.passed)
+                        })
+                        .map(|(node, _)| node.as_str())
+                        .collect();
+                    let errors: Vec<String> = verdicts
+                        .iter()
+                        .filter_map(|(node, v)| v.as_ref().err().map(|e| format!("{node}: {e}")))
+                        .collect();
+                    if !early.is_empty() {
+                        Err(format!("already passing: {}", early.join(", ")))
+                    } else if !errors.is_empty() {
+                        Err(format!("not judged: {}", errors.join("; ")))
+                    } else {
+                        let passing = verdicts
+                            .iter()
+                            .filter(|(_, v)| v.as_ref().is_ok_and(|v| v.passed))
+                            .count();
+                        Ok(format!("{passing}/{} checkpoints pass", verdicts.len()))
+                    }
+                }
+            };
+            match line {
+                Ok(l) => println!("{round:>3}/{times}  ok    {secs:6.2} s  {l}"),
+                Err(l) => {
+                    println!("{round:>3}/{times}  FAIL  {secs:6.2} s  {l}");
+                    bad.push(round);
+                }
+            }
+            took.push(secs);
+        }
+        took.sort_by(f64::total_cmp);
+        println!(
+            "{} of {times} set-ups good; setup p50 {:.2} s, max {:.2} s",
+            times as usize - bad.len(),
+            took[took.len() / 2],
+            took[took.len() - 1]
+        );
+        if !bad.is_empty() {
             bail!(
-                "task '{id}' needs several environments: bind each role with --bind ROLE=ENV ({})",
-                task.envs.keys().cloned().collect::<Vec<_>>().join(", ")
+                "task '{}': {} of {times} set-ups failed (rounds {})",
+                self.task.id,
+                bad.len(),
+                bad.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
-        let env: Environment = reg.connect(name.as_deref(), Deadlines::default()).await?;
-        envs.insert(role.clone(), Arc::new(env));
+        Ok(())
     }
-    if !no_setup {
-        for (role, steps) in &task.setup {
-            let env = &envs[role];
-            task::steps::run_all(env, steps, &mut |s| {
-                println!("setup {role}: {}", s.describe())
-            })
-            .await
-            .map_err(|(i, e)| anyhow::anyhow!("setup step {i} on '{role}' failed: {e}"))?;
-        }
-    }
-    let t = std::time::Instant::now();
-    let verdicts = graph.check_all(&Envs(envs), &AgentLog::default()).await?;
-    let took = t.elapsed();
-    let after: BTreeMap<&str, &Vec<String>> = task
-        .checkpoints
-        .iter()
-        .map(|c| (c.id.as_str(), &c.after))
-        .collect();
-    for (node, v) in &verdicts {
-        let deps = after
-            .get(node.as_str())
-            .filter(|a| !a.is_empty())
-            .map(|a| format!(" (after {})", a.join(", ")))
-            .unwrap_or_default();
-        match v {
-            Ok(v) => println!(
-                "{} {node}{deps}: {}",
-                if v.passed { "PASS" } else { "fail" },
-                v.feedback
-            ),
-            Err(e) => println!("ERR  {node}{deps}: {e}"),
-        }
-    }
-    println!(
-        "{} checkpoints read in {:.1} ms",
-        verdicts.len(),
-        took.as_secs_f64() * 1000.0
-    );
-    Ok(())
 }
