@@ -142,7 +142,7 @@ fn document_cases() -> Vec<Case> {
         pass(
             "spreadsheet_row",
             json!({"path": ods, "cells": ["japan"], "ignore_case": true}),
-            &["row 2", "sheet 'countries'"],
+            &["row 2 of sheet 'countries' in ~/docs/countries.ods starts with 'Japan'"],
         ),
         pass(
             "spreadsheet_row",
@@ -152,7 +152,9 @@ fn document_cases() -> Vec<Case> {
         fail(
             "spreadsheet_row",
             json!({"path": ods, "cells": ["japan"]}),
-            &["no row", "Canada | Ottawa"],
+            &[
+                "no row of sheet 'countries' in ~/docs/countries.ods starts with 'japan' (2 rows; the first: 'Canada', 'Ottawa'",
+            ],
         ),
         fail(
             "spreadsheet_row",
@@ -162,42 +164,42 @@ fn document_cases() -> Vec<Case> {
         fail(
             "spreadsheet_row",
             json!({"path": ods, "cells": ["Canada"], "sheet": "Data"}),
-            &["no sheet Data", "'countries'"],
+            &["spreadsheet ~/docs/countries.ods has no sheet 'Data' (sheets: 'countries')"],
         ),
         fail(
             "spreadsheet_row",
             json!({"path": odt, "cells": ["Shopping list"]}),
-            &["not a spreadsheet"],
+            &["file ~/docs/notes.odt is an OpenDocument text, not a spreadsheet"],
         ),
         pass(
             "document_type",
             json!({"path": odt, "kind": "odt"}),
-            &["is odt: OpenDocument text"],
+            &["file ~/docs/notes.odt is an OpenDocument text"],
         ),
         pass(
             "document_type",
             json!({"path": docx, "kind": "docx"}),
-            &["DOCX"],
+            &["file ~/docs/notes.docx is a DOCX document"],
         ),
         pass(
             "document_type",
             json!({"path": ods, "kind": "ods"}),
-            &["is ods"],
+            &["file ~/docs/countries.ods is an OpenDocument spreadsheet"],
         ),
         fail(
             "document_type",
             json!({"path": docx, "kind": "odt"}),
-            &["is not odt: DOCX"],
+            &["file ~/docs/notes.docx is a DOCX document, expected an OpenDocument text"],
         ),
         fail(
             "document_type",
             json!({"path": "~/docs/notes.txt", "kind": "odt"}),
-            &["is not odt: text file"],
+            &["file ~/docs/notes.txt is a text file, expected an OpenDocument text"],
         ),
         fail(
             "document_type",
             json!({"path": "~/docs/notes.pdf", "kind": "text"}),
-            &["PDF", "not text"],
+            &["file ~/docs/notes.pdf is not a text file: it is a PDF file"],
         ),
         pass(
             "spreadsheet_cell",
@@ -212,7 +214,7 @@ fn document_cases() -> Vec<Case> {
         fail(
             "spreadsheet_cell",
             json!({"path": ods, "cell": "B1", "value": 1}),
-            &["holds the text 'Ottawa', not the number 1"],
+            &["holds the text 'Ottawa', expected the number 1"],
         ),
         fail(
             "spreadsheet_cell",

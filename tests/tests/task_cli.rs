@@ -401,7 +401,7 @@ fn check_prints_every_checkpoint_on_a_live_desktop() {
     let out = sb.pincer_ok(&["task", "check", "cli-check", "--tasks", tasks, "--no-setup"]);
     assert!(!out.contains("setup desktop:"), "{out}");
     assert!(
-        out.contains("fail present: ~/cli/notes.txt does not exist"),
+        out.contains("fail present: file ~/cli/notes.txt does not exist"),
         "{out}"
     );
 

@@ -238,7 +238,7 @@ async fn the_initial_check_flags_checkpoints_that_already_pass() {
     let already = ev.initial_check(&fake, &log()).await.unwrap();
     assert_eq!(already.len(), 1);
     assert_eq!(already[0].0, "a");
-    assert!(already[0].1.feedback.contains("/a exists"));
+    assert_eq!(already[0].1.feedback, "file /a exists (1 byte)");
     assert_eq!(ev.counts().0, 0, "the initial check latches nothing");
     fake.rm("desktop", "/a");
     assert!(ev.initial_check(&fake, &log()).await.unwrap().is_empty());
@@ -266,7 +266,7 @@ async fn and_combinator_and_negation_evaluate_on_one_environment() {
             .feedback
             .as_deref()
             .unwrap()
-            .contains("fails, as the inner check holds: file /lock exists"),
+            .contains("1 of 2 checks fails: file_exists holds but must not: file /lock exists"),
         "{:?}",
         ev.progress()
     );
@@ -279,7 +279,7 @@ async fn and_combinator_and_negation_evaluate_on_one_environment() {
             .feedback
             .as_deref()
             .unwrap()
-            .contains("holds, as the inner check fails: /lock does not exist"),
+            .ends_with("; file_exists does not hold, as required: file /lock does not exist"),
         "{:?}",
         ev.progress()
     );

@@ -38,7 +38,8 @@ pub type ProbeResult = Result<ProbeReply, WireError>;
 pub struct Verdict {
     /// Whether the checkpoint holds.
     pub passed: bool,
-    /// What was observed, in one line ("file /tmp/a.txt contains 'helo', expected 'hello'").
+    /// What was observed, in one line ("file /tmp/a.txt reads 'helo', expected text equal to
+    /// 'hello'").
     pub feedback: String,
 }
 

@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 
 /// The JSON shape of a [`TextMatch`], as `pincer task functions` and the README show it.
 pub const SHAPES: &str = r#"A text match (TextMatch) is an object with exactly one rule:
@@ -213,6 +214,45 @@ impl TextMatch {
             _ => None,
         }
     }
+
+    /// Where the wanted text of a `contains` rule first occurs in `text`, as a byte range
+    /// of it, for feedback (`None` for other rules or no occurrence).
+    pub fn occurrence(&self, text: &str) -> Option<Range<usize>> {
+        let Rule::Contains(want) = &self.rule else {
+            return None;
+        };
+        let lead = if self.trim {
+            text.len() - text.trim_start().len()
+        } else {
+            0
+        };
+        let text = if self.trim { text.trim() } else { text };
+        let found = if self.ignore_case {
+            folded_find(text, want)?
+        } else {
+            let at = text.find(want.as_str())?;
+            at..at + want.len()
+        };
+        Some(found.start + lead..found.end + lead)
+    }
+}
+
+/// The range of `text` whose lowercase holds `want` (lowercase already). Lowercasing may
+/// change a character's length in bytes, so the position found in the lowercased text is
+/// mapped back character by character.
+fn folded_find(text: &str, want: &str) -> Option<Range<usize>> {
+    let at = text.to_lowercase().find(want)?;
+    let (mut folded, mut start) = (0, None);
+    for (i, c) in text.char_indices() {
+        if start.is_none() && folded >= at {
+            start = Some(i);
+        }
+        if folded >= at + want.len() {
+            return Some(start.unwrap_or(i)..i);
+        }
+        folded += c.to_lowercase().map(char::len_utf8).sum::<usize>();
+    }
+    Some(start.unwrap_or(text.len())..text.len())
 }
 
 /// What a text must be, for feedback: "containing 'x'", "equal to 'x' (ignoring case)".
@@ -221,8 +261,8 @@ impl fmt::Display for TextMatch {
         match &self.rule {
             Rule::Contains(w) => write!(f, "containing '{}'", clip(w, 60))?,
             Rule::Equals(w) => write!(f, "equal to '{}'", clip(w, 60))?,
-            Rule::Regex(re) => write!(f, "matching /{re}/")?,
-            Rule::Digits(w) => write!(f, "with the digits {w}")?,
+            Rule::Regex(re) => write!(f, "matching /{}/", clip(re.as_str(), 60))?,
+            Rule::Digits(w) => write!(f, "with the digits {}", clip(w, 60))?,
         }
         if self.ignore_case && !matches!(self.rule, Rule::Digits(_)) {
             f.write_str(" (ignoring case)")?;
@@ -231,14 +271,57 @@ impl fmt::Display for TextMatch {
     }
 }
 
-/// Cuts text for feedback lines.
+/// Cuts text for feedback lines: at most `n` characters, then '…', on one line with line
+/// breaks (⏎), lone carriage returns (␍), tabs (⇥) and other control characters (�)
+/// made visible, so a feedback line never breaks or hides what it quotes.
 pub(crate) fn clip(s: &str, n: usize) -> String {
-    let one_line: String = s.chars().map(|c| if c == '\n' { '⏎' } else { c }).collect();
-    if one_line.chars().count() > n {
-        format!("{}…", one_line.chars().take(n).collect::<String>())
-    } else {
-        one_line
+    let mut chars = visible(s);
+    let mut out: String = chars.by_ref().take(n).collect();
+    if chars.next().is_some() {
+        out.push('…');
     }
+    out
+}
+
+/// Characters shown on each side of a hit by [`excerpt`].
+const AROUND: usize = 20;
+
+/// The text around `hit` (a byte range of `text`): up to 20 characters on each side, with
+/// '…' where more was left out, made visible as [`clip`] does; the hit itself is cut to 60
+/// characters.
+pub(crate) fn excerpt(text: &str, hit: Range<usize>) -> String {
+    let (before, found, after) = (&text[..hit.start], &text[hit.clone()], &text[hit.end..]);
+    let from = before
+        .char_indices()
+        .rev()
+        .nth(AROUND - 1)
+        .map_or(0, |(i, _)| i);
+    let mut out = String::new();
+    if from > 0 {
+        out.push('…');
+    }
+    out.extend(visible(&before[from..]));
+    out.push_str(&clip(found, 60));
+    out.push_str(&clip(after, AROUND));
+    out
+}
+
+/// `s` as it is shown in feedback (see [`clip`]); a `\r\n` shows as one line break.
+fn visible(s: &str) -> impl Iterator<Item = char> + '_ {
+    let mut chars = s.chars().peekable();
+    std::iter::from_fn(move || {
+        loop {
+            let c = chars.next()?;
+            return Some(match c {
+                '\r' if chars.peek() == Some(&'\n') => continue,
+                '\n' => '⏎',
+                '\r' => '␍',
+                '\t' => '⇥',
+                c if c.is_control() => '�',
+                c => c,
+            });
+        }
+    })
 }
 
 fn digits_of(s: &str) -> String {
@@ -345,6 +428,32 @@ mod tests {
                 .unwrap_err()
                 .contains("holds no digits")
         );
+    }
+
+    #[test]
+    fn quotes_stay_on_one_line_and_show_what_is_invisible() {
+        assert_eq!(clip("a\r\nb\rc\td\u{7}e\u{0}", 60), "a⏎b␍c⇥d�e�");
+        assert_eq!(clip("abcdef", 3), "abc…");
+        assert_eq!(clip("abc", 3), "abc");
+        assert_eq!(
+            excerpt("0123456789 hit 0123456789 and more and more", 11..14),
+            "0123456789 hit 0123456789 and more…"
+        );
+        let long = TextMatch::regex(&format!("^{}$", "a".repeat(100)), false).unwrap();
+        assert_eq!(long.to_string(), format!("matching /^{}…/", "a".repeat(59)));
+    }
+
+    #[test]
+    fn occurrences_are_ranges_of_the_original_text() {
+        let m = TextMatch::contains("needle");
+        assert_eq!(m.occurrence("a needle"), Some(2..8));
+        assert_eq!(m.occurrence("a Needle"), None);
+        let m = TextMatch::contains("NEEDLE").ignoring_case(true);
+        // 'İ' is 2 bytes and lowercases to 3.
+        assert_eq!(m.occurrence("İİ needle x"), Some(5..11));
+        let m = TextMatch::contains("x").trimmed(true);
+        assert_eq!(m.occurrence("  x "), Some(2..3));
+        assert_eq!(TextMatch::equals("x").occurrence("x"), None);
     }
 
     #[test]

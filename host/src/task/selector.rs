@@ -134,13 +134,13 @@ impl std::fmt::Display for Selector {
             parts.push(format!("named '{n}'"));
         }
         if let Some(n) = &self.name_contains {
-            parts.push(format!("name containing '{n}'"));
+            parts.push(format!("with name containing '{n}'"));
         }
         if let Some(t) = &self.text {
             parts.push(format!("with text '{t}'"));
         }
         if let Some(t) = &self.text_contains {
-            parts.push(format!("text containing '{t}'"));
+            parts.push(format!("with text containing '{t}'"));
         }
         if !self.states.is_empty() {
             parts.push(format!("[{}]", self.states.join(", ")));

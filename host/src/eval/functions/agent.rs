@@ -1,6 +1,6 @@
 //! The agent's own actions and answers, read from its log rather than a machine.
 
-use super::{Library, Reads, clip, judge_text};
+use super::{Library, Reads, clip, judge_text, quote_passing};
 use crate::eval::text::TextMatch;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict};
 use pincer_shared::probe::Probe;
@@ -59,7 +59,10 @@ impl Check for Answer {
     fn judge(&self, _: &[&ProbeResult], log: &AgentLog) -> Result<Verdict, EvalError> {
         Ok(match log.answer() {
             Some(got) => judge_text("the agent's answer", got, &self.0),
-            None => Verdict::fail("the agent has not submitted an answer"),
+            None => Verdict::fail(format!(
+                "the agent has not submitted an answer, expected one {}",
+                self.0
+            )),
         })
     }
 }
@@ -78,20 +81,27 @@ impl Check for Typed {
 
     fn judge(&self, _: &[&ProbeResult], log: &AgentLog) -> Result<Verdict, EvalError> {
         let typed: Vec<&str> = log.typed(self.env.as_deref()).collect();
-        Ok(match typed.iter().find(|t| self.test.test(t)) {
-            Some(t) => Verdict::pass(format!("the agent typed '{}'", clip(t, 60))),
-            None if typed.is_empty() => Verdict::fail("the agent has typed nothing"),
+        let on = self
+            .env
+            .as_deref()
+            .map(|role| format!(" on {role}"))
+            .unwrap_or_default();
+        let m = &self.test;
+        Ok(match typed.iter().find(|t| m.test(t)) {
+            Some(t) => Verdict::pass(format!("the agent typed {}{on} ({m})", quote_passing(t, m))),
+            None if typed.is_empty() => Verdict::fail(format!(
+                "the agent has typed nothing{on}, expected text {m}"
+            )),
             None => Verdict::fail(format!(
-                "the agent typed {}, none {}",
+                "the agent typed {}{on}, none {m}",
                 clip(
                     &typed
                         .iter()
-                        .map(|t| format!("'{t}'"))
+                        .map(|t| format!("'{}'", clip(t, 40)))
                         .collect::<Vec<_>>()
                         .join(", "),
-                    80
+                    100
                 ),
-                self.test
             )),
         })
     }

@@ -10,7 +10,7 @@
 //!   one [`UiNode`] per `<node>`: `name` = `content-desc`, `text` = `text` (`None` when
 //!   empty), and `attributes` `resource-id`, `class` and `package` copied verbatim.
 
-use super::{Library, Reads, clip};
+use super::{Library, Reads, clip, count, judge_text, quoted};
 use crate::eval::text::TextMatch;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
 use crate::task::Platform;
@@ -135,14 +135,15 @@ impl Check for Foreground {
         let dump = String::from_utf8_lossy(&out.stdout);
         let resumed = resumed_components(&dump);
         let pkg = &self.package;
+        let want = format!("an activity whose component contains '{pkg}'");
         Ok(match resumed.iter().find(|c| c.contains(pkg.as_str())) {
             Some(c) => Verdict::pass(format!("the foreground activity is {c}")),
             None if resumed.is_empty() => {
-                Verdict::fail(format!("no activity is resumed, expected one of {pkg}"))
+                Verdict::fail(format!("no activity is resumed, expected {want}"))
             }
             None => Verdict::fail(format!(
-                "the foreground activity is {}, expected one of {pkg}",
-                resumed.join(", ")
+                "the foreground activity is {}, expected {want}",
+                clip(&resumed.join(", "), 160)
             )),
         })
     }
@@ -181,7 +182,8 @@ struct Node {
 }
 
 impl Node {
-    fn describe(&self) -> String {
+    /// Which nodes are candidates: "id X, class Y" (empty when any node is).
+    fn selection(&self) -> String {
         let mut parts = Vec::new();
         if let Some(id) = &self.resource_id {
             parts.push(format!("id {id}"));
@@ -189,18 +191,44 @@ impl Node {
         if let Some(c) = &self.class {
             parts.push(format!("class {c}"));
         }
+        parts.join(", ")
+    }
+
+    /// What a candidate must show: "text containing 'x', content-desc equal to 'y'".
+    fn tests(&self, sep: &str) -> String {
+        let mut parts = Vec::new();
         if let Some(t) = &self.text {
             parts.push(format!("text {t}"));
         }
         if let Some(t) = &self.desc {
             parts.push(format!("content-desc {t}"));
         }
-        let what = format!("node with {}", parts.join(", "));
-        if self.first {
-            format!("first {what}")
-        } else {
-            format!("a {what}")
-        }
+        parts.join(sep)
+    }
+
+    /// The node sought: "node with id X, text containing 'y'".
+    fn describe(&self) -> String {
+        let parts: Vec<String> = [self.selection(), self.tests(", ")]
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .collect();
+        format!("node with {}", parts.join(", "))
+    }
+}
+
+/// What a node shows: "text 'x' and content-desc 'y'", leaving out what is empty.
+fn show(n: &UiNode) -> String {
+    let mut parts = Vec::new();
+    if !text(n).is_empty() {
+        parts.push(format!("text '{}'", clip(text(n), 40)));
+    }
+    if !desc(n).is_empty() {
+        parts.push(format!("content-desc '{}'", clip(desc(n), 40)));
+    }
+    if parts.is_empty() {
+        "no text and no content-desc".to_owned()
+    } else {
+        parts.join(" and ")
     }
 }
 
@@ -220,25 +248,29 @@ impl Check for Node {
             self.text.as_ref().is_none_or(|t| t.test(text(n)))
                 && self.desc.as_ref().is_none_or(|t| t.test(desc(n)))
         };
-        let show = |n: &UiNode| {
-            format!(
-                "text '{}' content-desc '{}'",
-                clip(text(n), 40),
-                clip(desc(n), 40)
-            )
-        };
-        let want = self.describe();
-        Ok(match candidates.iter().find(ok) {
-            Some(n) => Verdict::pass(format!("found the {want}: {}", show(n))),
-            None if candidates.is_empty()
-                || (self.resource_id.is_none() && self.class.is_none()) =>
-            {
-                Verdict::fail(format!("the screen shows no {want}"))
+        let (selection, tests) = (self.selection(), self.tests(" and "));
+        Ok(match (candidates.iter().find(ok), candidates.first()) {
+            (Some(n), _) if self.first => {
+                Verdict::pass(format!("the first node with {selection} has {}", show(n)))
             }
-            None => Verdict::fail(format!(
-                "the screen shows no {want}; {} such node(s), first with {}",
-                candidates.len(),
-                show(candidates[0])
+            (Some(n), _) => Verdict::pass(format!("found a {}: {}", self.describe(), show(n))),
+            // Without an id or class every node is a candidate: listing them says nothing.
+            (None, None) | (None, Some(_)) if selection.is_empty() => {
+                Verdict::fail(format!("the screen shows no {}", self.describe()))
+            }
+            (None, None) => Verdict::fail(format!("the screen shows no node with {selection}")),
+            (None, Some(n)) if self.first => Verdict::fail(format!(
+                "the first node with {selection} has {}, expected {tests}",
+                show(n)
+            )),
+            (None, Some(n)) if candidates.len() == 1 => Verdict::fail(format!(
+                "the only node with {selection} has {}, expected {tests}",
+                show(n)
+            )),
+            (None, Some(n)) => Verdict::fail(format!(
+                "none of the {} with {selection} has {tests}; the first has {}",
+                count(candidates.len() as u64, "node"),
+                show(n)
             )),
         })
     }
@@ -286,26 +318,29 @@ impl Check for Calendar {
             let m = TextMatch::contains(want).ignoring_case(self.a.ignore_case);
             list.children.iter().any(|c| m.test(desc(c)))
         };
-        let shown = clip(
-            &list
-                .children
-                .iter()
-                .map(|c| format!("'{}'", desc(c)))
-                .collect::<Vec<_>>()
-                .join(", "),
-            100,
-        );
         let date_ok = has(&self.a.date);
         let content_ok = self.a.content.as_deref().is_none_or(has);
         let want = match &self.a.content {
             Some(c) => format!("the date '{}' and the event '{c}'", self.a.date),
             None => format!("the date '{}'", self.a.date),
         };
-        Ok(Verdict::when(
-            date_ok && content_ok,
-            format!("the event list shows {want}"),
-            format!("the event list ({shown}) does not show {want}"),
-        ))
+        // Spacer items have no description.
+        let items: Vec<&str> = list
+            .children
+            .iter()
+            .map(desc)
+            .filter(|d| !d.is_empty())
+            .collect();
+        Ok(if date_ok && content_ok {
+            Verdict::pass(format!("the event list shows {want}"))
+        } else if items.is_empty() {
+            Verdict::fail(format!("the event list is empty, expected {want}"))
+        } else {
+            Verdict::fail(format!(
+                "the event list shows {}, expected {want}",
+                quoted(items, 120)
+            ))
+        })
     }
 }
 
@@ -336,33 +371,32 @@ impl Check for ContactEmailShown {
         let Some(title) = with_id(root, CONTACT_TITLE).next() else {
             return Ok(Verdict::fail("the screen shows no contact page"));
         };
-        if desc(title) != self.name {
+        let name = &self.name;
+        if desc(title) != name {
             return Ok(Verdict::fail(format!(
-                "the contact page shows '{}', expected '{}'",
-                desc(title),
-                self.name
+                "the contact page is of '{}', expected '{name}'",
+                clip(desc(title), 60)
             )));
         }
         let has_email_row = nodes(root)
             .any(|n| class(n) == "android.widget.RelativeLayout" && desc(n).contains("Email"));
         if !has_email_row {
             return Ok(Verdict::fail(format!(
-                "the page of {} shows no email row",
-                self.name
+                "the contact page of '{name}' shows no email row"
             )));
         }
         Ok(match with_id(root, CONTACT_HEADER).next() {
             Some(h) if self.email.is_match(text(h)) => Verdict::pass(format!(
-                "the page of {} shows the email {}",
-                self.name,
-                text(h)
-            )),
-            Some(h) => Verdict::fail(format!(
-                "the page of {} shows '{}', which is not an email address",
-                self.name,
+                "the contact page of '{name}' shows the email '{}'",
                 clip(text(h), 60)
             )),
-            None => Verdict::fail(format!("the page of {} shows no email", self.name)),
+            Some(h) => Verdict::fail(format!(
+                "the contact page of '{name}' shows '{}', expected an email address",
+                clip(text(h), 60)
+            )),
+            None => Verdict::fail(format!(
+                "the contact page of '{name}' shows no email, expected an email address"
+            )),
         })
     }
 }
@@ -439,9 +473,9 @@ impl Check for ContactSaved {
             hit,
             format!("contact {name} <{mail}> is saved"),
             if rows.is_empty() {
-                format!("no contact has an email; expected {name} <{mail}>")
+                format!("no contact has an email address, expected {name} <{mail}>")
             } else {
-                format!("contacts with emails: {seen}; expected {name} <{mail}>")
+                format!("the contacts with email addresses are {seen}, expected {name} <{mail}>")
             },
         ))
     }
@@ -477,24 +511,25 @@ impl Check for PhotosDetails {
             return Ok(Verdict::fail("the screen shows no Photos details panel"));
         }
         let labels: Vec<&str> = with_id(root, PHOTOS_LABEL).map(text).collect();
-        if !labels.iter().any(|l| l.contains(self.file.as_str())) {
-            return Ok(Verdict::fail(format!(
-                "the details panel ({}) does not show '{}'",
-                clip(&labels.join(" | "), 80),
-                self.file
-            )));
+        let file = &self.file;
+        if !labels.iter().any(|l| l.contains(file.as_str())) {
+            return Ok(Verdict::fail(if labels.is_empty() {
+                format!("the details panel has no labels, expected one showing '{file}'")
+            } else {
+                format!(
+                    "the details panel shows {}, expected a label showing '{file}'",
+                    quoted(labels.iter().copied(), 100)
+                )
+            }));
         }
-        // The date and time label comes first in the panel.
-        Ok(match labels.first() {
-            Some(l) if self.date.is_match(l) => {
-                Verdict::pass(format!("the details of {} show the date {l}", self.file))
-            }
-            Some(l) => Verdict::fail(format!(
-                "the details panel's first label is '{}', not a date and time",
-                clip(l, 60)
-            )),
-            None => Verdict::fail("the details panel has no labels"),
-        })
+        // The date and time label comes first in the panel; there is one, as a label
+        // shows the file.
+        let first = clip(labels[0], 60);
+        Ok(Verdict::when(
+            self.date.is_match(labels[0]),
+            format!("the details of '{file}' show the date '{first}'"),
+            format!("the details panel's first label is '{first}', expected a date and time"),
+        ))
     }
 }
 
@@ -525,23 +560,33 @@ impl Check for GmailCompose {
             .map(desc)
             .collect();
         if !chips.iter().any(|c| c.contains(mail.as_str())) {
-            return Ok(Verdict::fail(format!(
-                "the recipients ({}) do not include {mail}",
-                clip(&chips.join(", "), 80)
-            )));
+            return Ok(Verdict::fail(if chips.is_empty() {
+                format!("the message has no recipients, expected {mail}")
+            } else {
+                format!(
+                    "the recipients are {}, expected {mail}",
+                    quoted(chips.iter().copied(), 100)
+                )
+            }));
         }
         if with_id(root, "com.google.android.gm:id/body_wrapper")
             .next()
             .is_none()
         {
-            return Ok(Verdict::fail("the screen shows no message body"));
+            return Ok(Verdict::fail(format!(
+                "the screen shows no message body, expected one holding '{}'",
+                clip(content, 60)
+            )));
         }
         let found = nodes(root)
             .any(|n| class(n) == "android.widget.EditText" && text(n).contains(content.as_str()));
         Ok(Verdict::when(
             found,
             format!("a message to {mail} holds '{}'", clip(content, 60)),
-            format!("no text field holds '{}'", clip(content, 60)),
+            format!(
+                "no text field of the message to {mail} holds '{}'",
+                clip(content, 60)
+            ),
         ))
     }
 }
@@ -574,8 +619,12 @@ impl Check for MapsSearch {
             return Ok(Verdict::fail("the screen shows no Maps search box"));
         };
         // The query is the box's last child (a hint or chip may come first).
+        let wanted = || quoted(self.contains.iter().map(String::as_str), 100);
         let Some(q) = bx.children.last().and_then(|c| c.text.as_deref()) else {
-            return Ok(Verdict::fail("the Maps search box holds no text"));
+            return Ok(Verdict::fail(format!(
+                "the Maps search box is empty, expected {}",
+                wanted()
+            )));
         };
         let missing: Vec<&str> = self
             .contains
@@ -589,7 +638,7 @@ impl Check for MapsSearch {
             format!(
                 "the Maps search box holds '{}', without {}",
                 clip(q, 60),
-                missing.join(", ")
+                quoted(missing, 100)
             ),
         ))
     }
@@ -634,28 +683,14 @@ impl Check for Setting {
         }
         let stdout = String::from_utf8_lossy(&out.stdout);
         let got = stdout.trim_end_matches(['\n', '\r']);
+        let setting = format!("setting {} {}", self.namespace, self.key);
         if got == "null" {
             return Ok(Verdict::fail(format!(
-                "setting {} {} is not set, expected it {}",
-                self.namespace, self.key, self.value
+                "{setting} is not set, expected text {}",
+                self.value
             )));
         }
-        Ok(Verdict::when(
-            self.value.test(got),
-            format!(
-                "setting {} {} is '{}'",
-                self.namespace,
-                self.key,
-                clip(got, 60)
-            ),
-            format!(
-                "setting {} {} is '{}', expected it {}",
-                self.namespace,
-                self.key,
-                clip(got, 60),
-                self.value
-            ),
-        ))
+        Ok(judge_text(&setting, got, &self.value))
     }
 }
 
@@ -1030,6 +1065,50 @@ Display #0 (activities from top to bottom):
     }
 
     #[test]
+    fn node_feedback_reads_without_doubled_articles() {
+        let m = "com.google.android.apps.messaging:id/";
+        let node = |args: serde_json::Value| run("android_node", args, messages()).feedback;
+        let bubble = format!("{m}message_text");
+        assert_eq!(
+            node(serde_json::json!({"resource_id": bubble, "text": {"contains": "10am"}})),
+            format!(
+                "found a node with id {bubble}, text containing '10am': text 'The meeting starts from 10am today'"
+            )
+        );
+        assert_eq!(
+            node(
+                serde_json::json!({"resource_id": bubble, "text": {"contains": "10am"}, "first": true})
+            ),
+            format!(
+                "the first node with id {bubble} has text 'Earlier message', expected text containing '10am'"
+            )
+        );
+        assert_eq!(
+            node(serde_json::json!({"resource_id": bubble, "text": {"contains": "10AM"}})),
+            format!(
+                "none of the 2 nodes with id {bubble} has text containing '10AM'; the first has text 'Earlier message'"
+            )
+        );
+        let title = format!("{m}conversation_title");
+        assert_eq!(
+            node(
+                serde_json::json!({"resource_id": title, "content_desc": {"equals": "Ada"}, "first": true})
+            ),
+            format!(
+                "the first node with id {title} has text '98801234', expected content-desc equal to 'Ada'"
+            )
+        );
+        assert_eq!(
+            node(serde_json::json!({"class": "android.widget.Switch", "first": true})),
+            "the screen shows no node with class android.widget.Switch"
+        );
+        assert_eq!(
+            node(serde_json::json!({"text": {"equals": "Send"}})),
+            "the screen shows no node with text equal to 'Send'"
+        );
+    }
+
+    #[test]
     fn dialer_digits_ignore_formatting() {
         let d = |text: &str| {
             screen(vec![n(
@@ -1248,7 +1327,10 @@ Row: 2 display_name=John Haruhimiya, data1=ABCDCLY@qq.com
             photos_details("Wed, May 15, 2024 • 10:32 AM"),
         );
         assert!(
-            !other.passed && other.feedback.contains("does not show"),
+            !other.passed
+                && other
+                    .feedback
+                    .ends_with(", expected a label showing '/Movies/movie_list.txt'"),
             "{}",
             other.feedback
         );

@@ -4,7 +4,7 @@
 //! so a check never needs an office suite on the guest. PDF text is not extracted: its
 //! fonts and content streams need a PDF engine, which pincer does not ship.
 
-use super::{ANY, Library, Reads, clip, judge_text};
+use super::{ANY, Library, Reads, a, clip, count, judge_text, quoted};
 use crate::eval::text::TextMatch;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
 use pincer_shared::limits::MAX_INLINE_FILE;
@@ -74,8 +74,8 @@ pub(crate) enum Document {
     Text(String),
     /// Paragraphs of a word-processor, presentation or drawing file, in document order.
     Paragraphs {
-        /// "OpenDocument text", "DOCX", ...
-        kind: &'static str,
+        /// Which kind (`None`: an OpenDocument file of another kind, such as a formula).
+        kind: Option<DocKind>,
         /// The paragraphs' texts.
         paragraphs: Vec<String>,
     },
@@ -87,9 +87,9 @@ impl Document {
     /// What kind of file it is, for feedback.
     pub(crate) fn kind(&self) -> &'static str {
         match self {
-            Self::Text(_) => "text file",
-            Self::Paragraphs { kind, .. } => kind,
-            Self::Sheets(_) => "OpenDocument spreadsheet",
+            Self::Text(_) => DocKind::Text.name(),
+            Self::Paragraphs { kind, .. } => kind.map_or("OpenDocument file", DocKind::name),
+            Self::Sheets(_) => DocKind::Ods.name(),
         }
     }
 
@@ -147,10 +147,10 @@ fn parse_archive(bytes: &[u8]) -> Result<Document, DocError> {
             return odf_sheets(&content).map(Document::Sheets);
         }
         let kind = match base {
-            "text" | "text-master" | "text-web" => "OpenDocument text",
-            "presentation" => "OpenDocument presentation",
-            "graphics" => "OpenDocument drawing",
-            _ => "OpenDocument file",
+            "text" | "text-master" | "text-web" => Some(DocKind::Odt),
+            "presentation" => Some(DocKind::Odp),
+            "graphics" => Some(DocKind::Odg),
+            _ => None,
         };
         return Ok(Document::Paragraphs {
             kind,
@@ -160,7 +160,7 @@ fn parse_archive(bytes: &[u8]) -> Result<Document, DocError> {
     if zip.index_for_name("word/document.xml").is_some() {
         let body = read_part(&mut zip, "word/document.xml")?;
         return Ok(Document::Paragraphs {
-            kind: "DOCX",
+            kind: Some(DocKind::Docx),
             paragraphs: paragraphs(&body, "word/document.xml", &DOCX_TEXT)?,
         });
     }
@@ -493,7 +493,7 @@ fn file_bytes<'a>(
     match reply(r, "read file")? {
         ProbeReply::File(Some(f)) if f.total_size > f.bytes.len() as u64 => {
             Ok(Err(Verdict::fail(format!(
-                "{path} is {} bytes, more than the {} MiB pincer reads for a check",
+                "file {path} is {} bytes, more than the {} MiB pincer reads for a check: it was not judged",
                 f.total_size,
                 MAX_INLINE_FILE / (1024 * 1024)
             ))))
@@ -507,7 +507,9 @@ fn file_bytes<'a>(
 /// Reads the document at `path` from a probe reply, or says why it cannot be judged.
 fn document(r: &ProbeResult, path: &str) -> Result<Result<Document, Verdict>, EvalError> {
     Ok(match file_bytes(r, path)? {
-        Ok(f) => parse(&f.bytes).map_err(|e| Verdict::fail(format!("{path} cannot be read: {e}"))),
+        Ok(f) => {
+            parse(&f.bytes).map_err(|e| Verdict::fail(format!("file {path} cannot be read: {e}")))
+        }
         Err(v) => Err(v),
     })
 }
@@ -601,25 +603,31 @@ impl Check for ClipboardInDoc {
         let p = &self.path;
         let clipboard = match reply(r[1], "clipboard")? {
             ProbeReply::Clipboard(Some(t)) => t,
-            ProbeReply::Clipboard(None) => return Ok(Verdict::fail("the clipboard holds no text")),
+            ProbeReply::Clipboard(None) => {
+                return Ok(Verdict::fail(format!(
+                    "the clipboard holds no text, expected lines that {p} holds"
+                )));
+            }
             other => return Err(unexpected("clipboard", other)),
         };
         let want = clipboard_lines(clipboard);
         if want.is_empty() {
-            return Ok(Verdict::fail("the clipboard holds only empty lines"));
+            return Ok(Verdict::fail(format!(
+                "the clipboard holds only empty lines, expected lines that {p} holds"
+            )));
         }
         let doc = match document(r[0], p)? {
             Ok(d) => d,
             Err(v) => return Ok(v),
         };
         let got = doc.lines();
+        let kind = doc.kind();
         for (i, w) in want.iter().enumerate() {
             match got.get(i) {
                 None => {
                     return Ok(Verdict::fail(format!(
-                        "{} {p} has {} lines, the clipboard {}; line {} '{}' is missing",
-                        doc.kind(),
-                        got.len(),
+                        "{kind} {p} has {}, the clipboard {}; line {} '{}' is missing",
+                        count(got.len() as u64, "line"),
                         want.len(),
                         i + 1,
                         clip(w, 40)
@@ -627,9 +635,8 @@ impl Check for ClipboardInDoc {
                 }
                 Some(g) if !g.contains(w) => {
                     return Ok(Verdict::fail(format!(
-                        "line {} of {} {p} is '{}', which does not contain the clipboard's '{}'",
+                        "line {} of {kind} {p} is '{}', which does not contain the clipboard's '{}'",
                         i + 1,
-                        doc.kind(),
                         clip(g, 40),
                         clip(w, 40)
                     )));
@@ -637,11 +644,10 @@ impl Check for ClipboardInDoc {
                 Some(_) => {}
             }
         }
-        Ok(Verdict::pass(format!(
-            "all {} clipboard lines are in {} {p}",
-            want.len(),
-            doc.kind()
-        )))
+        Ok(Verdict::pass(match want.len() {
+            1 => format!("the clipboard's line is in {kind} {p}"),
+            n => format!("all {n} clipboard lines are in {kind} {p}"),
+        }))
     }
 }
 
@@ -686,27 +692,22 @@ impl Check for Row {
         let hit = sheet.rows.iter().position(|row| {
             row.len() >= want.len() && row.iter().zip(&want).all(|(c, w)| w.test(c))
         });
-        let shown = self.a.cells.join(" | ");
-        Ok(match hit {
-            Some(i) => Verdict::pass(format!(
-                "row {} of sheet '{}' in {p} starts with {}",
+        let cells = |row: &[String]| quoted(row.iter().map(String::as_str), 60);
+        let wanted = cells(&self.a.cells);
+        let at = format!("sheet '{}' in {p}", sheet.name);
+        Ok(match (hit, sheet.rows.first()) {
+            (Some(i), _) => Verdict::pass(format!(
+                "row {} of {at} starts with {}",
                 i + 1,
-                sheet.name,
-                clip(&shown, 60)
+                cells(&sheet.rows[i][..want.len()])
             )),
-            None => Verdict::fail(format!(
-                "no row of sheet '{}' in {p} ({} rows; first: {}) starts with {}",
-                sheet.name,
-                sheet.rows.len(),
-                clip(
-                    &sheet
-                        .rows
-                        .first()
-                        .map(|r| r.join(" | "))
-                        .unwrap_or_default(),
-                    40
-                ),
-                clip(&shown, 60)
+            (None, None) => Verdict::fail(format!(
+                "{at} is empty, expected a row starting with {wanted}"
+            )),
+            (None, Some(first)) => Verdict::fail(format!(
+                "no row of {at} starts with {wanted} ({}; the first: {})",
+                count(sheet.rows.len() as u64, "row"),
+                cells(first)
             )),
         })
     }
@@ -715,7 +716,7 @@ impl Check for Row {
 /// The kinds of document `document_type` tells apart, by content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-enum DocKind {
+pub(crate) enum DocKind {
     /// OpenDocument text (Writer).
     Odt,
     /// OpenDocument spreadsheet (Calc).
@@ -733,17 +734,23 @@ enum DocKind {
 impl DocKind {
     /// The kind of a parsed document.
     fn of(d: &Document) -> Option<Self> {
-        Some(match d {
-            Document::Text(_) => Self::Text,
-            Document::Sheets(_) => Self::Ods,
-            Document::Paragraphs { kind, .. } => match *kind {
-                "OpenDocument text" => Self::Odt,
-                "OpenDocument presentation" => Self::Odp,
-                "OpenDocument drawing" => Self::Odg,
-                "DOCX" => Self::Docx,
-                _ => return None,
-            },
-        })
+        match d {
+            Document::Text(_) => Some(Self::Text),
+            Document::Sheets(_) => Some(Self::Ods),
+            Document::Paragraphs { kind, .. } => *kind,
+        }
+    }
+
+    /// What the kind is called in feedback.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Odt => "OpenDocument text",
+            Self::Ods => "OpenDocument spreadsheet",
+            Self::Odp => "OpenDocument presentation",
+            Self::Odg => "OpenDocument drawing",
+            Self::Docx => "DOCX document",
+            Self::Text => "text file",
+        }
     }
 }
 
@@ -769,16 +776,27 @@ impl Check for DocType {
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
         let p = &self.a.path;
-        let want = format!("{:?}", self.a.kind).to_lowercase();
-        let doc = match document(r[0], p)? {
-            Ok(d) => d,
-            Err(v) => return Ok(Verdict::fail(format!("{}, not {want}", v.feedback))),
+        let want = a(self.a.kind.name());
+        let bytes = match file_bytes(r[0], p)? {
+            Ok(f) => &f.bytes,
+            Err(v) => {
+                // A missing file is judged against the kind; a file too large to read is not
+                // judged at all, which its verdict says.
+                let missing = matches!(r[0], Ok(ProbeReply::File(None)));
+                return Ok(if missing {
+                    Verdict::fail(format!("{}, expected {want}", v.feedback))
+                } else {
+                    v
+                });
+            }
         };
-        Ok(Verdict::when(
-            DocKind::of(&doc) == Some(self.a.kind),
-            format!("{p} is {want}: {}", doc.kind()),
-            format!("{p} is not {want}: {}", doc.kind()),
-        ))
+        Ok(match parse(bytes) {
+            Ok(doc) if DocKind::of(&doc) == Some(self.a.kind) => {
+                Verdict::pass(format!("file {p} is {want}"))
+            }
+            Ok(doc) => Verdict::fail(format!("file {p} is {}, expected {want}", a(doc.kind()))),
+            Err(e) => Verdict::fail(format!("file {p} is not {want}: {e}")),
+        })
     }
 }
 
@@ -792,17 +810,18 @@ fn pick_sheet(
         Ok(Document::Sheets(s)) => s,
         Ok(other) => {
             return Ok(Err(Verdict::fail(format!(
-                "{path} is a {}, not a spreadsheet",
-                other.kind()
+                "file {path} is {}, not a spreadsheet",
+                a(other.kind())
             ))));
         }
         Err(v) => return Ok(Err(v)),
     };
-    let names = sheets
-        .iter()
-        .map(|s| format!("'{}'", s.name))
-        .collect::<Vec<_>>()
-        .join(", ");
+    if sheets.is_empty() {
+        return Ok(Err(Verdict::fail(format!(
+            "spreadsheet {path} has no sheets"
+        ))));
+    }
+    let names = quoted(sheets.iter().map(|s| s.name.as_str()), 100);
     let mut sheets = sheets.into_iter();
     let sheet = match name {
         Some(name) => sheets.find(|s| s.name == name),
@@ -810,8 +829,8 @@ fn pick_sheet(
     };
     Ok(sheet.ok_or_else(|| {
         Verdict::fail(format!(
-            "{path} has no sheet {} (sheets: {names})",
-            name.unwrap_or("at all"),
+            "spreadsheet {path} has no sheet '{}' (sheets: {names})",
+            name.unwrap_or_default(),
         ))
     }))
 }
@@ -892,7 +911,9 @@ impl Check for Cell {
         if let Some(want) = self.a.value {
             let number = value.and_then(|v| v.parse::<f64>().ok());
             if number.is_none_or(|n| (n - want).abs() > 1e-9 * want.abs().max(1.0)) {
-                return Ok(Verdict::fail(format!("{holds}, not the number {want}")));
+                return Ok(Verdict::fail(format!(
+                    "{holds}, expected the number {want}"
+                )));
             }
         }
         if let Some(test) = &self.a.text
@@ -1028,7 +1049,7 @@ mod tests {
             ("word/document.xml", xml),
         ]);
         let doc = parse(&bytes).unwrap();
-        assert_eq!(doc.kind(), "DOCX");
+        assert_eq!(doc.kind(), "DOCX document");
         assert_eq!(doc.lines(), vec!["Hello\t world", "second"]);
     }
 
@@ -1107,7 +1128,7 @@ mod tests {
         );
         assert!(!judge(serde_json::json!({"cell": "B4", "value": 1200})).passed);
         let v = judge(serde_json::json!({"cell": "B1", "value": 120}));
-        assert!(v.feedback.ends_with("not the number 120"), "{v:?}");
+        assert!(v.feedback.ends_with(", expected the number 120"), "{v:?}");
         let v = judge(serde_json::json!({"cell": "Z99", "text": {"equals": ""}}));
         assert!(v.passed && v.feedback.contains("is empty"), "{v:?}");
         assert_eq!(cell_address("AA10"), Some((9, 26)));
@@ -1120,6 +1141,75 @@ mod tests {
                 &serde_json::json!({"path": "x", "cell": "B1"})
             )
             .is_err()
+        );
+    }
+
+    #[test]
+    fn document_types_are_named_in_words() {
+        use crate::eval::functions::replies::{file, judge};
+        let odt = archive(&[
+            ("mimetype", "application/vnd.oasis.opendocument.text"),
+            ("content.xml", "<office:document-content/>"),
+        ]);
+        let docx = archive(&[("word/document.xml", "<w:document/>")]);
+        let kind = |kind: &str, reply: ProbeResult| {
+            judge(
+                "document_type",
+                serde_json::json!({"path": "/p", "kind": kind}),
+                &[reply],
+            )
+            .feedback
+        };
+        assert_eq!(kind("odt", file(&odt)), "file /p is an OpenDocument text");
+        assert_eq!(
+            kind("odt", file(&docx)),
+            "file /p is a DOCX document, expected an OpenDocument text"
+        );
+        assert_eq!(
+            kind("docx", file(b"plain")),
+            "file /p is a text file, expected a DOCX document"
+        );
+        assert_eq!(
+            kind("text", file(b"%PDF-1.7")),
+            "file /p is not a text file: it is a PDF file, and pincer does not extract text from PDF"
+        );
+        assert_eq!(
+            kind("odt", Ok(ProbeReply::File(None))),
+            "file /p does not exist, expected an OpenDocument text"
+        );
+        let row = |sheet: Option<&str>, reply: ProbeResult| {
+            let mut args = serde_json::json!({"path": "/p", "cells": ["Rent"]});
+            if let Some(s) = sheet {
+                args["sheet"] = s.into();
+            }
+            judge("spreadsheet_row", args, &[reply]).feedback
+        };
+        assert_eq!(
+            row(None, file(&odt)),
+            "file /p is an OpenDocument text, not a spreadsheet"
+        );
+        let ods = |xml: &str| {
+            file(&archive(&[
+                ("mimetype", "application/vnd.oasis.opendocument.spreadsheet"),
+                ("content.xml", xml),
+            ]))
+        };
+        let budget = r#"<office:document-content xmlns:office="o" xmlns:table="t" xmlns:text="x"><office:body><office:spreadsheet><table:table table:name="Budget"><table:table-row><table:table-cell><text:p>Rent</text:p></table:table-cell><table:table-cell><text:p>1200</text:p></table:table-cell></table:table-row></table:table><table:table table:name="Empty"/></office:spreadsheet></office:body></office:document-content>"#;
+        assert_eq!(
+            row(None, ods(budget)),
+            "row 1 of sheet 'Budget' in /p starts with 'Rent'"
+        );
+        assert_eq!(
+            row(Some("Data"), ods(budget)),
+            "spreadsheet /p has no sheet 'Data' (sheets: 'Budget', 'Empty')"
+        );
+        assert_eq!(
+            row(Some("Empty"), ods(budget)),
+            "sheet 'Empty' in /p is empty, expected a row starting with 'Rent'"
+        );
+        assert_eq!(
+            row(None, ods("<office:document-content/>")),
+            "spreadsheet /p has no sheets"
         );
     }
 

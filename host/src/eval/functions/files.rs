@@ -1,6 +1,6 @@
 //! Files and directories: existence, content, patterns, copies and images.
 
-use super::{ANY, LINUX, Library, Reads, clip, judge_text};
+use super::{ANY, LINUX, Library, Reads, a, count, judge_text, quoted};
 use crate::eval::text::TextMatch;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
 use pincer_shared::WireError;
@@ -60,21 +60,34 @@ impl Check for Exists {
             other => return Err(unexpected("stat", other)),
         };
         Ok(match (s.exists, s.kind, s.target) {
-            (false, _, _) => Verdict::fail(format!("{p} does not exist")),
+            (false, _, _) => Verdict::fail(format!("{what} {p} does not exist")),
             (true, Some(FileKind::Symlink), None) => {
-                Verdict::fail(format!("{p} is a dangling symbolic link"))
+                Verdict::fail(format!("{p} is a dangling symbolic link, not {}", a(what)))
             }
             (true, Some(FileKind::Symlink), Some(t)) => Verdict::when(
                 t == self.kind,
-                format!("{what} {p} exists (a symbolic link to a {what})"),
-                format!("{p} is a symbolic link to a {}, not a {what}", kind_name(t)),
+                format!("{what} {p} exists (a symbolic link to {})", a(what)),
+                format!(
+                    "{p} is a symbolic link to {}, not {}",
+                    a(kind_name(t)),
+                    a(what)
+                ),
             ),
-            (true, Some(k), _) if k == self.kind => {
-                Verdict::pass(format!("{what} {p} exists ({} bytes)", s.size))
+            // A directory's size says nothing about it.
+            (true, Some(FileKind::Dir), _) if self.kind == FileKind::Dir => {
+                Verdict::pass(format!("directory {p} exists"))
             }
-            (true, k, _) => Verdict::fail(format!(
-                "{p} exists but is a {}, not a {what}",
-                k.map_or("thing", kind_name)
+            (true, Some(k), _) if k == self.kind => {
+                Verdict::pass(format!("{what} {p} exists ({})", count(s.size, "byte")))
+            }
+            (true, Some(k), _) => Verdict::fail(format!(
+                "{p} exists but is {}, not {}",
+                a(kind_name(k)),
+                a(what)
+            )),
+            (true, None, _) => Verdict::fail(format!(
+                "{p} exists but the guest cannot tell what it is, expected {}",
+                a(what)
             )),
         })
     }
@@ -114,26 +127,30 @@ fn read<'a>(
         ProbeReply::Stat(s) => s,
         other => return Err(unexpected("stat", other)),
     };
-    match s.kind {
-        None => return Ok(Err(Verdict::fail(format!("{what} {path} does not exist")))),
-        Some(FileKind::Dir) => {
-            return Ok(Err(Verdict::fail(format!(
-                "{path} is a directory, not a {what}"
-            ))));
+    let instead = |seen: &str| {
+        Ok(Err(Verdict::fail(format!(
+            "{path} is {seen}, not {}",
+            a(what)
+        ))))
+    };
+    match (s.kind, s.target) {
+        (None, _) => return Ok(Err(Verdict::fail(format!("{what} {path} does not exist")))),
+        (Some(FileKind::Dir), _) => return instead("a directory"),
+        (Some(FileKind::Other), _) => return instead("a special file"),
+        (Some(FileKind::Symlink), None) => return instead("a dangling symbolic link"),
+        (Some(FileKind::Symlink), Some(FileKind::Dir)) => {
+            return instead("a symbolic link to a directory");
         }
-        Some(FileKind::Other) => {
-            return Ok(Err(Verdict::fail(format!(
-                "{path} is a special file, not a {what}"
-            ))));
+        (Some(FileKind::Symlink), Some(FileKind::Other)) => {
+            return instead("a symbolic link to a special file");
         }
-        // A symlink is read through.
-        Some(FileKind::File | FileKind::Symlink) => {}
+        // A symlink to a file is read through.
+        (Some(FileKind::File | FileKind::Symlink), _) => {}
     }
     if s.kind == Some(FileKind::Symlink) && matches!(r[1], Err(WireError::InvalidArgument { .. })) {
-        // The guest refuses to read a directory as a file.
-        return Ok(Err(Verdict::fail(format!(
-            "{path} is a symbolic link to a directory, not a {what}"
-        ))));
+        // The link was pointed at a directory between the stat and the read, which the
+        // guest refuses to read as a file.
+        return instead("a symbolic link to a directory");
     }
     match reply(r[1], "read file")? {
         ProbeReply::File(Some(f)) => Ok(Ok(f)),
@@ -141,6 +158,15 @@ fn read<'a>(
         ProbeReply::File(None) => Ok(Err(Verdict::fail(format!("{what} {path} does not exist")))),
         other => Err(unexpected("read file", other)),
     }
+}
+
+/// The failing verdict for a file larger than a check reads: judging the part that was read
+/// could pass a file whose text differs further on.
+fn too_large(what: &str, path: &str, size: u64) -> Verdict {
+    Verdict::fail(format!(
+        "{what} {path} is {size} bytes, more than the {} MiB pincer reads for a check: it was not judged",
+        MAX_INLINE_FILE / (1024 * 1024)
+    ))
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -207,14 +233,8 @@ impl Check for FileText {
             Ok(f) => f,
             Err(seen) => return Ok(seen),
         };
-        // Judging the part that was read could pass a file whose text differs further on.
         if f.total_size > f.bytes.len() as u64 {
-            return Ok(Verdict::fail(format!(
-                "file {} is {} bytes, more than the {} MiB pincer reads for a check: it was not judged",
-                self.path,
-                f.total_size,
-                MAX_INLINE_FILE / (1024 * 1024)
-            )));
+            return Ok(too_large("file", &self.path, f.total_size));
         }
         let text = String::from_utf8_lossy(&f.bytes);
         Ok(judge_text(
@@ -262,53 +282,48 @@ impl Check for Copied {
             other => Err(unexpected("list dir", other)),
         };
         let suffix = format!(".{}", self.ext.to_lowercase());
-        let Some(src) = list(0)? else {
+        let (src, dst) = (&self.source, &self.target);
+        let Some(src_entries) = list(0)? else {
             return Ok(Verdict::fail(format!(
-                "source directory {} does not exist",
-                self.source
+                "source directory {src} does not exist"
             )));
         };
-        let Some(dst) = list(1)? else {
+        let Some(dst_entries) = list(1)? else {
             return Ok(Verdict::fail(format!(
-                "target directory {} does not exist",
-                self.target
+                "target directory {dst} does not exist"
             )));
         };
-        let wanted: Vec<_> = src
+        let wanted: Vec<_> = src_entries
             .iter()
             .filter(|e| e.kind == FileKind::File && e.name.to_lowercase().ends_with(&suffix))
             .collect();
         if wanted.is_empty() {
             return Ok(Verdict::fail(format!(
-                "{} holds no {suffix} files to copy",
-                self.source
+                "directory {src} holds no {suffix} files to copy"
             )));
         }
         let missing: Vec<&str> = wanted
             .iter()
             .filter(|w| {
-                !dst.iter()
+                !dst_entries
+                    .iter()
                     .any(|d| d.name == w.name && d.size == w.size && d.kind == FileKind::File)
             })
             .map(|w| w.name.as_str())
             .collect();
-        Ok(Verdict::when(
-            missing.is_empty(),
-            format!(
-                "all {} {suffix} files of {} are in {}",
-                wanted.len(),
-                self.source,
-                self.target
-            ),
-            format!(
-                "{} of {} {suffix} files of {} are in {}; missing or different: {}",
-                wanted.len() - missing.len(),
-                wanted.len(),
-                self.source,
-                self.target,
-                clip(&missing.join(", "), 80)
-            ),
-        ))
+        let (n, there) = (wanted.len(), wanted.len() - missing.len());
+        Ok(if missing.is_empty() {
+            Verdict::pass(match n {
+                1 => format!("the only {suffix} file of {src} is in {dst}"),
+                _ => format!("all {n} {suffix} files of {src} are in {dst}"),
+            })
+        } else {
+            Verdict::fail(format!(
+                "{there} of {n} {suffix} files of {src} {} in {dst}; missing or of another size: {}",
+                if there == 1 { "is" } else { "are" },
+                quoted(missing, 100)
+            ))
+        })
     }
 }
 
@@ -360,19 +375,24 @@ impl Check for Listing {
         let extra: Vec<&str> = there.difference(&wanted).copied().collect();
         let mut wrong = Vec::new();
         if !missing.is_empty() {
-            wrong.push(format!("missing {}", clip(&missing.join(", "), 120)));
+            wrong.push(format!("missing {}", quoted(missing, 120)));
         }
         if !extra.is_empty() {
-            wrong.push(format!("also holds {}", clip(&extra.join(", "), 120)));
+            wrong.push(format!("also holds {}", quoted(extra, 120)));
         }
+        let exactly = if self.a.names.is_empty() {
+            "nothing".to_owned()
+        } else {
+            format!(
+                "exactly {}",
+                quoted(self.a.names.iter().map(String::as_str), 120)
+            )
+        };
+        let p = &self.a.path;
         Ok(Verdict::when(
             wrong.is_empty(),
-            format!(
-                "{} holds exactly {}",
-                self.a.path,
-                clip(&self.a.names.join(", "), 120)
-            ),
-            format!("{}: {}", self.a.path, wrong.join("; ")),
+            format!("directory {p} holds {exactly}"),
+            format!("directory {p} should hold {exactly}: {}", wrong.join("; ")),
         ))
     }
 }
@@ -408,40 +428,38 @@ impl Check for Same {
             Ok(f) => f,
             Err(v) => return Ok(v),
         };
-        let whole = |f: &FileContent| f.total_size == f.bytes.len() as u64;
-        if !whole(original) || !whole(copy) {
-            return Ok(Verdict::fail(format!(
-                "{} or {} is larger than the {} MiB pincer reads for a check, so they cannot be compared",
-                self.a.path,
-                self.a.copy,
-                MAX_INLINE_FILE / (1024 * 1024)
-            )));
+        let (path, copy_path) = (&self.a.path, &self.a.copy);
+        let partial = |f: &FileContent| f.total_size > f.bytes.len() as u64;
+        match (partial(original), partial(copy)) {
+            (true, true) => {
+                return Ok(Verdict::fail(format!(
+                    "files {path} ({} bytes) and {copy_path} ({} bytes) are larger than the {} MiB pincer reads for a check: they were not judged",
+                    original.total_size,
+                    copy.total_size,
+                    MAX_INLINE_FILE / (1024 * 1024)
+                )));
+            }
+            (true, false) => return Ok(too_large("file", path, original.total_size)),
+            (false, true) => return Ok(too_large("file", copy_path, copy.total_size)),
+            (false, false) => {}
         }
-        Ok(Verdict::when(
-            original.bytes == copy.bytes,
-            format!(
-                "{} has the same {} bytes as {}",
-                self.a.copy,
-                copy.bytes.len(),
-                self.a.path
-            ),
-            if original.bytes.len() == copy.bytes.len() {
-                format!(
-                    "{} has as many bytes as {} ({}) but other ones",
-                    self.a.copy,
-                    self.a.path,
-                    copy.bytes.len()
-                )
-            } else {
-                format!(
-                    "{} has {} bytes, {} has {}",
-                    self.a.copy,
-                    copy.bytes.len(),
-                    self.a.path,
-                    original.bytes.len()
-                )
-            },
-        ))
+        let (n, m) = (copy.bytes.len() as u64, original.bytes.len() as u64);
+        Ok(if original.bytes == copy.bytes {
+            Verdict::pass(format!(
+                "file {copy_path} has the same {} as {path}",
+                count(n, "byte")
+            ))
+        } else if n == m {
+            Verdict::fail(format!(
+                "file {copy_path} has the same size as {path} ({}) but different content",
+                count(n, "byte")
+            ))
+        } else {
+            Verdict::fail(format!(
+                "file {copy_path} has {}, {path} has {m}",
+                count(n, "byte")
+            ))
+        })
     }
 }
 
@@ -456,7 +474,7 @@ struct ImageArgs {
     /// Required height in pixels.
     #[serde(default)]
     height: Option<u32>,
-    /// Required format: png, jpeg, gif, bmp, webp, tiff, ...
+    /// Required format: png, jpeg (or jpg), gif, bmp, webp, tiff, avif, heif (or heic), ...
     #[serde(default)]
     format: Option<String>,
 }
@@ -486,29 +504,81 @@ impl Check for Image {
             imagesize::image_type(&f.bytes),
         ) else {
             return Ok(Verdict::fail(format!(
-                "{p} is not an image pincer can read"
+                "file {p} is not an image pincer can read"
             )));
         };
-        let format = format!("{kind:?}").to_lowercase();
-        let seen = format!("image {p} is a {}x{} {format}", size.width, size.height);
-        let ok = self.a.width.is_none_or(|w| w as usize == size.width)
-            && self.a.height.is_none_or(|h| h as usize == size.height)
-            && self
-                .a
-                .format
-                .as_ref()
-                .is_none_or(|f| f.to_lowercase().replace("jpg", "jpeg") == format);
-        Ok(if ok {
-            Verdict::pass(seen)
-        } else {
-            let want = format!(
-                "{}x{} {}",
-                self.a.width.map_or("*".into(), |w| w.to_string()),
-                self.a.height.map_or("*".into(), |h| h.to_string()),
-                self.a.format.as_deref().unwrap_or("image")
-            );
-            Verdict::fail(format!("{seen}, expected {want}"))
-        })
+        let format = format_name(kind);
+        let seen = format!("image {p} is {}x{} {format}", size.width, size.height);
+        let (width, height) = (self.a.width, self.a.height);
+        let ok = width.is_none_or(|w| w as usize == size.width)
+            && height.is_none_or(|h| h as usize == size.height)
+            && self.a.format.as_deref().is_none_or(|f| f == format);
+        if ok {
+            return Ok(Verdict::pass(seen));
+        }
+        // Only what was asked for: a width alone does not make "1024x*".
+        let dims = match (width, height) {
+            (Some(w), Some(h)) => Some(format!("{w}x{h}")),
+            (Some(w), None) => Some(format!("width {w}")),
+            (None, Some(h)) => Some(format!("height {h}")),
+            (None, None) => None,
+        };
+        let want = match (dims, self.a.format.as_deref()) {
+            (Some(d), Some(f)) if width.is_some() && height.is_some() => format!("{d} {f}"),
+            (Some(d), Some(f)) => format!("{f} of {d}"),
+            (Some(d), None) => d,
+            (None, f) => f.unwrap_or_default().to_owned(),
+        };
+        Ok(Verdict::fail(format!("{seen}, expected {want}")))
+    }
+}
+
+/// The name of an image format in feedback and in `image_file`'s `format`.
+fn format_name(kind: imagesize::ImageType) -> &'static str {
+    use imagesize::{Compression, ImageType as T};
+    match kind {
+        T::Aseprite => "aseprite",
+        T::Astc => "astc",
+        T::Atc(_) => "atc",
+        T::Bmp => "bmp",
+        T::Dds(_) => "dds",
+        T::Eac(_) => "eac",
+        T::Etc2(_) => "etc2",
+        T::Exr => "exr",
+        T::Farbfeld => "farbfeld",
+        T::Gif => "gif",
+        T::Hdr => "hdr",
+        // AVIF is HEIF with AV1 pictures; people and tools call it by its own name.
+        T::Heif(Compression::Av1) => "avif",
+        T::Heif(_) => "heif",
+        T::Ico => "ico",
+        T::Ilbm => "ilbm",
+        T::Jpeg => "jpeg",
+        T::Jxl => "jxl",
+        T::Ktx2 => "ktx2",
+        T::Png => "png",
+        T::Pnm => "pnm",
+        T::Psd => "psd",
+        T::Pvrtc(_) => "pvrtc",
+        T::Qoi => "qoi",
+        T::Tga => "tga",
+        T::Tiff => "tiff",
+        T::Vtf => "vtf",
+        T::Webp => "webp",
+        // A format a newer imagesize tells apart, which no `format` names yet.
+        _ => "unnamed format",
+    }
+}
+
+/// A format as `image_file` takes it, with the other names of some formats mapped to the
+/// ones [`format_name`] gives.
+fn canonical_format(format: &str) -> String {
+    let f = format.trim().trim_start_matches('.').to_lowercase();
+    match f.as_str() {
+        "jpg" | "jpe" => "jpeg".into(),
+        "tif" => "tiff".into(),
+        "heic" => "heif".into(),
+        _ => f,
     }
 }
 
@@ -624,7 +694,14 @@ pub(super) fn register(lib: &mut Library) {
         "An image file exists with the given width, height and format (each optional).",
         Reads::Env(ANY),
         r#"{"path": "~/Pictures/shot.png", "width": 800, "height": 600, "format": "png"}"#,
-        |a: ImageArgs, _| Ok(Image { a }),
+        |a: ImageArgs, _| {
+            Ok(Image {
+                a: ImageArgs {
+                    format: a.format.as_deref().map(canonical_format),
+                    ..a
+                },
+            })
+        },
     );
 }
 
@@ -649,18 +726,241 @@ impl Check for Absent {
     }
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
-        match reply(r[0], "stat")? {
-            ProbeReply::Stat(s) => Ok(Verdict::when(
-                !s.exists,
-                format!("{} does not exist", self.path),
-                format!(
-                    "{} exists (a {}, {} bytes), expected it gone",
-                    self.path,
-                    kind_name(s.kind.unwrap_or(FileKind::Other)),
-                    s.size
-                ),
-            )),
-            other => Err(unexpected("stat", other)),
+        let s = match reply(r[0], "stat")? {
+            ProbeReply::Stat(s) => s,
+            other => return Err(unexpected("stat", other)),
+        };
+        let p = &self.path;
+        if !s.exists {
+            return Ok(Verdict::pass(format!("no file or directory exists at {p}")));
         }
+        let there = match (s.kind, s.target) {
+            (Some(FileKind::File), _) => format!("a file of {}", count(s.size, "byte")),
+            (Some(FileKind::Symlink), None) => "a dangling symbolic link".to_owned(),
+            (Some(FileKind::Symlink), Some(t)) => format!("a symbolic link to {}", a(kind_name(t))),
+            (Some(k), _) => a(kind_name(k)),
+            (None, _) => "something the guest cannot tell".to_owned(),
+        };
+        Ok(Verdict::fail(format!(
+            "{p} exists ({there}), expected nothing there"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::functions::replies::{file, judge, stat};
+    use pincer_shared::probe::DirEntry;
+    use serde_json::json;
+
+    #[test]
+    fn existence_reads_as_what_was_found() {
+        let at = |name: &str, kind: Option<FileKind>, target: Option<FileKind>, size: u64| {
+            judge(
+                name,
+                json!({"path": "/p"}),
+                &[stat(kind.is_some(), kind, target, size)],
+            )
+            .feedback
+        };
+        let (file_kind, dir, link) = (
+            Some(FileKind::File),
+            Some(FileKind::Dir),
+            Some(FileKind::Symlink),
+        );
+        // A directory's size is the size of its entry table, not worth showing.
+        assert_eq!(at("dir_exists", dir, None, 4096), "directory /p exists");
+        assert_eq!(
+            at("file_exists", file_kind, None, 1),
+            "file /p exists (1 byte)"
+        );
+        assert_eq!(at("file_exists", None, None, 0), "file /p does not exist");
+        assert_eq!(
+            at("dir_exists", None, None, 0),
+            "directory /p does not exist"
+        );
+        assert_eq!(
+            at("file_exists", link, None, 0),
+            "/p is a dangling symbolic link, not a file"
+        );
+        assert_eq!(
+            at("dir_exists", link, file_kind, 0),
+            "/p is a symbolic link to a file, not a directory"
+        );
+        assert_eq!(
+            at("dir_exists", file_kind, None, 3),
+            "/p exists but is a file, not a directory"
+        );
+        assert_eq!(
+            at("file_absent", None, None, 0),
+            "no file or directory exists at /p"
+        );
+        assert_eq!(
+            at("file_absent", file_kind, None, 13),
+            "/p exists (a file of 13 bytes), expected nothing there"
+        );
+        assert_eq!(
+            at("file_absent", dir, None, 4096),
+            "/p exists (a directory), expected nothing there"
+        );
+        assert_eq!(
+            at("file_absent", link, dir, 4),
+            "/p exists (a symbolic link to a directory), expected nothing there"
+        );
+    }
+
+    #[test]
+    fn a_directory_where_an_image_should_be_reads_with_an_article() {
+        let v = judge(
+            "image_file",
+            json!({"path": "/p"}),
+            &[stat(true, Some(FileKind::Dir), None, 0), file(b"")],
+        );
+        assert_eq!(v.feedback, "/p is a directory, not an image");
+    }
+
+    /// A HEIF file of one brand ("avif", "heic") as far as its size is concerned: the
+    /// `ftyp` box and a `meta` box holding the picture's `ispe` (extent) property.
+    fn heif(brand: &[u8; 4], width: u32, height: u32) -> Vec<u8> {
+        let boxed = |kind: &[u8], body: &[u8]| {
+            let mut b = ((body.len() + 8) as u32).to_be_bytes().to_vec();
+            b.extend_from_slice(kind);
+            b.extend_from_slice(body);
+            b
+        };
+        let ftyp = [&brand[..], &[0; 4], b"mif1"].concat();
+        let ispe = [&[0; 4][..], &width.to_be_bytes(), &height.to_be_bytes()].concat();
+        let iprp = boxed(b"iprp", &boxed(b"ipco", &boxed(b"ispe", &ispe)));
+        let meta = [&[0; 4][..], &iprp].concat();
+        [boxed(b"ftyp", &ftyp), boxed(b"meta", &meta)].concat()
+    }
+
+    #[test]
+    fn image_formats_are_named_so_that_every_format_can_match() {
+        let (avif, heic) = (heif(b"avif", 40, 30), heif(b"heic", 40, 30));
+        assert_eq!(format_name(imagesize::image_type(&avif).unwrap()), "avif");
+        assert_eq!(format_name(imagesize::image_type(&heic).unwrap()), "heif");
+        let image = |args: serde_json::Value, bytes: &[u8]| {
+            let mut args = args;
+            args["path"] = "/p".into();
+            judge(
+                "image_file",
+                args,
+                &[stat(true, Some(FileKind::File), None, 1), file(bytes)],
+            )
+        };
+        for (format, bytes) in [("avif", &avif), ("heic", &heic), ("HEIF", &heic)] {
+            let v = image(json!({"format": format, "width": 40}), bytes);
+            assert!(v.passed, "{format}: {}", v.feedback);
+        }
+        assert_eq!(
+            image(json!({"format": "avif"}), &heic).feedback,
+            "image /p is 40x30 heif, expected avif"
+        );
+        // The expectation names only what was asked for.
+        let png = crate::picture::png_rgba(8, 6, |_, _| [0, 0, 0, 255]);
+        let said = |args| image(args, &png).feedback;
+        assert_eq!(
+            said(json!({"width": 8, "height": 6, "format": "png"})),
+            "image /p is 8x6 png"
+        );
+        assert_eq!(
+            said(json!({"width": 10, "format": "png"})),
+            "image /p is 8x6 png, expected png of width 10"
+        );
+        assert_eq!(
+            said(json!({"height": 10})),
+            "image /p is 8x6 png, expected height 10"
+        );
+        assert_eq!(
+            said(json!({"width": 10, "height": 6, "format": "jpg"})),
+            "image /p is 8x6 png, expected 10x6 jpeg"
+        );
+        assert_eq!(
+            image(json!({}), b"not an image").feedback,
+            "file /p is not an image pincer can read"
+        );
+    }
+
+    fn dir(entries: &[(&str, u64)]) -> ProbeResult {
+        Ok(ProbeReply::Dir(Some(
+            entries
+                .iter()
+                .map(|&(name, size)| DirEntry {
+                    name: name.into(),
+                    kind: FileKind::File,
+                    size,
+                })
+                .collect(),
+        )))
+    }
+
+    #[test]
+    fn listings_and_copies_quote_names_and_count_them() {
+        let listing = |names: &[&str], there: &[(&str, u64)]| {
+            judge(
+                "dir_listing",
+                json!({"path": "/d", "names": names}),
+                &[dir(there)],
+            )
+            .feedback
+        };
+        assert_eq!(
+            listing(&["b", "a"], &[("a", 1), ("b", 1), (".lock", 1)]),
+            "directory /d holds exactly 'b', 'a'"
+        );
+        assert_eq!(listing(&[], &[]), "directory /d holds nothing");
+        assert_eq!(
+            listing(&["a", "c"], &[("a", 1), ("b", 1)]),
+            "directory /d should hold exactly 'a', 'c': missing 'c'; also holds 'b'"
+        );
+        let copied = |target: &[(&str, u64)]| {
+            judge(
+                "files_copied",
+                json!({"source_dir": "/s", "target_dir": "/t", "extension": "ods"}),
+                &[
+                    dir(&[("a.ods", 1), ("b.ods", 2), ("c.txt", 3)]),
+                    dir(target),
+                ],
+            )
+            .feedback
+        };
+        assert_eq!(
+            copied(&[("a.ods", 1), ("b.ods", 2)]),
+            "all 2 .ods files of /s are in /t"
+        );
+        assert_eq!(
+            copied(&[("a.ods", 1), ("b.ods", 3)]),
+            "1 of 2 .ods files of /s is in /t; missing or of another size: 'b.ods'"
+        );
+        assert_eq!(
+            copied(&[]),
+            "0 of 2 .ods files of /s are in /t; missing or of another size: 'a.ods', 'b.ods'"
+        );
+    }
+
+    #[test]
+    fn copies_of_the_same_size_are_told_apart_by_content() {
+        let same = |a: &[u8], b: &[u8]| {
+            let f = Some(FileKind::File);
+            judge(
+                "same_content",
+                json!({"path": "/a", "copy": "/b"}),
+                &[
+                    stat(true, f, None, 1),
+                    file(a),
+                    stat(true, f, None, 1),
+                    file(b),
+                ],
+            )
+            .feedback
+        };
+        assert_eq!(same(b"x", b"x"), "file /b has the same 1 byte as /a");
+        assert_eq!(
+            same(b"telescope 1", b"telescope 2"),
+            "file /b has the same size as /a (11 bytes) but different content"
+        );
+        assert_eq!(same(b"abc", b"a"), "file /b has 1 byte, /a has 3");
     }
 }

@@ -1,7 +1,7 @@
 //! Pictures and the desktop: mean brightness of two image files compared (decoded on the
 //! host, pure Rust), and the GNOME desktop wallpaper.
 
-use super::{ANY, LINUX, Library, Reads};
+use super::{ANY, LINUX, Library, Reads, clip};
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
 use crate::picture::{self, PictureError};
 use pincer_shared::WireError;
@@ -58,12 +58,12 @@ fn image_brightness(r: &ProbeResult, path: &str) -> Result<Result<f64, Verdict>,
     Ok(match reply(r, "read file")? {
         ProbeReply::File(None) => Err(format!("image {path} does not exist")),
         ProbeReply::File(Some(f)) if f.total_size > f.bytes.len() as u64 => Err(format!(
-            "image {path} is {} bytes, more than the {} MiB pincer reads for a check",
+            "image {path} is {} bytes, more than the {} MiB pincer reads for a check: it was not judged",
             f.total_size,
             MAX_INLINE_FILE / (1024 * 1024)
         )),
         ProbeReply::File(Some(f)) => brightness(&f.bytes)
-            .map_err(|e| format!("{path} is not an image pincer can decode: {e}")),
+            .map_err(|e| format!("file {path} is not an image pincer can decode: {e}")),
         other => return Err(unexpected("read file", other)),
     }
     .map_err(Verdict::fail))
@@ -91,18 +91,18 @@ impl Check for Brightness {
             Ok(v) => v,
             Err(why) => return Ok(why),
         };
-        let seen = format!("{a} has brightness {after:.2}, {b} {before:.2}");
+        let seen = format!("image {a} has brightness {after:.2}, {b} has {before:.2}");
         let brighter = after > before;
         Ok(match self.want {
             Want::Brighter => Verdict::when(
                 brighter,
                 format!("{seen}: brighter"),
-                format!("{seen}: expected {a} to be brighter"),
+                format!("{seen}, expected {a} to be brighter"),
             ),
             Want::NotBrighter => Verdict::when(
                 !brighter,
                 format!("{seen}: not brighter"),
-                format!("{seen}: expected {a} to be darker or the same"),
+                format!("{seen}, expected {a} to be darker or the same"),
             ),
         })
     }
@@ -232,7 +232,7 @@ impl Check for Wallpaper {
             ProbeReply::Gsettings(Some(v)) => v.trim().trim_matches('\'').to_owned(),
             ProbeReply::Gsettings(None) => {
                 return Ok(Verdict::fail(format!(
-                    "the desktop has no {} {} setting (no GNOME schemas installed)",
+                    "setting {} {} does not exist (no GNOME schemas installed)",
                     BACKGROUND.0, BACKGROUND.1
                 )));
             }
@@ -245,13 +245,17 @@ impl Check for Wallpaper {
         match reply(r[2], "stat")? {
             ProbeReply::Stat(s) if s.exists && s.kind == Some(FileKind::File) => {}
             ProbeReply::Stat(_) => {
-                return Ok(Verdict::fail(format!("picture {p} does not exist")));
+                return Ok(Verdict::fail(format!("image {p} does not exist")));
             }
             other => return Err(unexpected("stat", other)),
         }
+        if uri.is_empty() {
+            return Ok(Verdict::fail(format!("no wallpaper is set, expected {p}")));
+        }
         let Some(wall) = file_uri_path(&uri) else {
             return Ok(Verdict::fail(format!(
-                "the wallpaper is '{uri}', not a local file"
+                "the wallpaper is '{}', not a local file, expected {p}",
+                clip(&uri, 80)
             )));
         };
         let want = absolute(p, home.as_deref());

@@ -14,7 +14,7 @@ mod media;
 mod system;
 mod tree;
 
-use super::text::{TextMatch, clip};
+use super::text::{TextMatch, clip, excerpt};
 use super::{Check, Verdict};
 use crate::task::Platform;
 use schemars::JsonSchema;
@@ -242,22 +242,121 @@ impl Library {
     }
 }
 
+/// Characters of an observed text quoted in feedback.
+const QUOTE: usize = 60;
+
 /// The verdict of `m` on the text `what` holds ("file ~/a.txt", "the clipboard"): the text
-/// seen (for a regex, the part that matched) and what it had to be.
+/// seen and what it had to be.
 fn judge_text(what: &str, text: &str, m: &TextMatch) -> Verdict {
-    if m.test(text) {
-        let seen = m.matched(text).unwrap_or(text);
-        Verdict::pass(format!("{what} reads '{}' ({m})", clip(seen, 60)))
+    match (m.test(text), text.is_empty()) {
+        (true, true) => Verdict::pass(format!("{what} is empty ({m})")),
+        (true, false) => Verdict::pass(format!("{what} reads {} ({m})", quote_passing(text, m))),
+        (false, true) => Verdict::fail(format!("{what} is empty, expected text {m}")),
+        (false, false) => Verdict::fail(format!("{what} reads {}, expected text {m}", quote(text))),
+    }
+}
+
+/// A text that passed `m`, quoted for feedback: the part a regex matched, or the stretch
+/// around a `contains` hit that the start of a long text would not show, or the start. An
+/// empty regex match (`^`, `x*`) shows nothing of why the text passed, so the text is
+/// quoted instead.
+fn quote_passing(text: &str, m: &TextMatch) -> String {
+    if let Some(part) = m.matched(text).filter(|p| !p.is_empty()) {
+        return format!("'{}'", clip(part, QUOTE));
+    }
+    match m.occurrence(text) {
+        Some(hit) if text[..hit.end].chars().count() > QUOTE => format!("'{}'", excerpt(text, hit)),
+        _ => format!("'{}'", clip(text, QUOTE)),
+    }
+}
+
+/// A text quoted for feedback, with its length when the quote leaves part of it out: a
+/// failure may lie in the part not shown.
+fn quote(text: &str) -> String {
+    let n = text.chars().count();
+    if n > QUOTE {
+        format!("'{}' ({n} characters)", clip(text, QUOTE))
     } else {
-        Verdict::fail(format!(
-            "{what} reads '{}', expected text {m}",
-            clip(text, 60)
-        ))
+        format!("'{}'", clip(text, QUOTE))
+    }
+}
+
+/// Texts quoted and listed for feedback ("'a', 'b'"), each cut to 40 characters and the
+/// list to `max`.
+fn quoted<'a>(items: impl IntoIterator<Item = &'a str>, max: usize) -> String {
+    clip(
+        &items
+            .into_iter()
+            .map(|t| format!("'{}'", clip(t, 40)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        max,
+    )
+}
+
+/// `noun` with its indefinite article ("a file", "an image").
+fn a(noun: &str) -> String {
+    let vowel = noun
+        .chars()
+        .next()
+        .is_some_and(|c| "aeiouAEIOU".contains(c));
+    format!("{} {noun}", if vowel { "an" } else { "a" })
+}
+
+/// "1 byte", "2 bytes": a count with its noun, singular or plural.
+fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 
 const LINUX: &[Platform] = &[Platform::Linux];
 const ANY: &[Platform] = &[Platform::Linux, Platform::Android];
+
+/// Hand-made probe replies, and the verdicts of functions on them, for the functions'
+/// unit tests.
+#[cfg(test)]
+mod replies {
+    use crate::eval::{AgentLog, ProbeResult, Verdict};
+    use pincer_shared::probe::{FileContent, FileKind, FileStat, ProbeReply};
+
+    /// A stat of `/p`: whether anything is there, what, what a link there resolves to, and
+    /// its size.
+    pub(super) fn stat(
+        exists: bool,
+        kind: Option<FileKind>,
+        target: Option<FileKind>,
+        size: u64,
+    ) -> ProbeResult {
+        Ok(ProbeReply::Stat(FileStat {
+            path: "/p".into(),
+            exists,
+            kind,
+            target,
+            size,
+            mode: 0o644,
+            modified_ms: 0,
+        }))
+    }
+
+    /// The whole content of `/p`.
+    pub(super) fn file(bytes: &[u8]) -> ProbeResult {
+        Ok(ProbeReply::File(Some(FileContent {
+            path: "/p".into(),
+            bytes: bytes.to_vec(),
+            total_size: bytes.len() as u64,
+        })))
+    }
+
+    /// The verdict of the function `name` with `args` on `replies`, with an empty log.
+    pub(super) fn judge(name: &str, args: serde_json::Value, replies: &[ProbeResult]) -> Verdict {
+        let check = super::Library::standard().build(name, &args).unwrap();
+        let replies: Vec<&ProbeResult> = replies.iter().collect();
+        check.judge(&replies, &AgentLog::default()).unwrap()
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -324,7 +423,7 @@ mod tests {
     /// does, on every stat reply there can be.
     #[test]
     fn quick_decisions_agree_with_judgements() {
-        use pincer_shared::probe::{FileKind, FileStat, ProbeReply};
+        use pincer_shared::probe::FileKind;
         let lib = Library::standard();
         let checks = [
             lib.build("file_exists", &serde_json::json!({"path": "/p"})),
@@ -344,15 +443,7 @@ mod tests {
         for exists in [false, true] {
             for kind in kinds {
                 for target in kinds {
-                    let reply: super::super::ProbeResult = Ok(ProbeReply::Stat(FileStat {
-                        path: "/p".into(),
-                        exists,
-                        kind,
-                        target,
-                        size: 3,
-                        mode: 0o644,
-                        modified_ms: 0,
-                    }));
+                    let reply = replies::stat(exists, kind, target, 3);
                     for c in &checks {
                         let judged = c.judge(&[&reply], &log).unwrap().passed;
                         assert_eq!(
@@ -372,6 +463,68 @@ mod tests {
         for c in &checks {
             assert!(c.passes(&[&broken], &log).is_err() && c.judge(&[&broken], &log).is_err());
         }
+    }
+
+    #[test]
+    fn passing_texts_are_quoted_where_they_passed() {
+        let judge = |text: &str, m: TextMatch| judge_text("the clipboard", text, &m).feedback;
+        // A regex quotes what it matched; an empty match says nothing, so the text is quoted.
+        assert_eq!(
+            judge(
+                "order 42 shipped",
+                TextMatch::regex("[0-9]+", false).unwrap()
+            ),
+            "the clipboard reads '42' (matching /[0-9]+/)"
+        );
+        assert_eq!(
+            judge("order 42", TextMatch::regex("x*", false).unwrap()),
+            "the clipboard reads 'order 42' (matching /x*/)"
+        );
+        // A hit past the quoted start is shown with the text around it.
+        let long = format!("{}needle{}", "a".repeat(100), "b".repeat(100));
+        assert_eq!(
+            judge(&long, TextMatch::contains("needle")),
+            format!(
+                "the clipboard reads '…{}needle{}…' (containing 'needle')",
+                "a".repeat(20),
+                "b".repeat(20)
+            )
+        );
+        assert_eq!(
+            judge("short needle", TextMatch::contains("needle")),
+            "the clipboard reads 'short needle' (containing 'needle')"
+        );
+        // Without case, the hit is found in the original text even where lowercasing
+        // changes lengths ('İ' lowercases to two characters).
+        let turkish = format!("{}NEEDLE!", "İ".repeat(70));
+        assert_eq!(
+            judge(&turkish, TextMatch::contains("needle").ignoring_case(true)),
+            format!(
+                "the clipboard reads '…{}NEEDLE!' (containing 'needle' (ignoring case))",
+                "İ".repeat(20)
+            )
+        );
+        assert_eq!(
+            judge("", TextMatch::equals("")),
+            "the clipboard is empty (equal to '')"
+        );
+    }
+
+    #[test]
+    fn failing_texts_say_how_long_they_are_when_cut() {
+        let judge = |text: &str| judge_text("file /a", text, &TextMatch::contains("y")).feedback;
+        assert_eq!(
+            judge(&"x".repeat(100)),
+            format!(
+                "file /a reads '{}…' (100 characters), expected text containing 'y'",
+                "x".repeat(60)
+            )
+        );
+        assert_eq!(
+            judge("x\r\n"),
+            "file /a reads 'x⏎', expected text containing 'y'"
+        );
+        assert_eq!(judge(""), "file /a is empty, expected text containing 'y'");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Processes, windows, the clipboard, desktop settings and command output.
 
-use super::{LINUX, Library, Reads, clip, judge_text};
+use super::{LINUX, Library, Reads, clip, judge_text, quote, quote_passing, quoted};
 use crate::eval::text::TextMatch;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
 use pincer_shared::probe::{Probe, ProbeReply, ProcessInfo, WindowInfo};
@@ -44,18 +44,17 @@ impl Check for Process {
             .filter(|p| matches_process(p, &self.name))
             .map(|p| p.pid.to_string())
             .collect();
-        let seen = if pids.is_empty() {
-            format!("no process '{}' is running", self.name)
-        } else {
-            format!(
-                "process '{}' is running (pid {})",
-                self.name,
-                pids.join(", ")
-            )
-        };
-        Ok(Verdict {
-            passed: pids.is_empty() != self.running,
-            feedback: seen,
+        let name = &self.name;
+        Ok(match (pids.is_empty(), self.running) {
+            (true, false) => Verdict::pass(format!("no process '{name}' is running")),
+            (true, true) => Verdict::fail(format!("no process '{name}' is running, expected one")),
+            (false, running) => {
+                let seen = format!(
+                    "process '{name}' is running (pid {})",
+                    clip(&pids.join(", "), 60)
+                );
+                Verdict::when(running, seen.clone(), format!("{seen}, expected none"))
+            }
         })
     }
 }
@@ -126,7 +125,16 @@ impl Check for Active {
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
         let w = match reply(r[0], "active window")? {
             ProbeReply::ActiveWindow(Some(w)) => w,
-            ProbeReply::ActiveWindow(None) => return Ok(Verdict::fail("no window is active")),
+            ProbeReply::ActiveWindow(None) => {
+                return Ok(Verdict::fail(match &self.0 {
+                    ActiveTest::Title(m) => {
+                        format!("no window is active, expected one with a title {m}")
+                    }
+                    ActiveTest::Process(name) => {
+                        format!("no window is active, expected a window of process '{name}'")
+                    }
+                }));
+            }
             other => return Err(unexpected("active window", other)),
         };
         Ok(match &self.0 {
@@ -157,7 +165,7 @@ impl Check for Active {
                 Verdict::when(
                     ok,
                     format!("the active window is {seen}"),
-                    format!("the active window is {seen}, expected one of process '{name}'"),
+                    format!("the active window is {seen}, expected a window of process '{name}'"),
                 )
             }
         })
@@ -180,18 +188,15 @@ impl Check for AnyWindow {
             ProbeReply::Windows(ws) => ws,
             other => return Err(unexpected("windows", other)),
         };
-        Ok(match ws.iter().find(|w| self.title.test(&w.title)) {
+        let m = &self.title;
+        Ok(match ws.iter().find(|w| m.test(&w.title)) {
             Some(w) => Verdict::pass(format!("window {} is open", describe(w))),
+            None if ws.is_empty() => {
+                Verdict::fail(format!("no window is open, expected one with a title {m}"))
+            }
             None => Verdict::fail(format!(
-                "no window has a title {}; open: {}",
-                self.title,
-                clip(
-                    &ws.iter()
-                        .map(|w| format!("'{}'", w.title))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    100
-                )
+                "no window has a title {m}; open: {}",
+                quoted(ws.iter().map(|w| w.title.as_str()), 100)
             )),
         })
     }
@@ -234,7 +239,10 @@ impl Check for Clipboard {
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
         match reply(r[0], "clipboard")? {
             ProbeReply::Clipboard(Some(t)) => Ok(judge_text("the clipboard", t, &self.0)),
-            ProbeReply::Clipboard(None) => Ok(Verdict::fail("the clipboard holds no text")),
+            ProbeReply::Clipboard(None) => Ok(Verdict::fail(format!(
+                "the clipboard holds no text, expected text {}",
+                self.0
+            ))),
             other => Err(unexpected("clipboard", other)),
         }
     }
@@ -293,26 +301,27 @@ impl Check for Gsettings {
     }
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let setting = format!("setting {} {}", self.schema, self.key);
         let got = match reply(r[0], "gsettings")? {
-            ProbeReply::Gsettings(Some(v)) => v,
+            ProbeReply::Gsettings(Some(v)) => v.trim(),
             ProbeReply::Gsettings(None) => {
-                return Ok(Verdict::fail(format!(
-                    "setting {} {} does not exist",
-                    self.schema, self.key
-                )));
+                return Ok(Verdict::fail(format!("{setting} does not exist")));
             }
             other => return Err(unexpected("gsettings", other)),
         };
+        // `gsettings get` quotes strings itself; a value written with its quotes is shown
+        // as written.
+        let want = self.value.trim();
+        let want = if unquote(want) == want {
+            format!("'{want}'")
+        } else {
+            want.to_owned()
+        };
+        let seen = format!("{setting} is {}", clip(got, 60));
         Ok(Verdict::when(
             unquote(got) == unquote(&self.value),
-            format!("{} {} is {}", self.schema, self.key, got.trim()),
-            format!(
-                "{} {} is {}, expected {}",
-                self.schema,
-                self.key,
-                got.trim(),
-                self.value
-            ),
+            seen.clone(),
+            format!("{seen}, expected {want}"),
         ))
     }
 }
@@ -383,6 +392,15 @@ impl Check for Command {
         };
         let text = String::from_utf8_lossy(&out.stdout);
         let cmd = clip(&self.argv.join(" "), 40);
+        let m = &self.test;
+        if m.test(&text) {
+            let printed = if text.is_empty() {
+                "nothing".to_owned()
+            } else {
+                quote_passing(&text, m)
+            };
+            return Ok(Verdict::pass(format!("`{cmd}` printed {printed} ({m})")));
+        }
         let stderr = String::from_utf8_lossy(&out.stderr);
         // Why a command printed nothing useful is usually on its standard error.
         let complaint = if stderr.trim().is_empty() {
@@ -390,16 +408,15 @@ impl Check for Command {
         } else {
             format!(", stderr '{}'", clip(stderr.trim(), 80))
         };
-        Ok(Verdict::when(
-            self.test.test(&text),
-            format!("`{cmd}` printed '{}'", clip(&text, 60)),
-            format!(
-                "`{cmd}` printed '{}' ({}{complaint}), expected output {}",
-                clip(&text, 60),
-                out.status,
-                self.test
-            ),
-        ))
+        let printed = if text.is_empty() {
+            "nothing".to_owned()
+        } else {
+            quote(&text)
+        };
+        Ok(Verdict::fail(format!(
+            "`{cmd}` printed {printed} ({}{complaint}), expected output {m}",
+            out.status
+        )))
     }
 }
 

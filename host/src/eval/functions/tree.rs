@@ -53,44 +53,49 @@ impl Check for NodeExists {
             other => return Err(unexpected("ui tree", other)),
         };
         let found = self.a.selector.find_all(&tree.root);
-        let sel = &self.a.selector;
-        Ok(match found.first() {
-            Some(n) if found.len() >= self.a.count => {
-                let text = n
-                    .text
-                    .as_deref()
-                    .filter(|t| !t.is_empty())
-                    .map(|t| format!(" with text '{}'", clip(t, 60)))
-                    .unwrap_or_default();
-                let at = n
-                    .bounds
-                    .map(|b| format!(" at {},{} {}x{}", b.x, b.y, b.width, b.height))
-                    .unwrap_or_default();
-                Verdict::pass(format!(
-                    "found {} {:?}{text}{at} ({} matching {sel})",
-                    n.role,
-                    n.name,
-                    found.len()
-                ))
+        let (sel, want) = (&self.a.selector, self.a.count);
+        if let Some(n) = found.first().filter(|_| found.len() >= want) {
+            let name = Some(n.name.as_str())
+                .filter(|t| !t.is_empty())
+                .map(|t| format!(" '{}'", clip(t, 60)))
+                .unwrap_or_default();
+            let text = n
+                .text
+                .as_deref()
+                .filter(|t| !t.is_empty())
+                .map(|t| format!(" with text '{}'", clip(t, 60)))
+                .unwrap_or_default();
+            let at = n
+                .bounds
+                .map(|b| format!(" at {},{} {}x{}", b.x, b.y, b.width, b.height))
+                .unwrap_or_default();
+            let matching = match found.len() {
+                1 => format!("1 node matches {sel}"),
+                k => format!("{k} nodes match {sel}"),
+            };
+            return Ok(Verdict::pass(format!(
+                "found {}{name}{text}{at} ({matching})",
+                n.role
+            )));
+        }
+        // A scope that selects no application gives an empty desktop root.
+        let nothing = tree.root.role != "application" && tree.root.children.is_empty();
+        let scope = match &self.a.app {
+            Some(app) if nothing => {
+                return Ok(Verdict::fail(format!(
+                    "no application '{app}' is in the UI tree, so no node matches {sel}"
+                )));
             }
-            _ => {
-                // A scope that selects no application gives an empty desktop root.
-                let nothing = tree.root.role != "application" && tree.root.children.is_empty();
-                let scope = match &self.a.app {
-                    Some(app) if nothing => {
-                        format!(" (no application '{app}' in the UI tree)")
-                    }
-                    Some(app) => format!(" in application '{app}'"),
-                    None => String::new(),
-                };
-                Verdict::fail(format!(
-                    "{} of {} nodes{scope} match {sel}, expected at least {}",
-                    found.len(),
-                    tree.node_count,
-                    self.a.count
-                ))
-            }
-        })
+            Some(app) => format!(" in application '{app}'"),
+            None => String::new(),
+        };
+        let total = tree.node_count;
+        Ok(Verdict::fail(match found.len() {
+            0 if total == 1 => format!("the only node{scope} does not match {sel}"),
+            0 => format!("no node of the {total}{scope} matches {sel}"),
+            1 => format!("1 of {total} nodes{scope} matches {sel}, fewer than the {want} required"),
+            k => format!("{k} of {total} nodes{scope} match {sel}, fewer than the {want} required"),
+        }))
     }
 }
 
@@ -110,4 +115,120 @@ pub(super) fn register(lib: &mut Library) {
             Ok(NodeExists { a })
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::functions::replies::judge;
+    use pincer_shared::observe::Rect;
+    use pincer_shared::probe::ProbeReply;
+    use pincer_shared::tree::{UiNode, UiTree};
+    use serde_json::json;
+
+    fn node(role: &str, name: &str, children: Vec<UiNode>) -> UiNode {
+        UiNode {
+            role: role.into(),
+            name: name.into(),
+            children,
+            ..UiNode::default()
+        }
+    }
+
+    /// A desktop with one application (when given) holding a dialog with two buttons, one
+    /// named with quotes that Rust's debug formatting would escape.
+    fn desktop(app: Option<&str>) -> crate::eval::ProbeResult {
+        let mut save = node("push button", "Don't \"save\"", vec![]);
+        save.bounds = Some(Rect {
+            x: 10,
+            y: 20,
+            width: 80,
+            height: 30,
+        });
+        let apps = app
+            .map(|a| {
+                node(
+                    "application",
+                    a,
+                    vec![node(
+                        "dialog",
+                        "Save?",
+                        vec![save, node("push button", "Cancel", vec![])],
+                    )],
+                )
+            })
+            .into_iter()
+            .collect();
+        let root = node("desktop frame", "main", apps);
+        Ok(ProbeReply::UiTree(Box::new(UiTree {
+            node_count: root.count() as u32,
+            root,
+            truncated: false,
+            walk_us: 0,
+        })))
+    }
+
+    fn exists(args: serde_json::Value, app: Option<&str>) -> (bool, String) {
+        let v = judge("ui_node_exists", args, &[desktop(app)]);
+        (v.passed, v.feedback)
+    }
+
+    #[test]
+    fn nodes_are_named_in_quotes_and_counted_in_words() {
+        let app = Some("zenity");
+        assert_eq!(
+            exists(json!({"selector": {"role": "push button"}}), app),
+            (
+                true,
+                "found push button 'Don't \"save\"' at 10,20 80x30 (2 nodes match push button)"
+                    .into()
+            )
+        );
+        assert_eq!(
+            exists(json!({"selector": {"name": "Cancel"}}), app),
+            (
+                true,
+                "found push button 'Cancel' (1 node matches named 'Cancel')".into()
+            )
+        );
+        assert_eq!(
+            exists(
+                json!({"selector": {"role": "push button"}, "count": 3}),
+                app
+            ),
+            (
+                false,
+                "2 of 5 nodes match push button, fewer than the 3 required".into()
+            )
+        );
+        assert_eq!(
+            exists(
+                json!({"selector": {"role": "push button", "name": "OK"}}),
+                app
+            ),
+            (
+                false,
+                "no node of the 5 matches push button named 'OK'".into()
+            )
+        );
+        assert_eq!(
+            exists(
+                json!({"selector": {"role": "push button", "name": "OK"}}),
+                None
+            ),
+            (
+                false,
+                "the only node does not match push button named 'OK'".into()
+            )
+        );
+        assert_eq!(
+            exists(
+                json!({"selector": {"role": "push button"}, "app": "gedit"}),
+                None
+            ),
+            (
+                false,
+                "no application 'gedit' is in the UI tree, so no node matches push button".into()
+            )
+        );
+    }
 }
