@@ -1,11 +1,15 @@
-//! One task run: reset (setup steps), the initial check, the step loop with evaluation after
-//! every action, termination, teardown; every step recorded in the trajectory.
+//! One task run as a sequence of phases: setup (the task's steps), the initial check, the
+//! steps (observe, decide, act, evaluate) until something ends the run, the final check on
+//! the state it left, teardown and the record; every step recorded in the trajectory. The
+//! decisions between phases (limits, what an action ends, interruption, the ending on the
+//! final state) are plain functions, tested on their own.
 
 use super::record::{ImageRef, JsonlWriter, StepRecord, TaskRecord, Timing};
 use super::sets::EnvSet;
 use crate::agent::actions::{self, AgentAction, Marks};
 use crate::agent::observe::ObservationConfig;
-use crate::agent::{Agent, Observation, TaskBrief, Usage};
+use crate::agent::observe::View;
+use crate::agent::{Agent, Decision, Observation, TaskBrief, Usage};
 use crate::eval::graph::{Envs, Evaluator, Graph, StepError};
 use crate::eval::{AgentEvent, AgentLog};
 use crate::metrics::Termination;
@@ -89,6 +93,10 @@ fn now_ms() -> u64 {
 
 /// Runs one task to its end and returns its record. Infrastructure failures end the task
 /// with the matching termination; they never panic the worker.
+///
+/// The phases, in order: setup (the task's steps on every role), the initial check, the
+/// steps (observe, decide, act, evaluate) until something ends the run, the final check
+/// on the state the run left, teardown, and the record.
 pub async fn run(
     task: &Task,
     graph: Arc<Graph>,
@@ -97,20 +105,78 @@ pub async fn run(
     seed: u64,
     ctx: &Context<'_>,
 ) -> TaskRecord {
-    let started = Instant::now();
-    let started_ms = now_ms();
-    let traj_rel = format!("tasks/{}__r{repeat}", crate::task::sanitize(&task.id));
-    let traj = ctx.out.join(&traj_rel);
-    let mut evaluator = Evaluator::new(graph);
-    let mut usage = Usage::default();
-    let mut actions_done = 0u32;
-    let mut harness: Vec<f64> = Vec::new();
-    let envs = Envs(ctx.set.envs.clone());
-    let mut log = AgentLog::default();
-    let say = |text: &str| ctx.progress.status(&ctx.set.name, &task.id, text);
+    let mut r = TaskRun::new(task, graph, repeat, ctx);
+    let end = async {
+        let mut steps_file = r.trajectory()?;
+        r.setup().await?;
+        r.initial_check().await?;
+        r.steps(agent, &mut steps_file).await
+    }
+    .await
+    .err()
+    .unwrap_or_else(|| {
+        End::new(
+            Termination::Aborted,
+            "the step loop ended without a reason".to_owned(),
+        )
+    });
+    let end = interrupted(end, ctx.cancel.load(Ordering::SeqCst));
+    let end = r.final_check(end).await;
+    r.teardown().await;
+    r.record(&agent.name(), seed, end)
+}
 
-    let result: Result<(), End> = async {
-        // A task run redone on resume starts a fresh trajectory.
+/// The state of one task run, shared by its phases.
+struct TaskRun<'a> {
+    task: &'a Task,
+    ctx: &'a Context<'a>,
+    repeat: u32,
+    evaluator: Evaluator,
+    envs: Envs,
+    log: AgentLog,
+    usage: Usage,
+    /// Agent actions executed (waits excluded): what `max_steps` counts.
+    actions_done: u32,
+    /// Harness milliseconds of each step.
+    harness: Vec<f64>,
+    /// The trajectory directory, relative to the run directory.
+    traj_rel: String,
+    started: Instant,
+    started_ms: u64,
+}
+
+impl<'a> TaskRun<'a> {
+    fn new(task: &'a Task, graph: Arc<Graph>, repeat: u32, ctx: &'a Context<'a>) -> Self {
+        Self {
+            task,
+            ctx,
+            repeat,
+            evaluator: Evaluator::new(graph),
+            envs: Envs(ctx.set.envs.clone()),
+            log: AgentLog::default(),
+            usage: Usage::default(),
+            actions_done: 0,
+            harness: Vec::new(),
+            traj_rel: format!("tasks/{}__r{repeat}", crate::task::sanitize(&task.id)),
+            started: Instant::now(),
+            started_ms: now_ms(),
+        }
+    }
+
+    fn say(&self, text: &str) {
+        self.ctx
+            .progress
+            .status(&self.ctx.set.name, &self.task.id, text);
+    }
+
+    fn traj(&self) -> std::path::PathBuf {
+        self.ctx.out.join(&self.traj_rel)
+    }
+
+    /// A fresh trajectory directory (a task run redone on resume starts over) and its
+    /// steps file.
+    fn trajectory(&self) -> Result<JsonlWriter, End> {
+        let traj = self.traj();
         let _ = std::fs::remove_dir_all(&traj);
         std::fs::create_dir_all(&traj).map_err(|e| {
             End::new(
@@ -118,14 +184,17 @@ pub async fn run(
                 format!("cannot write the trajectory: {e}"),
             )
         })?;
-        let mut steps_file = JsonlWriter::append(&traj.join("steps.jsonl"))
-            .map_err(|e| End::new(Termination::Aborted, e.to_string()))?;
+        JsonlWriter::append(&traj.join("steps.jsonl"))
+            .map_err(|e| End::new(Termination::Aborted, e.to_string()))
+    }
 
-        // Reset.
-        for (role, list) in &task.setup {
-            let env = &ctx.set.envs[role];
+    /// The task's setup steps on every role. A guest that fails is the environment's
+    /// fault; a step that fails on a working guest is the task's (a broken setup).
+    async fn setup(&self) -> Result<(), End> {
+        for (role, list) in &self.task.setup {
+            let env = &self.ctx.set.envs[role];
             steps::run_all(env, list, &mut |s| {
-                say(&format!("setup {role}: {}", s.describe()))
+                self.say(&format!("setup {role}: {}", s.describe()))
             })
             .await
             .map_err(|(i, e)| match e {
@@ -139,35 +208,56 @@ pub async fn run(
                 ),
             })?;
         }
-        let already = evaluator
-            .initial_check(&envs, &log)
+        Ok(())
+    }
+
+    /// The check before the first action: a checkpoint that already passes means the task
+    /// would score without the agent, a broken setup.
+    async fn initial_check(&self) -> Result<(), End> {
+        let already = self
+            .evaluator
+            .initial_check(&self.envs, &self.log)
             .await
             .map_err(step_error)?;
-        if !already.is_empty() {
-            let which: Vec<String> = already
-                .iter()
-                .map(|(id, v)| format!("{id} ({})", v.feedback))
-                .collect();
-            return Err(End::new(
-                Termination::BrokenSetup,
-                format!(
-                    "checkpoints pass before the agent acts: {}",
-                    which.join("; ")
-                ),
-            ));
+        if already.is_empty() {
+            return Ok(());
         }
+        let which: Vec<String> = already
+            .iter()
+            .map(|(id, v)| format!("{id} ({})", v.feedback))
+            .collect();
+        Err(End::new(
+            Termination::BrokenSetup,
+            format!(
+                "checkpoints pass before the agent acts: {}",
+                which.join("; ")
+            ),
+        ))
+    }
 
-        let roles: BTreeMap<String, crate::task::Platform> = task
+    fn roles(&self) -> BTreeMap<String, crate::task::Platform> {
+        self.task
             .envs
             .iter()
             .map(|(r, n)| (r.clone(), n.platform))
-            .collect();
+            .collect()
+    }
+
+    /// The step loop: observe, decide, act and evaluate until the task ends; returns how
+    /// it ended (always as `Err`, the loop's way out).
+    async fn steps(
+        &mut self,
+        agent: &mut dyn Agent,
+        steps_file: &mut JsonlWriter,
+    ) -> Result<(), End> {
+        let task = self.task;
         let brief = TaskBrief {
             id: task.id.clone(),
             instruction: task.instruction.clone(),
-            tools: actions::tools(&roles),
-            roles: roles.clone(),
-            env_names: ctx
+            tools: actions::tools(&self.roles()),
+            roles: self.roles(),
+            env_names: self
+                .ctx
                 .set
                 .envs
                 .iter()
@@ -179,101 +269,38 @@ pub async fn run(
         agent
             .begin(&brief)
             .map_err(|e| End::new(Termination::AgentError, e.to_string()))?;
-
-        let limit = Duration::from_secs(u64::from(task.limits.max_seconds));
-        let mut invalid_streak = 0;
-        let mut feedback: Vec<String> = Vec::new();
-        let mut decision_no = 0u32;
-        // Every environment seen at once.
-        let observe_all = || {
-            futures::future::join_all(roles.iter().map(|(role, p)| {
-                let env = ctx.set.envs[role].clone();
-                let cfg = ctx.observation;
-                let role = role.clone();
-                let p = *p;
-                async move { observe::view(&env, &role, p, &cfg).await }
-            }))
-        };
+        let mut turn = Turn::default();
         // The views taken while the last action was evaluated (both only read the state
         // the action left), so a step costs the longer of the two, not their sum.
         let mut seen_already = None;
+        let mut decision_no = 0u32;
         loop {
-            if ctx.cancel.load(Ordering::SeqCst) {
-                return Err(End::new(Termination::Aborted, "interrupted".to_owned()));
-            }
-            if actions_done >= task.limits.max_steps {
-                return Err(End::new(
-                    Termination::StepLimit,
-                    format!("{} actions", task.limits.max_steps),
-                ));
-            }
-            if started.elapsed() > limit {
-                return Err(End::new(
-                    Termination::TimeLimit,
-                    format!("{} s", task.limits.max_seconds),
-                ));
+            if let Some(end) = limit_reached(
+                self.ctx.cancel.load(Ordering::SeqCst),
+                self.actions_done,
+                self.started.elapsed(),
+                &task.limits,
+            ) {
+                return Err(end);
             }
             decision_no += 1;
             let mut timing = Timing::default();
-
             let t = Instant::now();
             let views = match seen_already.take() {
                 Some(views) => views,
-                None => observe_all().await,
+                None => observe_all(self.ctx, self.task).await,
             };
-            let mut obs = Observation {
-                step: actions_done,
-                views: Vec::new(),
-                feedback: std::mem::take(&mut feedback),
-                checkpoints: evaluator
-                    .progress()
-                    .into_iter()
-                    .map(|p| (p.id, p.passed_at.is_some()))
-                    .collect(),
-            };
-            for v in views {
-                match v {
-                    Ok(v) => obs.views.push(v),
-                    // Seeing the screen is the harness's job: whatever fails here is not the
-                    // agent's fault.
-                    Err(e) => return Err(End::new(Termination::EnvironmentError, e.to_string())),
-                }
-            }
+            let obs = self.observation(views, std::mem::take(&mut turn.feedback))?;
             timing.observe_ms = t.elapsed().as_secs_f64() * 1000.0;
-            let mut images = Vec::new();
-            for v in &obs.views {
-                for (kind, bytes) in [("screenshot", &v.screenshot), ("marks", &v.marked)] {
-                    if let Some(b) = bytes {
-                        let file = format!(
-                            "step-{decision_no:03}-{}-{kind}.png",
-                            crate::task::sanitize(&v.role)
-                        );
-                        // A trajectory image that cannot be written is not worth failing the task.
-                        let written = blocking(|| std::fs::write(traj.join(&file), b));
-                        if written.is_ok() {
-                            images.push(ImageRef {
-                                role: v.role.clone(),
-                                kind: kind.into(),
-                                file,
-                            });
-                        }
-                    }
-                }
-            }
-            let marks: BTreeMap<String, Marks> = obs
-                .views
-                .iter()
-                .map(|v| (v.role.clone(), v.marks()))
-                .collect();
+            let images = self.save_images(&obs, decision_no);
 
-            // Decide.
             let t = Instant::now();
             let decision = agent
                 .act(&obs)
                 .await
                 .map_err(|e| End::new(Termination::AgentError, e.to_string()))?;
             timing.agent_ms = t.elapsed().as_secs_f64() * 1000.0;
-            usage.add(decision.usage);
+            self.usage.add(decision.usage);
 
             let mut record = StepRecord {
                 step: decision_no,
@@ -290,219 +317,351 @@ pub async fn run(
                     .map(|a| serde_json::to_value(a).unwrap_or_default())
                     .collect(),
                 results: Vec::new(),
-                invalid: decision.invalid.clone(),
+                invalid: None,
                 exchanges: decision.exchanges.clone(),
                 usage: decision.usage,
                 evaluation: Vec::new(),
                 passed: Vec::new(),
                 timing,
             };
-            let mut ended: Option<End> = None;
-            // An answer with no action in it is as unusable as a malformed one.
-            let invalid = decision.invalid.clone().or_else(|| {
-                decision
-                    .actions
-                    .is_empty()
-                    .then(|| "the reply held no action".to_owned())
-            });
-            record.invalid = invalid.clone();
-            if let Some(why) = &invalid {
-                invalid_streak += 1;
-                actions_done += 1;
-                feedback.push(format!("your last output was not a valid action: {why}"));
-                if invalid_streak >= MAX_INVALID_STREAK {
-                    ended = Some(End::new(Termination::InvalidAction, why.clone()));
-                }
-            }
-            for (n, action) in decision.actions.iter().enumerate() {
-                if ended.is_some() {
-                    break;
-                }
-                let last = n + 1 == decision.actions.len();
-                say(&format!(
-                    "step {}/{}: {}",
-                    actions_done + 1,
-                    task.limits.max_steps,
-                    action.describe()
-                ));
-                let t = Instant::now();
-                let outcome = execute(action, ctx, &marks, &mut log).await;
-                // A wait is the agent's choice to idle, not harness time.
-                if !matches!(action, AgentAction::Wait { .. }) {
-                    record.timing.act_ms += t.elapsed().as_secs_f64() * 1000.0;
-                }
-                if !matches!(action, AgentAction::Wait { .. }) {
-                    actions_done += 1;
-                }
-                match outcome {
-                    Ok(()) => {
-                        invalid_streak = 0;
-                        record.results.push("ok".into());
-                    }
-                    Err(Outcome::Invalid(why)) => {
-                        record.results.push(format!("invalid: {why}"));
-                        feedback.push(format!("{} failed: {why}", action.describe()));
-                        invalid_streak += 1;
-                        if invalid_streak >= MAX_INVALID_STREAK {
-                            ended = Some(End::new(Termination::InvalidAction, why));
-                        }
-                        continue;
-                    }
-                    Err(Outcome::End(e)) => {
-                        record
-                            .results
-                            .push(format!("error: {}", e.detail.clone().unwrap_or_default()));
-                        ended = Some(e);
-                        break;
-                    }
-                }
-                // Evaluate after every action; after the decision's last one, look at the
-                // environments for the next decision meanwhile.
-                let t = Instant::now();
-                let report = if last {
-                    let (report, views) = futures::join!(
-                        evaluator.step(actions_done.max(1), &envs, &log),
-                        observe_all()
-                    );
-                    seen_already = Some(views);
-                    report
-                } else {
-                    evaluator.step(actions_done.max(1), &envs, &log).await
-                };
-                record.timing.evaluate_ms += t.elapsed().as_secs_f64() * 1000.0;
-                match report {
-                    Ok(r) => {
-                        record.passed.extend(r.passed.iter().cloned());
-                        record.evaluation.push(r);
-                    }
-                    Err(e) => {
-                        ended = Some(step_error(e));
-                        break;
-                    }
-                }
-                if evaluator.is_success() {
-                    ended = Some(End::new(Termination::Success, None));
-                    break;
-                }
-                match action {
-                    AgentAction::Complete => {
-                        let (p, n) = evaluator.counts();
-                        ended = Some(End::new(
-                            Termination::FalseCompletion,
-                            format!(
-                                "the agent said it was done with {p} of {n} checkpoints passed"
-                            ),
-                        ));
-                    }
-                    AgentAction::Infeasible { reason } => {
-                        ended = Some(End::new(
-                            Termination::Infeasible,
-                            format!("the agent called the task infeasible: {reason}"),
-                        ));
-                    }
-                    _ => {}
-                }
-                if ended.is_some() {
-                    break;
-                }
-            }
-            harness.push(record.timing.harness_ms());
+            let ended = self
+                .act(&decision, &obs, &mut turn, &mut record, &mut seen_already)
+                .await;
+            self.harness.push(record.timing.harness_ms());
             let _ = blocking(|| steps_file.write(&record));
             if let Some(e) = ended {
                 return Err(e);
             }
         }
     }
-    .await;
-    let end = result.err().unwrap_or_else(|| {
-        End::new(
-            Termination::Aborted,
-            "the step loop ended without a reason".to_owned(),
-        )
-    });
-    // Whatever ends a task while the run is being interrupted (a second Ctrl-C stops the
-    // desktops under it) is the interruption, to be redone on --resume.
-    let end = if ctx.cancel.load(Ordering::SeqCst) && end.termination != Termination::Success {
-        End::new(
-            Termination::Aborted,
-            format!(
-                "interrupted ({}: {})",
-                end.termination,
-                end.detail.unwrap_or_default()
-            ),
-        )
-    } else {
-        end
-    };
 
-    // The final state, before teardown changes it: every checkpoint that passed is checked
-    // once more (success needs every sink to hold now), and those still waiting say what
-    // they saw. Not after an environment error, whose environment may be gone.
-    let end = if end.termination == Termination::EnvironmentError {
-        end
-    } else {
-        match evaluator.finish(&envs, &log).await {
-            // A success that cannot be confirmed on the final state is not scored as one.
-            Err(e) if end.termination == Termination::Success => {
-                let failed = step_error(e);
-                End::new(
-                    failed.termination,
-                    format!(
-                        "the final check failed: {}",
-                        failed.detail.unwrap_or_default()
-                    ),
-                )
-            }
-            Err(e) => {
-                say(&format!("the final check failed: {e}"));
-                end
-            }
-            Ok(()) => match evaluator.undone_sinks() {
-                undone if end.termination == Termination::Success && !undone.is_empty() => {
-                    let why: Vec<String> = evaluator
-                        .progress()
-                        .into_iter()
-                        .filter(|p| undone.contains(&p.id.as_str()))
-                        .map(|p| format!("{}: {}", p.id, p.feedback.unwrap_or_default()))
-                        .collect();
-                    End::new(Termination::Undone, why.join("; "))
-                }
-                _ => end,
-            },
+    /// What the agent is shown: every view (a view that cannot be taken is the
+    /// environment's failure, never the agent's), the feedback on its last actions, and
+    /// each checkpoint's state.
+    fn observation(
+        &self,
+        views: Vec<Result<View, observe::ObserveError>>,
+        feedback: Vec<String>,
+    ) -> Result<Observation, End> {
+        let mut obs = Observation {
+            step: self.actions_done,
+            views: Vec::new(),
+            feedback,
+            checkpoints: self
+                .evaluator
+                .progress()
+                .into_iter()
+                .map(|p| (p.id, p.passed_at.is_some()))
+                .collect(),
+        };
+        for v in views {
+            obs.views
+                .push(v.map_err(|e| End::new(Termination::EnvironmentError, e.to_string()))?);
         }
-    };
+        Ok(obs)
+    }
 
-    // Teardown, even after failures; its errors are logged, not scored.
-    for (role, list) in &task.teardown {
-        if let Some(env) = ctx.set.envs.get(role)
-            && let Err((i, e)) = steps::run_all(env, list, &mut |_| {}).await
+    /// Writes the images the agent sees into the trajectory; one that cannot be written is
+    /// left out of the record rather than failing the task.
+    fn save_images(&self, obs: &Observation, decision_no: u32) -> Vec<ImageRef> {
+        let traj = self.traj();
+        let mut images = Vec::new();
+        for v in &obs.views {
+            for (kind, bytes) in [("screenshot", &v.screenshot), ("marks", &v.marked)] {
+                if let Some(b) = bytes {
+                    let file = format!(
+                        "step-{decision_no:03}-{}-{kind}.png",
+                        crate::task::sanitize(&v.role)
+                    );
+                    if blocking(|| std::fs::write(traj.join(&file), b)).is_ok() {
+                        images.push(ImageRef {
+                            role: v.role.clone(),
+                            kind: kind.into(),
+                            file,
+                        });
+                    }
+                }
+            }
+        }
+        images
+    }
+
+    /// Carries out a decision's actions, evaluating after each; after the last one the
+    /// next decision's views are taken meanwhile (into `seen_already`). Returns how the
+    /// task ended, if it did.
+    async fn act(
+        &mut self,
+        decision: &Decision,
+        obs: &Observation,
+        turn: &mut Turn,
+        record: &mut StepRecord,
+        seen_already: &mut Option<Vec<Result<View, observe::ObserveError>>>,
+    ) -> Option<End> {
+        let marks: BTreeMap<String, Marks> = obs
+            .views
+            .iter()
+            .map(|v| (v.role.clone(), v.marks()))
+            .collect();
+        // An answer with no action in it is as unusable as a malformed one.
+        let invalid = decision.invalid.clone().or_else(|| {
+            decision
+                .actions
+                .is_empty()
+                .then(|| "the reply held no action".to_owned())
+        });
+        record.invalid = invalid.clone();
+        if let Some(why) = invalid {
+            self.actions_done += 1;
+            if let Some(end) = turn.invalid(
+                format!("your last output was not a valid action: {why}"),
+                why,
+            ) {
+                return Some(end);
+            }
+        }
+        for (n, action) in decision.actions.iter().enumerate() {
+            let last = n + 1 == decision.actions.len();
+            self.say(&format!(
+                "step {}/{}: {}",
+                self.actions_done + 1,
+                self.task.limits.max_steps,
+                action.describe()
+            ));
+            let t = Instant::now();
+            let outcome = execute(action, self.ctx, &marks, &mut self.log).await;
+            // A wait is the agent's choice to idle, not harness time, nor a step.
+            if !matches!(action, AgentAction::Wait { .. }) {
+                record.timing.act_ms += t.elapsed().as_secs_f64() * 1000.0;
+                self.actions_done += 1;
+            }
+            match outcome {
+                Ok(()) => {
+                    turn.invalid_streak = 0;
+                    record.results.push("ok".into());
+                }
+                Err(Outcome::Invalid(why)) => {
+                    record.results.push(format!("invalid: {why}"));
+                    if let Some(end) =
+                        turn.invalid(format!("{} failed: {why}", action.describe()), why)
+                    {
+                        return Some(end);
+                    }
+                    continue;
+                }
+                Err(Outcome::End(e)) => {
+                    record
+                        .results
+                        .push(format!("error: {}", e.detail.clone().unwrap_or_default()));
+                    return Some(e);
+                }
+            }
+            let t = Instant::now();
+            let step = self.actions_done.max(1);
+            let report = if last {
+                let (report, views) = futures::join!(
+                    self.evaluator.step(step, &self.envs, &self.log),
+                    observe_all(self.ctx, self.task)
+                );
+                *seen_already = Some(views);
+                report
+            } else {
+                self.evaluator.step(step, &self.envs, &self.log).await
+            };
+            record.timing.evaluate_ms += t.elapsed().as_secs_f64() * 1000.0;
+            match report {
+                Ok(r) => {
+                    record.passed.extend(r.passed.iter().cloned());
+                    record.evaluation.push(r);
+                }
+                Err(e) => return Some(step_error(e)),
+            }
+            if let Some(end) = after_action(action, &self.evaluator) {
+                return Some(end);
+            }
+        }
+        None
+    }
+
+    /// The final state, before teardown changes it: every checkpoint that passed is
+    /// checked once more (success needs every sink to hold now), and those still waiting
+    /// say what they saw. Not after an environment error, whose environment may be gone.
+    async fn final_check(&mut self, end: End) -> End {
+        if end.termination == Termination::EnvironmentError {
+            return end;
+        }
+        let checked = self.evaluator.finish(&self.envs, &self.log).await;
+        if let Err(e) = &checked
+            && end.termination != Termination::Success
         {
-            say(&format!("teardown step {i} on {role} failed: {e}"));
+            self.say(&format!("the final check failed: {e}"));
+        }
+        judge_end(end, checked, &self.evaluator)
+    }
+
+    /// The task's teardown steps, even after failures; their errors are logged, not scored.
+    async fn teardown(&self) {
+        for (role, list) in &self.task.teardown {
+            if let Some(env) = self.ctx.set.envs.get(role)
+                && let Err((i, e)) = steps::run_all(env, list, &mut |_| {}).await
+            {
+                self.say(&format!("teardown step {i} on {role} failed: {e}"));
+            }
         }
     }
-    harness.sort_by(f64::total_cmp);
-    let (passed, total) = evaluator.counts();
-    let final_passed = evaluator.final_counts().map(|(held, _)| held);
-    TaskRecord {
-        task: task.id.clone(),
-        repeat,
-        seed,
-        agent: agent.name(),
-        class: task.platform_class(),
-        instruction: task.instruction.clone(),
-        termination: end.termination,
-        detail: end.detail,
-        passed,
-        final_passed,
-        total,
-        actions: actions_done,
-        usage,
-        wall_ms: started.elapsed().as_millis() as u64,
-        harness_ms_p50: harness.get(harness.len() / 2).copied().unwrap_or(0.0),
-        env_set: ctx.set.name.clone(),
-        progress: evaluator.progress(),
-        trajectory: traj_rel,
-        started_ms,
+
+    /// The record of the run.
+    fn record(mut self, agent: &str, seed: u64, end: End) -> TaskRecord {
+        self.harness.sort_by(f64::total_cmp);
+        let (passed, total) = self.evaluator.counts();
+        let final_passed = self.evaluator.final_counts().map(|(held, _)| held);
+        TaskRecord {
+            task: self.task.id.clone(),
+            repeat: self.repeat,
+            seed,
+            agent: agent.to_owned(),
+            class: self.task.platform_class(),
+            instruction: self.task.instruction.clone(),
+            termination: end.termination,
+            detail: end.detail,
+            passed,
+            final_passed,
+            total,
+            actions: self.actions_done,
+            usage: self.usage,
+            wall_ms: self.started.elapsed().as_millis() as u64,
+            harness_ms_p50: self
+                .harness
+                .get(self.harness.len() / 2)
+                .copied()
+                .unwrap_or(0.0),
+            env_set: self.ctx.set.name.clone(),
+            progress: self.evaluator.progress(),
+            trajectory: self.traj_rel,
+            started_ms: self.started_ms,
+        }
+    }
+}
+
+/// Every environment of the task seen at once.
+async fn observe_all(ctx: &Context<'_>, task: &Task) -> Vec<Result<View, observe::ObserveError>> {
+    futures::future::join_all(task.envs.iter().map(|(role, need)| {
+        let env = ctx.set.envs[role].clone();
+        let cfg = ctx.observation;
+        async move { observe::view(&env, role, need.platform, &cfg).await }
+    }))
+    .await
+}
+
+/// What carries over from one decision to the next: feedback on what went wrong, and how
+/// many unusable actions came in a row.
+#[derive(Debug, Default)]
+struct Turn {
+    feedback: Vec<String>,
+    invalid_streak: u32,
+}
+
+impl Turn {
+    /// Counts an unusable action (`feedback` tells the agent); the run ends after
+    /// [`MAX_INVALID_STREAK`] in a row.
+    fn invalid(&mut self, feedback: String, why: String) -> Option<End> {
+        self.feedback.push(feedback);
+        self.invalid_streak += 1;
+        (self.invalid_streak >= MAX_INVALID_STREAK)
+            .then(|| End::new(Termination::InvalidAction, why))
+    }
+}
+
+/// Whether the run must end before the next decision: Ctrl-C, or a limit reached.
+fn limit_reached(
+    cancelled: bool,
+    actions_done: u32,
+    elapsed: Duration,
+    limits: &crate::task::Limits,
+) -> Option<End> {
+    if cancelled {
+        return Some(End::new(Termination::Aborted, "interrupted".to_owned()));
+    }
+    if actions_done >= limits.max_steps {
+        return Some(End::new(
+            Termination::StepLimit,
+            format!("{} actions", limits.max_steps),
+        ));
+    }
+    if elapsed > Duration::from_secs(u64::from(limits.max_seconds)) {
+        return Some(End::new(
+            Termination::TimeLimit,
+            format!("{} s", limits.max_seconds),
+        ));
+    }
+    None
+}
+
+/// How an action that was carried out and evaluated ends the run, if it does: the graph
+/// complete, the agent saying it is done (too early, since the graph is not), or giving up.
+fn after_action(action: &AgentAction, evaluator: &Evaluator) -> Option<End> {
+    if evaluator.is_success() {
+        return Some(End::new(Termination::Success, None));
+    }
+    match action {
+        AgentAction::Complete => {
+            let (p, n) = evaluator.counts();
+            Some(End::new(
+                Termination::FalseCompletion,
+                format!("the agent said it was done with {p} of {n} checkpoints passed"),
+            ))
+        }
+        AgentAction::Infeasible { reason } => Some(End::new(
+            Termination::Infeasible,
+            format!("the agent called the task infeasible: {reason}"),
+        )),
+        _ => None,
+    }
+}
+
+/// Whatever ends a task while the run is being interrupted (a second Ctrl-C stops the
+/// desktops under it) is the interruption, to be redone on --resume; a success stays one.
+fn interrupted(end: End, cancelled: bool) -> End {
+    if !cancelled || end.termination == Termination::Success {
+        return end;
+    }
+    End::new(
+        Termination::Aborted,
+        format!(
+            "interrupted ({}: {})",
+            end.termination,
+            end.detail.unwrap_or_default()
+        ),
+    )
+}
+
+/// The ending once the final state was checked (`checked`: how [`Evaluator::finish`]
+/// went): a success whose sinks no longer all hold is `undone`, naming them; a success
+/// that cannot be confirmed is not scored as one; other endings stay.
+fn judge_end(end: End, checked: Result<(), StepError>, evaluator: &Evaluator) -> End {
+    match checked {
+        Err(e) if end.termination == Termination::Success => {
+            let failed = step_error(e);
+            End::new(
+                failed.termination,
+                format!(
+                    "the final check failed: {}",
+                    failed.detail.unwrap_or_default()
+                ),
+            )
+        }
+        Err(_) => end,
+        Ok(()) => match evaluator.undone_sinks() {
+            undone if end.termination == Termination::Success && !undone.is_empty() => {
+                let why: Vec<String> = evaluator
+                    .progress()
+                    .into_iter()
+                    .filter(|p| undone.contains(&p.id.as_str()))
+                    .map(|p| format!("{}: {}", p.id, p.feedback.unwrap_or_default()))
+                    .collect();
+                End::new(Termination::Undone, why.join("; "))
+            }
+            _ => end,
+        },
     }
 }
 
@@ -560,4 +719,206 @@ async fn execute(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::ClientError;
+    use crate::eval::ProbeResult;
+    use crate::eval::functions::Library;
+    use crate::eval::graph::ProbeSource;
+    use pincer_shared::probe::{FileKind, FileStat, Probe, ProbeReply};
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+
+    /// A desktop whose only state is which files exist; `broken` fails every batch.
+    #[derive(Default)]
+    struct Files {
+        present: Mutex<BTreeSet<String>>,
+        broken: bool,
+    }
+
+    impl ProbeSource for Files {
+        async fn batch(
+            &self,
+            role: &str,
+            probes: Arc<[Probe]>,
+        ) -> Result<Vec<ProbeResult>, ClientError> {
+            if self.broken {
+                return Err(ClientError::Local {
+                    env: role.into(),
+                    message: "the guest is gone".into(),
+                });
+            }
+            let present = self.present.lock().unwrap();
+            Ok(probes
+                .iter()
+                .map(|p| match p {
+                    Probe::Stat { path } => Ok(ProbeReply::Stat(FileStat {
+                        path: path.clone(),
+                        exists: present.contains(path),
+                        kind: present.contains(path).then_some(FileKind::File),
+                        target: None,
+                        size: 1,
+                        mode: 0o644,
+                        modified_ms: 0,
+                    })),
+                    other => panic!("unexpected probe {other:?}"),
+                })
+                .collect())
+        }
+    }
+
+    /// A task: `a` then `b` exist (file checks), and an answer of 42.
+    fn evaluator() -> Evaluator {
+        let task: Task = serde_json::from_value(serde_json::json!({
+            "id": "t",
+            "instruction": "x",
+            "envs": {"desktop": {"platform": "linux"}},
+            "checkpoints": [
+                {"id": "a", "env": "desktop", "check": "file_exists", "args": {"path": "/a"}},
+                {"id": "b", "env": "desktop", "check": "file_exists", "args": {"path": "/b"}, "after": ["a"]},
+                {"id": "answer", "check": "answer_equals", "args": {"text": "42"}}
+            ]
+        }))
+        .unwrap();
+        Evaluator::new(Arc::new(Graph::build(&task, &Library::standard()).unwrap()))
+    }
+
+    fn answered() -> AgentLog {
+        AgentLog {
+            events: vec![AgentEvent::Answer { text: "42".into() }],
+        }
+    }
+
+    fn ends(end: &Option<End>) -> Option<Termination> {
+        end.as_ref().map(|e| e.termination)
+    }
+
+    #[test]
+    fn limits_end_the_run_before_the_next_decision() {
+        let limits = crate::task::Limits {
+            max_steps: 3,
+            max_seconds: 10,
+        };
+        let second = Duration::from_secs(1);
+        assert_eq!(ends(&limit_reached(false, 2, second, &limits)), None);
+        assert_eq!(
+            ends(&limit_reached(false, 3, second, &limits)),
+            Some(Termination::StepLimit)
+        );
+        assert_eq!(
+            ends(&limit_reached(false, 0, Duration::from_secs(11), &limits)),
+            Some(Termination::TimeLimit)
+        );
+        // Ctrl-C before any limit.
+        assert_eq!(
+            ends(&limit_reached(true, 3, second, &limits)),
+            Some(Termination::Aborted)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_action_ends_the_run_by_completing_the_graph_or_by_what_the_agent_says() {
+        let mut ev = evaluator();
+        let click = AgentAction::Wait { seconds: 0.0 };
+        assert_eq!(ends(&after_action(&click, &ev)), None);
+        let done = after_action(&AgentAction::Complete, &ev).unwrap();
+        assert_eq!(done.termination, Termination::FalseCompletion);
+        assert!(done.detail.unwrap().contains("0 of 3"));
+        let gave_up = after_action(
+            &AgentAction::Infeasible {
+                reason: "no app".into(),
+            },
+            &ev,
+        )
+        .unwrap();
+        assert_eq!(gave_up.termination, Termination::Infeasible);
+        assert!(gave_up.detail.unwrap().contains("no app"));
+
+        let files = Files::default();
+        files
+            .present
+            .lock()
+            .unwrap()
+            .extend(["/a".into(), "/b".into()]);
+        ev.step(1, &files, &answered()).await.unwrap();
+        // Complete now: a `done` is no false completion.
+        assert_eq!(
+            ends(&after_action(&AgentAction::Complete, &ev)),
+            Some(Termination::Success)
+        );
+    }
+
+    #[test]
+    fn an_interruption_replaces_every_ending_but_success() {
+        let cut = interrupted(
+            End::new(Termination::StepLimit, "3 actions".to_owned()),
+            true,
+        );
+        assert_eq!(cut.termination, Termination::Aborted);
+        assert_eq!(
+            cut.detail.as_deref(),
+            Some("interrupted (step-limit: 3 actions)")
+        );
+        let kept = interrupted(End::new(Termination::Success, None), true);
+        assert_eq!(kept.termination, Termination::Success);
+        let calm = interrupted(End::new(Termination::StepLimit, None), false);
+        assert_eq!(calm.termination, Termination::StepLimit);
+    }
+
+    #[tokio::test]
+    async fn the_final_state_decides_success() {
+        let files = Files::default();
+        files
+            .present
+            .lock()
+            .unwrap()
+            .extend(["/a".into(), "/b".into()]);
+        let success = || End::new(Termination::Success, None);
+
+        // Everything still holds.
+        let mut ev = evaluator();
+        ev.step(1, &files, &answered()).await.unwrap();
+        let checked = ev.finish(&files, &answered()).await;
+        assert_eq!(
+            judge_end(success(), checked, &ev).termination,
+            Termination::Success
+        );
+
+        // `b` (a sink) was removed after it passed: undone, and named.
+        let mut ev = evaluator();
+        ev.step(1, &files, &answered()).await.unwrap();
+        files.present.lock().unwrap().remove("/b");
+        let checked = ev.finish(&files, &answered()).await;
+        let end = judge_end(success(), checked, &ev);
+        assert_eq!(end.termination, Termination::Undone);
+        assert!(end.detail.unwrap().starts_with("b: "));
+
+        // A success that cannot be confirmed is not one; other endings stay as they were.
+        let gone = Files {
+            broken: true,
+            ..Files::default()
+        };
+        let mut ev = evaluator();
+        ev.step(1, &files, &answered()).await.unwrap();
+        let end = judge_end(success(), ev.finish(&gone, &answered()).await, &ev);
+        assert_eq!(end.termination, Termination::EnvironmentError);
+        assert!(end.detail.unwrap().starts_with("the final check failed"));
+        let limit = End::new(Termination::StepLimit, None);
+        let end = judge_end(limit, ev.finish(&gone, &answered()).await, &ev);
+        assert_eq!(end.termination, Termination::StepLimit);
+    }
+
+    #[test]
+    fn three_unusable_actions_in_a_row_end_the_run() {
+        let mut turn = Turn::default();
+        assert!(turn.invalid("one".into(), "bad".into()).is_none());
+        assert!(turn.invalid("two".into(), "bad".into()).is_none());
+        let end = turn.invalid("three".into(), "bad json".into()).unwrap();
+        assert_eq!(end.termination, Termination::InvalidAction);
+        assert_eq!(end.detail.as_deref(), Some("bad json"));
+        assert_eq!(turn.feedback, ["one", "two", "three"]);
+    }
 }
