@@ -753,6 +753,22 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn hosts_that_tunnel_over_tcp_authenticate_and_are_served() {
+        let (endpoint, addr, id, token) = listening_guest();
+        let ep = quic::client_endpoint_tcp(addr).unwrap();
+        let pin = quic::ServerPin::Pinned(id.fingerprint());
+        let (cfg, seen) = quic::client_config(pin, None).unwrap();
+        let link = Link::Quic(quic::connect(&ep, addr, cfg, &seen, pin).await.unwrap());
+        let pong = hello_and_ping(&link, &token).await;
+        assert!(matches!(pong, Response::Pong { .. }), "{pong:?}");
+        // A UDP host at the same time, on the same port.
+        let (_udp_ep, udp) = dial_from([127, 0, 0, 1], addr, &id).await;
+        let pong = hello_and_ping(&udp.unwrap(), &token).await;
+        assert!(matches!(pong, Response::Pong { .. }), "{pong:?}");
+        endpoint.close(0u32.into(), b"done");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn silent_peers_make_room_for_hosts_even_from_the_same_address() {
         let (endpoint, addr, id, token) = listening_guest();
         // One address fills the pending budget with connections that never say hello.

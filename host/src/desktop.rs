@@ -327,6 +327,7 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
             EnvEntry {
                 addr: Some(state.agent_addr.clone()),
                 listen: None,
+                transport: None,
                 fingerprint: Some(state.fingerprint.clone()),
                 token_file: state.token_file.clone(),
                 platform: "linux".into(),
@@ -335,6 +336,7 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
                     state_dir: dir.clone(),
                     supervisor_pid: state.supervisor_pid,
                 }),
+                vm: None,
             },
         );
     })?;

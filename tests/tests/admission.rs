@@ -58,6 +58,7 @@ impl BareAgent {
         let spec = EnvSpec {
             name: "flooded".into(),
             addr: ready["addr"].as_str().unwrap().parse().unwrap(),
+            transport: pincer::env::Transport::Udp,
             fingerprint: Some(ready["fingerprint"].as_str().unwrap().parse().unwrap()),
             token: Token::load(&token_file).unwrap(),
         };

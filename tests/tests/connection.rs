@@ -284,6 +284,113 @@ async fn the_host_reconnects_after_the_agent_restarts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_works_through_a_tcp_tunnel_to_the_same_agent() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("direct", "800x600", &["--no-wm"]);
+    // A second entry for the desktop's agent, which serves TCP on its UDP port, added the
+    // way a user would (`env add` pings through the tunnel before it writes the entry).
+    let entry = sb.registry().load().unwrap().envs["direct"].clone();
+    let addr = entry.addr.clone().unwrap();
+    sb.pincer_ok(&[
+        "env",
+        "add",
+        "tunnelled",
+        &addr,
+        "--token-file",
+        entry.token_file.to_str().unwrap(),
+        "--fingerprint",
+        entry.fingerprint.as_deref().unwrap(),
+        "--transport",
+        "tcp",
+    ]);
+    let envs = std::fs::read_to_string(sb.path().join("envs.toml")).unwrap();
+    assert_eq!(envs.matches("transport = \"tcp\"").count(), 1, "{envs}");
+    let list = sb.pincer_ok(&["env", "list"]);
+    let line = list.lines().find(|l| l.starts_with("tunnelled")).unwrap();
+    assert!(
+        line.contains(&format!("{addr} over tcp")) && line.contains("up ("),
+        "{list}"
+    );
+    let info = sb.pincer_ok(&["env", "info", "--env", "tunnelled"]);
+    assert!(info.contains("over tcp"), "{info}");
+
+    let shot = sb.path().join("tunnelled.png");
+    let said = sb.pincer_ok(&[
+        "screenshot",
+        "--env",
+        "tunnelled",
+        "-o",
+        shot.to_str().unwrap(),
+    ]);
+    assert!(said.contains("800x600"), "{said}");
+    assert_eq!(&std::fs::read(&shot).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(
+        sb.pincer_ok(&[
+            "exec",
+            "--env",
+            "tunnelled",
+            "--",
+            "sh",
+            "-c",
+            "echo through"
+        ]),
+        "through\n"
+    );
+    // A few MiB each way: up with put, compared on the guest (the same machine), and down
+    // with get.
+    let mut x = 0x9e37_79b9_u32;
+    let payload: Vec<u8> = (0..(3 << 20) + 12345)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect();
+    let local = sb.path().join("payload.bin");
+    std::fs::write(&local, &payload).unwrap();
+    let remote = format!("/tmp/pincer-tunnel-e2e-{}.bin", std::process::id());
+    let local = local.to_str().unwrap();
+    sb.pincer_ok(&["file", "put", "--env", "tunnelled", local, &remote]);
+    sb.pincer_ok(&["exec", "--env", "tunnelled", "--", "cmp", local, &remote]);
+    let back = sb.path().join("back.bin");
+    sb.pincer_ok(&[
+        "file",
+        "get",
+        "--env",
+        "tunnelled",
+        &remote,
+        back.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&remote);
+    assert!(
+        std::fs::read(&back).unwrap() == payload,
+        "the file came back changed"
+    );
+
+    // The agent restarts (the supervisor brings it back on the same port): the broken
+    // tunnel connects again and the environment redials by itself.
+    let env = sb
+        .registry()
+        .connect(Some("tunnelled"), Deadlines::default())
+        .await
+        .unwrap();
+    let pid = env.info().unwrap().pid;
+    // SAFETY: killing the agent process of our own desktop.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGKILL);
+    }
+    let back = eventually(Duration::from_secs(20), || async { env.ping().await.ok() }).await;
+    assert!(back.is_some(), "never reconnected through the tunnel");
+    assert_ne!(
+        env.info().unwrap().pid,
+        pid,
+        "still talking to the killed agent?"
+    );
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guests_can_dial_in_and_come_back() {
     let dir = tempfile::tempdir().unwrap();
     let host_id = Identity::generate("host").unwrap();

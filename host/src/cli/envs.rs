@@ -5,7 +5,7 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 use pincer::env::listener::{self, Listener, TrustPolicy};
 use pincer::env::registry::{EnvEntry, Reach, Registry, resolve};
-use pincer::env::{Deadlines, EnvSpec, Environment};
+use pincer::env::{Deadlines, EnvSpec, Environment, Transport};
 use pincer_shared::identity::{Fingerprint, Token};
 use std::path::PathBuf;
 
@@ -47,6 +47,10 @@ pub(crate) enum EnvCmd {
         /// Platform of the guest.
         #[arg(long, default_value = "linux")]
         platform: String,
+        /// How packets reach the agent, which serves both on its port: udp, or tcp for
+        /// links that carry only TCP (a VM's restricted port forward, `adb forward`).
+        #[arg(long, default_value_t, value_name = "udp|tcp")]
+        transport: Transport,
     },
     /// Forget an environment.
     Remove {
@@ -115,6 +119,7 @@ pub(crate) async fn run(cmd: EnvCmd, reg: &Registry) -> anyhow::Result<()> {
                     serde_json::to_string_pretty(&serde_json::json!({
                         "name": info.name, "platform": info.platform, "os": info.os,
                         "agent_version": info.agent_version, "protocol": info.version,
+                        "transport": e.transport().to_string(),
                         "screen": { "width": info.screen.width, "height": info.screen.height, "capture": info.screen.capture },
                         "capabilities": info.capabilities, "read_only": info.read_only, "pid": info.pid,
                     }))?
@@ -123,8 +128,14 @@ pub(crate) async fn run(cmd: EnvCmd, reg: &Registry) -> anyhow::Result<()> {
                 println!("name          {}", info.name);
                 println!("platform      {} ({})", info.platform, info.os);
                 println!(
-                    "agent         pincer-agent {} (pid {}), protocol v{}",
-                    info.agent_version, info.pid, info.version
+                    "agent         pincer-agent {} (pid {}), protocol v{} over {}",
+                    info.agent_version,
+                    info.pid,
+                    info.version,
+                    match e.transport() {
+                        Transport::Udp => "udp",
+                        Transport::Tcp => "tcp (a tunnel)",
+                    }
                 );
                 println!(
                     "screen        {}x{} via {}",
@@ -142,12 +153,14 @@ pub(crate) async fn run(cmd: EnvCmd, reg: &Registry) -> anyhow::Result<()> {
             fingerprint,
             trust,
             platform,
+            transport,
         } => {
             let token = Token::load(&token_file)?;
             let sock = resolve(&addr)?;
             let spec = EnvSpec {
                 name: name.clone(),
                 addr: sock,
+                transport,
                 fingerprint,
                 token,
             };
@@ -178,10 +191,12 @@ pub(crate) async fn run(cmd: EnvCmd, reg: &Registry) -> anyhow::Result<()> {
                     EnvEntry {
                         addr: Some(addr),
                         listen: None,
+                        transport: Some(transport).filter(|t| *t == Transport::Tcp),
                         fingerprint: Some(fp.to_string()),
                         token_file: std::path::absolute(&token_file).unwrap_or(token_file),
                         platform,
                         desktop: None,
+                        vm: None,
                     },
                 )
             })?;
@@ -215,7 +230,7 @@ async fn list(reg: &Registry) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<12} {:<22} {:<8} {:<8} status",
+        "{:<12} {:<28} {:<8} {:<8} status",
         "name", "address", "platform", "kind"
     );
     let checks = file.envs.iter().map(|(name, e)| async move {
@@ -250,7 +265,7 @@ async fn list(reg: &Registry) -> anyhow::Result<()> {
             (None, _) => "remote",
         };
         println!(
-            "{:<12} {:<22} {:<8} {:<8} {status}",
+            "{:<12} {:<28} {:<8} {:<8} {status}",
             format!("{name}{default}"),
             e.address(),
             e.platform,
@@ -312,10 +327,12 @@ async fn listen(
             let entry = EnvEntry {
                 addr: None,
                 listen: Some(addr.to_owned()),
+                transport: None,
                 fingerprint: Some(arrival.fingerprint.to_string()),
                 token_file: token_file.clone(),
                 platform: info.platform.clone(),
                 desktop: None,
+                vm: None,
             };
             let recorded = reg.update(|f| match f.envs.get_mut(&info.name) {
                 None => {

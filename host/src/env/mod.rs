@@ -1,6 +1,7 @@
 //! Environments: typed, deadline-bounded calls on one guest over an authenticated QUIC
-//! connection that is re-established on demand, plus the registry of named environments
-//! and the listener for guests that dial in.
+//! connection (over UDP, or tunnelled over TCP: [`Transport`]) that is re-established on
+//! demand, plus the registry of named environments and the listener for guests that dial
+//! in.
 //!
 //! Calls that only read (ping, observations, probes) are retried once on a fresh connection
 //! if the old one died under them; actions and setup are not, because they may already have
@@ -75,10 +76,45 @@ pub struct EnvSpec {
     pub name: String,
     /// Where its agent listens.
     pub addr: SocketAddr,
+    /// How QUIC's packets get there.
+    pub transport: Transport,
     /// The pinned certificate; `None` trusts whatever is presented (first use only).
     pub fingerprint: Option<Fingerprint>,
     /// The token the guest expects.
     pub token: Token,
+}
+
+/// How QUIC's packets reach a guest's agent, which serves both on the same port.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// As UDP datagrams: the fastest, where UDP passes.
+    #[default]
+    Udp,
+    /// Tunnelled over one TCP connection (`pincer_shared::transport::tunnel`), for links
+    /// that carry only TCP: QEMU's user networking with `restrict=on`, `adb forward`.
+    Tcp,
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Udp => "udp",
+            Self::Tcp => "tcp",
+        })
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "udp" => Ok(Self::Udp),
+            "tcp" => Ok(Self::Tcp),
+            _ => Err(format!("'{s}' is not a transport: udp or tcp")),
+        }
+    }
 }
 
 /// How to reach a guest that dials in to this host (`pincer-agent --connect`).
@@ -107,8 +143,8 @@ struct Session {
 /// How a lost session comes back.
 #[derive(Debug)]
 enum Source {
-    /// Dial the guest again, from this endpoint (one UDP socket per environment, owned by
-    /// the runtime that made it).
+    /// Dial the guest again, from this endpoint (one UDP socket or TCP tunnel per
+    /// environment, owned by the runtime that made it).
     Dial(EnvSpec, quinn::Endpoint),
     /// Wait for the guest to dial our listener again. Environments made by
     /// [`listener::connect`] keep their (shared) listener open.
@@ -165,7 +201,11 @@ pub enum PixelsError {
 }
 
 fn client_endpoint(spec: &EnvSpec) -> Result<quinn::Endpoint, ClientError> {
-    quic::client_endpoint(spec.addr).map_err(|e| ClientError::Local {
+    match spec.transport {
+        Transport::Udp => quic::client_endpoint(spec.addr),
+        Transport::Tcp => quic::client_endpoint_tcp(spec.addr),
+    }
+    .map_err(|e| ClientError::Local {
         env: spec.name.clone(),
         message: e.to_string(),
     })
@@ -354,6 +394,14 @@ impl Environment {
     /// The environment's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// How its packets travel. Guests that dial in always use UDP.
+    pub fn transport(&self) -> Transport {
+        match &self.source {
+            Source::Dial(spec, _) => spec.transport,
+            Source::DialIn { .. } => Transport::Udp,
+        }
     }
 
     /// What the guest said about itself when the current connection was made.

@@ -6,7 +6,7 @@
 //! An entry either dials its guest (`addr`, for `pincer-agent --listen`) or listens for it
 //! to dial in (`listen`, for `pincer-agent --connect`); both kinds work with every command.
 
-use super::{ClientError, Deadlines, DialInSpec, EnvSpec, Environment, listener};
+use super::{ClientError, Deadlines, DialInSpec, EnvSpec, Environment, Transport, listener};
 use pincer_shared::identity::{Fingerprint, Token};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -36,6 +36,10 @@ pub struct EnvEntry {
     /// --connect`); instead of `addr`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listen: Option<String>,
+    /// How packets reach `addr`: UDP unless `transport = "tcp"`, for links that carry only
+    /// TCP (a VM's restricted port forward, `adb forward`). Written only when it is TCP.
+    #[serde(default, skip_serializing_if = "udp")]
+    pub transport: Option<Transport>,
     /// Pinned certificate fingerprint (`sha256:...`).
     pub fingerprint: Option<String>,
     /// File holding the token the agent expects.
@@ -46,20 +50,34 @@ pub struct EnvEntry {
     /// Set for local desktops made by `pincer desktop up`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desktop: Option<DesktopEntry>,
+    /// Set for VMs made by `pincer vm up`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<VmEntry>,
 }
 
 fn linux() -> String {
     "linux".into()
 }
 
+fn udp(t: &Option<Transport>) -> bool {
+    t.unwrap_or_default() == Transport::Udp
+}
+
 impl EnvEntry {
-    /// Where the guest is, for people: its address, or `listen ADDR` for one that dials in.
+    /// Where the guest is, for people: its address (and `over tcp` when tunnelled), or
+    /// `listen ADDR` for one that dials in.
     pub fn address(&self) -> String {
         match (&self.addr, &self.listen) {
+            (Some(addr), _) if self.transport() == Transport::Tcp => format!("{addr} over tcp"),
             (Some(addr), _) => addr.clone(),
             (None, Some(listen)) => format!("listen {listen}"),
             (None, None) => "-".into(),
         }
+    }
+
+    /// How packets reach `addr` (UDP when the file does not say).
+    pub fn transport(&self) -> Transport {
+        self.transport.unwrap_or_default()
     }
 }
 
@@ -82,6 +100,16 @@ pub struct DesktopEntry {
     pub state_dir: PathBuf,
     /// Pid of the supervisor that owns all its processes.
     pub supervisor_pid: u32,
+}
+
+/// A VM's image and files (`pincer vm up`); runs reset it before every task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmEntry {
+    /// The image it runs.
+    pub image: String,
+    /// Directory with its record, overlay, sockets and logs.
+    pub state_dir: PathBuf,
 }
 
 /// Problems with the envs file or a name in it.
@@ -315,9 +343,13 @@ impl Registry {
             (Some(addr), None) => Ok(Reach::Dial(EnvSpec {
                 name: name.to_owned(),
                 addr: resolve(addr).map_err(|e| bad(e.to_string()))?,
+                transport: e.transport(),
                 fingerprint: fingerprint()?,
                 token: token()?,
             })),
+            (None, Some(_)) if e.transport() == Transport::Tcp => Err(bad(
+                "transport = \"tcp\" is for guests this host dials (addr); guests that dial in (listen) use UDP".into(),
+            )),
             (None, Some(listen)) => {
                 let listen = resolve(listen).map_err(|e| bad(e.to_string()))?;
                 let fingerprint = fingerprint()?.ok_or_else(|| {
@@ -360,8 +392,13 @@ impl Registry {
         if spec.fingerprint.is_none() {
             return Err(RegistryError::BadEntry {
                 message: format!(
-                    "no pinned fingerprint: run `pincer env add {} {} --token-file ... --trust` once to pin it",
-                    spec.name, spec.addr
+                    "no pinned fingerprint: run `pincer env add {} {}{} --token-file ... --trust` once to pin it",
+                    spec.name,
+                    spec.addr,
+                    match spec.transport {
+                        Transport::Udp => "",
+                        Transport::Tcp => " --transport tcp",
+                    },
                 ),
                 name: spec.name,
                 path: self.path.clone(),
@@ -411,10 +448,12 @@ mod tests {
         EnvEntry {
             addr: Some(addr.into()),
             listen: None,
+            transport: None,
             fingerprint: Some(Fingerprint::of(b"x").to_string()),
             token_file: token_file.into(),
             platform: "linux".into(),
             desktop: None,
+            vm: None,
         }
     }
 
@@ -444,6 +483,54 @@ mod tests {
         assert_eq!(spec.addr.port(), 7001);
         let err = reg.entry(Some("c")).unwrap_err().to_string();
         assert!(err.contains("known: a, b"), "{err}");
+    }
+
+    #[test]
+    fn the_transport_is_written_only_when_it_is_tcp() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        Token::load_or_create(&token).unwrap();
+        let reg = Registry::at(dir.path().join("envs.toml"));
+        reg.update(|f| {
+            f.envs.insert("udp".into(), entry("127.0.0.1:7000", &token));
+            let mut tcp = entry("127.0.0.1:7000", &token);
+            tcp.transport = Some(Transport::Tcp);
+            f.envs.insert("tcp".into(), tcp)
+        })
+        .unwrap();
+        let text = std::fs::read_to_string(reg.path()).unwrap();
+        assert_eq!(text.matches("transport").count(), 1, "{text}");
+        assert!(text.contains("transport = \"tcp\""), "{text}");
+        let file = reg.load().unwrap();
+        assert_eq!(file.envs["tcp"].transport(), Transport::Tcp);
+        assert_eq!(file.envs["udp"].transport, None);
+        assert_eq!(reg.spec(Some("tcp")).unwrap().transport, Transport::Tcp);
+        assert_eq!(reg.spec(Some("udp")).unwrap().transport, Transport::Udp);
+        assert_eq!(file.envs["tcp"].address(), "127.0.0.1:7000 over tcp");
+        assert_eq!(file.envs["udp"].address(), "127.0.0.1:7000");
+
+        // Written by hand: udp spelled out is the default; other words are refused with
+        // the line; a guest that dials in cannot tunnel.
+        let fp = Fingerprint::of(b"guest");
+        std::fs::write(
+            reg.path(),
+            format!(
+                "[envs.a]\naddr = \"127.0.0.1:7000\"\ntransport = \"udp\"\nfingerprint = \"{fp}\"\ntoken_file = {token:?}\n\n\
+                 [envs.b]\nlisten = \"127.0.0.1:7100\"\ntransport = \"tcp\"\nfingerprint = \"{fp}\"\ntoken_file = {token:?}\n"
+            ),
+        )
+        .unwrap();
+        let file = reg.load().unwrap();
+        assert_eq!(file.envs["a"].transport(), Transport::Udp);
+        let err = reg.reach_of("b", &file.envs["b"]).unwrap_err().to_string();
+        assert!(err.contains("dial in"), "{err}");
+        std::fs::write(
+            reg.path(),
+            format!("[envs.a]\naddr = \"127.0.0.1:7000\"\ntransport = \"quic\"\ntoken_file = {token:?}\n"),
+        )
+        .unwrap();
+        let err = reg.load().unwrap_err().to_string();
+        assert!(err.contains("quic") && err.contains("line"), "{err}");
     }
 
     #[test]

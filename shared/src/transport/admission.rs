@@ -316,7 +316,7 @@ impl Tally {
         let entry = self.kinds.entry(kind).or_default();
         entry.0 += 1;
         entry.1 = last;
-        *self.peers.entry(peer.ip()).or_default() += 1;
+        *self.peers.entry(peer.ip().to_canonical()).or_default() += 1;
     }
 
     /// The summary line, if anything happened, and a fresh tally.
@@ -366,7 +366,9 @@ impl Admission {
     /// A pending place for a connection from `peer`; closes the one it pushes out, if any.
     fn arrive(self: &Arc<Self>, peer: SocketAddr, conn: quinn::Connection) -> Pending {
         let mut state = self.state();
-        let (ticket, out) = state.places.arrive(peer.ip(), conn);
+        // A host's tunnels over TCP have its address mapped to the other IP family
+        // (`tunnel`); canonical, they count with its UDP connections.
+        let (ticket, out) = state.places.arrive(peer.ip().to_canonical(), conn);
         if let Some(pushed) = out {
             let why = Refused::PushedOut {
                 limit: state.places.limits.pending,

@@ -1,13 +1,15 @@
 //! The async layer: QUIC endpoints with pinned self-signed certificates ([`quic`]), a
 //! [`Link`] that carries request streams, and frame I/O over any byte stream ([`stream`]).
 //!
-//! [`Link`] is the seam for a TCP+TLS fallback (for links where UDP cannot pass, such as
-//! `adb reverse`): a second variant carrying the same frames over a stream multiplexer on
-//! one TLS connection. Everything above `Link` speaks only frames on bidirectional streams.
+//! Links where UDP cannot pass (QEMU's restricted user networking, `adb forward`) carry
+//! QUIC itself over TCP ([`tunnel`]): a guest's endpoint serves UDP and TCP on one port,
+//! and a host picks per environment. Everything above the socket is the same on both, and
+//! everything above `Link` speaks only frames on bidirectional streams.
 
 pub mod admission;
 pub mod quic;
 pub mod stream;
+pub mod tunnel;
 
 use crate::identity::{EXPORTER_LABEL, EXPORTER_LEN, Fingerprint};
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 //! transport settings sized for screenshots and files on a LAN once a peer has
 //! authenticated, and for little more than a hello before.
 
-use super::TransportError;
+use super::{TransportError, tunnel};
 use crate::codec::PREFIX_LEN;
 use crate::identity::{Fingerprint, Identity};
 use crate::limits::MAX_HELLO;
@@ -253,7 +253,9 @@ pub fn client_config(
     Ok((cfg, seen))
 }
 
-/// An endpoint that accepts connections on `addr` (and can also dial), presenting `id`.
+/// An endpoint that accepts connections on `addr` (and can also dial), presenting `id`,
+/// over UDP and over TCP tunnels ([`tunnel`](super::tunnel)) on the same address and port.
+/// A port of 0 picks one that is free for both.
 ///
 /// Its stateless-reset key and connection-ID key are derived from the identity's private
 /// key, so an agent that restarts on the same port recognises the connection IDs its
@@ -264,7 +266,6 @@ pub fn server_endpoint(
     config: quinn::ServerConfig,
     id: &Identity,
 ) -> Result<quinn::Endpoint, TransportError> {
-    let err = |e: std::io::Error| TransportError::Endpoint(format!("cannot listen on {addr}: {e}"));
     let secret = ring::hmac::sign(
         &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &id.key_der),
         b"pincer stateless reset key",
@@ -274,8 +275,38 @@ pub fn server_endpoint(
     ep_cfg.cid_generator(|| Box::new(RandomCids) as Box<dyn quinn::ConnectionIdGenerator>);
     let runtime = quinn::default_runtime()
         .ok_or_else(|| TransportError::Endpoint("no async runtime".into()))?;
-    let socket = std::net::UdpSocket::bind(addr).map_err(err)?;
-    quinn::Endpoint::new(ep_cfg, Some(config), socket, runtime).map_err(err)
+    let (udp, tcp) = bind_both(addr)?;
+    let socket = tunnel::ServerSocket::new(udp, tcp, &*runtime)
+        .map_err(|e| TransportError::Endpoint(format!("cannot listen on {addr}: {e}")))?;
+    quinn::Endpoint::new_with_abstract_socket(ep_cfg, Some(config), socket, runtime)
+        .map_err(|e| TransportError::Endpoint(format!("cannot listen on {addr}: {e}")))
+}
+
+/// How often a port of 0 is tried again when the TCP side of the port the system picked
+/// for UDP is taken (UDP and TCP ports are separate, so that can happen).
+const PORT_ATTEMPTS: usize = 8;
+
+/// A UDP socket and a TCP listener on the same address and port.
+fn bind_both(
+    addr: SocketAddr,
+) -> Result<(std::net::UdpSocket, std::net::TcpListener), TransportError> {
+    let err = |proto: &str, e: std::io::Error| {
+        TransportError::Endpoint(format!("cannot listen on {addr} ({proto}): {e}"))
+    };
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let udp = std::net::UdpSocket::bind(addr).map_err(|e| err("udp", e))?;
+        let port = udp.local_addr().map_err(|e| err("udp", e))?.port();
+        match std::net::TcpListener::bind(SocketAddr::new(addr.ip(), port)) {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e)
+                if addr.port() == 0
+                    && e.kind() == std::io::ErrorKind::AddrInUse
+                    && attempts < PORT_ATTEMPTS => {}
+            Err(e) => return Err(err("tcp", e)),
+        }
+    }
 }
 
 /// Random 16-byte connection IDs that any process accepts as plausible. quinn's default
@@ -321,6 +352,21 @@ pub fn client_endpoint(for_peer: SocketAddr) -> Result<quinn::Endpoint, Transpor
     };
     quinn::Endpoint::client(bind)
         .map_err(|e| TransportError::Endpoint(format!("cannot bind a UDP socket: {e}")))
+}
+
+/// An endpoint that only dials `peer`, over a TCP tunnel ([`tunnel::ClientSocket`]) instead
+/// of UDP. It connects on its first packet, and again after the TCP connection broke.
+pub fn client_endpoint_tcp(peer: SocketAddr) -> Result<quinn::Endpoint, TransportError> {
+    let runtime = quinn::default_runtime()
+        .ok_or_else(|| TransportError::Endpoint("no async runtime".into()))?;
+    let socket = tunnel::ClientSocket::new(peer);
+    quinn::Endpoint::new_with_abstract_socket(
+        quinn::EndpointConfig::default(),
+        None,
+        socket,
+        runtime,
+    )
+    .map_err(|e| TransportError::Endpoint(format!("cannot make a tunnel to {peer}: {e}")))
 }
 
 /// Dials `addr` with `config`. A pinned-certificate mismatch is reported with both
