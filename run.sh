@@ -24,6 +24,10 @@ RUN_PKGS="xvfb xauth dbus dbus-x11 at-spi2-core libatk-adaptor libgail-common op
   galculator thunar libreoffice-calc libreoffice-writer libreoffice-gtk3 chromium
   xdotool xclip dconf-cli imagemagick x11vnc procps"
 
+# VMs and images: mmdebstrap builds, QEMU runs (qemu-system-x86 and qemu-utils must come
+# from one suite: see vm_deps), mkfs.ext4 makes file systems.
+VM_PKGS="mmdebstrap e2fsprogs"
+
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 as_root() {
@@ -47,8 +51,27 @@ deps() {
   fi
 }
 
+# qemu-system-x86 and qemu-utils from the same suite. Some machines carry a newer qemu-utils
+# (a backport) than their suite's qemu-system-x86; installing the latter next to it removes
+# qemu-img, so both are pinned to the version the suite has for qemu-system-x86.
+vm_deps() {
+  local want have_sys have_img
+  want=$(apt-cache policy qemu-system-x86 2>/dev/null | awk '/Candidate:/ {print $2}')
+  if [ -z "$want" ] || [ "$want" = "(none)" ]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    want=$(apt-cache policy qemu-system-x86 | awk '/Candidate:/ {print $2}')
+  fi
+  have_sys=$(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null || true)
+  have_img=$(dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null || true)
+  if [ "$have_sys" != "$want" ] || [ "$have_img" != "$want" ] || ! command -v qemu-img >/dev/null; then
+    log "installing qemu-system-x86 and qemu-utils $want"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      --allow-downgrades "qemu-system-x86=$want" "qemu-utils=$want"
+  fi
+}
+
 case "${1:-}" in
-  deps) deps $XCAP_PKGS ;;
+  deps) deps $XCAP_PKGS $VM_PKGS; vm_deps ;;
   demo)
     deps
     log "building release binaries (first build takes a few minutes)"
@@ -87,7 +110,8 @@ case "${1:-}" in
     cargo bench -p pincer --bench evaluator
     ;;
   test)
-    deps $XCAP_PKGS
+    deps $XCAP_PKGS $VM_PKGS
+    vm_deps
     log "building"
     cargo build --workspace --bins --tests
     log "checking the agent with its optional xcap capture (Wayland)"

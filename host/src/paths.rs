@@ -23,3 +23,14 @@ pub fn state_dir() -> PathBuf {
         .map_or_else(|| home().join(".local/state"), PathBuf::from)
         .join("pincer")
 }
+
+/// `$PINCER_IMAGE_CACHE`, else `$XDG_CACHE_HOME/pincer/images`, else
+/// `~/.cache/pincer/images`: built VM images and their golden states.
+pub fn image_cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("PINCER_IMAGE_CACHE") {
+        return PathBuf::from(d);
+    }
+    std::env::var_os("XDG_CACHE_HOME")
+        .map_or_else(|| home().join(".cache"), PathBuf::from)
+        .join("pincer/images")
+}

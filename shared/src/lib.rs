@@ -16,6 +16,7 @@ pub mod message;
 pub mod observe;
 pub mod pixels;
 pub mod probe;
+pub mod service;
 pub mod setup;
 pub mod transport;
 pub mod tree;

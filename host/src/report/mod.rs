@@ -13,6 +13,7 @@ mod images;
 mod load;
 mod markdown;
 mod tables;
+pub use tables::utc;
 #[cfg(test)]
 mod tests;
 

@@ -313,7 +313,7 @@ pub(crate) fn clip_line(s: &str, max: usize) -> String {
 }
 
 /// Civil UTC time of a Unix millisecond timestamp: `2025-03-01 14:05:09 UTC`.
-pub(crate) fn utc(ms: u64) -> String {
+pub fn utc(ms: u64) -> String {
     let secs = ms / 1000;
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
     // Howard Hinnant's civil_from_days.

@@ -1,0 +1,324 @@
+//! VM images: built from declarative recipes (`recipe`, `images/*.toml`) with mmdebstrap
+//! into a cache directory (`build`), one directory per image holding the disk (qcow2), the
+//! kernel and initrd for direct boot, and a manifest (recipe hash, package versions, sizes,
+//! kernel). An image is rebuilt only when its recipe changes. This module finds, lists and
+//! removes them.
+
+pub mod build;
+pub mod mirror;
+pub mod recipe;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The manifest's file name in an image directory.
+const MANIFEST: &str = "manifest.json";
+
+/// What an image directory holds, besides its files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The image's name (its recipe's).
+    pub name: String,
+    /// The recipe's one-line description.
+    pub description: String,
+    /// Hash of everything the image is built from (recipe, pincer's guest files); an image
+    /// whose hash matches its recipe's is reused.
+    pub recipe_hash: String,
+    /// `debian` or `ubuntu`.
+    pub distribution: String,
+    /// The suite.
+    pub suite: String,
+    /// The apt sources it was built from.
+    pub sources: Vec<String>,
+    /// The kernel version (`6.1.0-41-amd64`).
+    pub kernel: String,
+    /// Every installed package and its version.
+    pub packages: BTreeMap<String, String>,
+    /// Sizes in bytes.
+    pub sizes: Sizes,
+    /// The SHA-256 of the agent built into the image.
+    pub agent_sha256: String,
+    /// When it was built (seconds since the Unix epoch).
+    pub built_at: u64,
+    /// How long the build took.
+    pub build_seconds: f64,
+    /// The container image it was exported as (`--container`), if it was.
+    #[serde(default)]
+    pub container: Option<String>,
+}
+
+/// Sizes of an image's parts, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sizes {
+    /// The root file system's size as the VM sees it.
+    pub disk_virtual: u64,
+    /// The qcow2 file on the host.
+    pub disk_file: u64,
+    /// The kernel.
+    pub kernel: u64,
+    /// The initrd.
+    pub initrd: u64,
+}
+
+/// A built image in the cache.
+#[derive(Debug, Clone)]
+pub struct Image {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its manifest.
+    pub manifest: Manifest,
+}
+
+impl Image {
+    /// The root disk (qcow2).
+    pub fn disk(&self) -> PathBuf {
+        self.dir.join("disk.qcow2")
+    }
+
+    /// The kernel for direct boot.
+    pub fn kernel(&self) -> PathBuf {
+        self.dir.join("vmlinuz")
+    }
+
+    /// The initrd for direct boot.
+    pub fn initrd(&self) -> PathBuf {
+        self.dir.join("initrd.img")
+    }
+
+    /// Where this image's golden states (saved first boots) live.
+    pub fn golden_dir(&self) -> PathBuf {
+        self.dir.join("golden")
+    }
+}
+
+/// Why an image cannot be built, found or removed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImageError {
+    /// The recipe is wrong.
+    #[error(transparent)]
+    Recipe(#[from] recipe::RecipeError),
+    /// A program the build needs is not installed.
+    #[error(
+        "`{tool}` is not installed: install the Debian package {package} (apt install {package})"
+    )]
+    MissingTool {
+        /// The program.
+        tool: String,
+        /// The package that has it.
+        package: String,
+    },
+    /// The host's apt configuration has no source for the distribution.
+    #[error(
+        "the host's apt sources serve no {distribution} archive for '{suite}': pass --mirror URI (and --keyring FILE if the host lacks its archive key)"
+    )]
+    NoMirror {
+        /// The distribution.
+        distribution: String,
+        /// The suite.
+        suite: String,
+    },
+    /// Packages the archive does not have.
+    #[error("recipe {recipe}: the archive has no package {}: check the names (apt-cache search) and the recipe's components", packages.join(", "))]
+    UnknownPackages {
+        /// The recipe.
+        recipe: String,
+        /// The packages.
+        packages: Vec<String>,
+    },
+    /// A build step failed.
+    #[error("{step} failed ({status}); its last output:\n{tail}")]
+    Step {
+        /// What was being done.
+        step: String,
+        /// How it ended.
+        status: String,
+        /// The last lines it printed.
+        tail: String,
+    },
+    /// The build was interrupted (Ctrl-C, SIGTERM); nothing of it is left in the cache.
+    #[error("interrupted during {0}: nothing was left in the cache")]
+    Interrupted(String),
+    /// No image of that name is built.
+    #[error("no image '{name}' is built in {}: {}", dir.display(), if built.is_empty() { "none is; build one with `pincer image build RECIPE`".to_owned() } else { format!("built: {}", built.join(", ")) })]
+    NotBuilt {
+        /// The name asked for.
+        name: String,
+        /// The cache.
+        dir: PathBuf,
+        /// The images that are built.
+        built: Vec<String>,
+    },
+    /// Reading or writing the cache failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Maps an OS error to [`ImageError::Io`] saying what was being done.
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ImageError {
+    let what = what.into();
+    move |source| ImageError::Io { what, source }
+}
+
+/// The image cache: one directory per image; directories whose names start with `.` are
+/// builds in progress, leftovers of interrupted ones, or the package cache, never images.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    dir: PathBuf,
+}
+
+impl Cache {
+    /// The cache at `dir`.
+    pub fn at(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    /// The cache's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Every built image, by name.
+    pub fn images(&self) -> Vec<Image> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut out: Vec<Image> = entries
+            .filter_map(Result::ok)
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .filter_map(|e| read_image(&e.path()))
+            .collect();
+        out.sort_by(|a, b| a.manifest.name.cmp(&b.manifest.name));
+        out
+    }
+
+    /// The built image `name`.
+    pub fn get(&self, name: &str) -> Result<Image, ImageError> {
+        read_image(&self.dir.join(name))
+            .filter(|_| !name.starts_with('.') && !name.contains('/'))
+            .ok_or_else(|| ImageError::NotBuilt {
+                name: name.into(),
+                dir: self.dir.clone(),
+                built: self.images().into_iter().map(|i| i.manifest.name).collect(),
+            })
+    }
+
+    /// Removes the image `name` (and its golden states).
+    pub fn remove(&self, name: &str) -> Result<Image, ImageError> {
+        let image = self.get(name)?;
+        // Renamed away first, so that a removal cut short leaves no half an image.
+        let trash = self.dir.join(format!(".rm-{name}-{}", std::process::id()));
+        std::fs::rename(&image.dir, &trash)
+            .map_err(io(format!("removing {}", image.dir.display())))?;
+        std::fs::remove_dir_all(&trash).map_err(io(format!("removing {}", trash.display())))?;
+        Ok(image)
+    }
+}
+
+fn read_image(dir: &Path) -> Option<Image> {
+    let text = std::fs::read_to_string(dir.join(MANIFEST)).ok()?;
+    let manifest: Manifest = serde_json::from_str(&text).ok()?;
+    Some(Image {
+        dir: dir.to_owned(),
+        manifest,
+    })
+}
+
+/// Bytes as people read them (`1.3 GiB`).
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(name: &str) -> Manifest {
+        Manifest {
+            name: name.into(),
+            description: "d".into(),
+            recipe_hash: "h".into(),
+            distribution: "debian".into(),
+            suite: "bookworm".into(),
+            sources: Vec::new(),
+            kernel: "6.1".into(),
+            packages: BTreeMap::new(),
+            sizes: Sizes {
+                disk_virtual: 1,
+                disk_file: 1,
+                kernel: 1,
+                initrd: 1,
+            },
+            agent_sha256: "a".into(),
+            built_at: 0,
+            build_seconds: 1.0,
+            container: None,
+        }
+    }
+
+    #[test]
+    fn the_cache_lists_finds_and_removes_images_and_ignores_builds_in_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::at(dir.path());
+        for name in ["b", "a", ".build-c-1"] {
+            let d = dir.path().join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(
+                d.join(MANIFEST),
+                serde_json::to_string(&manifest(name)).unwrap(),
+            )
+            .unwrap();
+        }
+        // A directory without a manifest is no image.
+        std::fs::create_dir_all(dir.path().join("half")).unwrap();
+        let names: Vec<String> = cache
+            .images()
+            .into_iter()
+            .map(|i| i.manifest.name)
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(
+            cache.get("a").unwrap().disk(),
+            dir.path().join("a/disk.qcow2")
+        );
+        let e = cache.get("half").unwrap_err().to_string();
+        assert!(
+            e.contains("no image 'half'") && e.contains("built: a, b"),
+            "{e}"
+        );
+        assert!(cache.get(".build-c-1").is_err());
+        cache.remove("a").unwrap();
+        assert!(!dir.path().join("a").exists());
+        assert_eq!(cache.images().len(), 1);
+        let e = Cache::at(dir.path().join("none"))
+            .get("x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pincer image build"), "{e}");
+    }
+
+    #[test]
+    fn sizes_read_as_people_read_them() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(1_395_864_371), "1.3 GiB");
+    }
+}
