@@ -10,6 +10,7 @@ mod encode;
 mod exec;
 mod guest;
 mod input;
+mod install;
 mod memory;
 mod probe;
 mod screen;
@@ -29,9 +30,13 @@ use std::sync::Arc;
 
 /// The pincer guest agent.
 #[derive(Debug, Parser)]
-#[command(name = "pincer-agent", version, about, long_about = None)]
+#[command(name = "pincer-agent", version, about, long_about = None, args_conflicts_with_subcommands = true)]
 struct Args {
-    /// Listen for hosts on this address (default 127.0.0.1:7000; use 0.0.0.0:7000 in a VM).
+    #[command(subcommand)]
+    command: Option<Cmd>,
+    /// Listen for hosts on this address (default 127.0.0.1:7000; use 0.0.0.0:7000 in a VM),
+    /// on UDP and on TCP: hosts behind links that carry only TCP (a VM's restricted port
+    /// forward, `adb forward`) tunnel QUIC through the TCP port.
     #[arg(long, value_name = "ADDR", conflicts_with = "connect")]
     listen: Option<String>,
     /// Dial a host listening at HOST:PORT instead (`pincer env listen` on the host).
@@ -77,6 +82,64 @@ struct Args {
     print_fingerprint: bool,
 }
 
+/// Setting the agent up on a physical machine.
+#[derive(Debug, clap::Subcommand)]
+enum Cmd {
+    /// Install the agent as a systemd user service started with your graphical session
+    /// (the unit VM images use) and print what the host needs to reach it.
+    Install {
+        /// Where it listens (UDP and TCP).
+        #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:7000")]
+        listen: String,
+        /// Name reported to hosts (default: the machine's hostname).
+        #[arg(long)]
+        name: Option<String>,
+        /// Serve read-only: no setup, confined reads (for machines people use).
+        #[arg(long)]
+        read_only: bool,
+        /// With --read-only: serve files under DIR (repeatable).
+        #[arg(long, value_name = "DIR", requires = "read_only")]
+        read_root: Vec<PathBuf>,
+        /// With --read-only: also serve the environment variable NAME (repeatable).
+        #[arg(long, value_name = "NAME", requires = "read_only")]
+        read_env: Vec<String>,
+        /// Install without starting it now.
+        #[arg(long)]
+        no_start: bool,
+    },
+    /// Stop and remove the service (the agent's certificate and token stay).
+    Uninstall,
+}
+
+/// Runs `install` or `uninstall`.
+fn setup_command(cmd: Cmd) -> anyhow::Result<()> {
+    let places = install::Places::from_env();
+    let said = match cmd {
+        Cmd::Install {
+            listen,
+            name,
+            read_only,
+            read_root,
+            read_env,
+            no_start,
+        } => {
+            resolve(&listen)?;
+            let opts = install::Install {
+                listen,
+                name,
+                read_only,
+                read_roots: read_root,
+                read_envs: read_env,
+                start: !no_start,
+            };
+            install::install(&opts, &places, &default_state_dir(), &hostname())?
+        }
+        Cmd::Uninstall => install::uninstall(&places)?,
+    };
+    println!("{said}");
+    Ok(())
+}
+
 fn default_state_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_STATE_HOME") {
         return PathBuf::from(d).join("pincer-agent");
@@ -120,15 +183,19 @@ fn write_ready(path: &Path, addr: SocketAddr, fp: Fingerprint) -> anyhow::Result
 }
 
 fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(cmd) = args.command {
+        return setup_command(cmd);
+    }
     // Before the runtime's threads exist: arenas made before stay.
     memory::tune();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(serve())
+        .block_on(serve(args))
 }
 
-async fn serve() -> anyhow::Result<()> {
+async fn serve(args: Args) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PINCER_LOG")
@@ -137,7 +204,6 @@ async fn serve() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
     let name = args.name.clone().unwrap_or_else(hostname);
     let (identity, created) = Identity::load_or_create(&state_dir, &name)
@@ -211,7 +277,7 @@ async fn serve() -> anyhow::Result<()> {
         })?;
         let bound = endpoint.local_addr()?;
         eprintln!(
-            "pincer-agent '{name}'{mode}: listening on {bound}; fingerprint {fp}; token file {}",
+            "pincer-agent '{name}'{mode}: listening on {bound} (udp, tcp); fingerprint {fp}; token file {}",
             token_file.display()
         );
         if let Some(p) = &args.ready_file {

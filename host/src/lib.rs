@@ -1,5 +1,6 @@
 //! The pincer host: environments reached over authenticated QUIC ([`env`]), local X11
-//! desktops ([`desktop`]), tasks ([`task`]), the graph evaluator ([`eval`]), agents
+//! desktops ([`desktop`]), VM images built from recipes ([`image`]) and QEMU VMs reset
+//! from their golden state ([`vm`]), tasks ([`task`]), the graph evaluator ([`eval`]), agents
 //! ([`agent`]) and what they are shown ([`observe`]), the benchmark runner ([`run`]), its
 //! reports ([`report`]) and latency benchmarks ([`bench`]). The modules are layered as
 //! `ARCHITECTURE.md` lists them (a test holds them to it). The `pincer` binary is a thin CLI
@@ -12,6 +13,7 @@ pub mod crab;
 pub mod desktop;
 pub mod env;
 pub mod eval;
+pub mod image;
 pub mod metrics;
 pub mod observe;
 pub mod paths;
@@ -19,3 +21,4 @@ mod picture;
 pub mod report;
 pub mod run;
 pub mod task;
+pub mod vm;

@@ -1271,6 +1271,7 @@ async fn run_zenity(
         name: "s0".into(),
         envs: [("desktop".to_owned(), Arc::new(env))].into(),
         platforms: roles(&["desktop"]),
+        vms: Default::default(),
     };
     let agent: AgentFactory = Arc::new(move |seed| llm::build(&settings, seed));
     let records = pincer::run::run(RunConfig {

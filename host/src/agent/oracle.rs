@@ -109,6 +109,10 @@ impl Oracle {
 /// How long a locator may be missing before the oracle gives up.
 const FIND_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How long the oracle waits, after its last step, for the checkpoints to pass before it
+/// says it is done.
+const SETTLE: Duration = Duration::from_secs(15);
+
 impl Agent for Oracle {
     fn name(&self) -> String {
         "oracle".into()
@@ -130,7 +134,17 @@ impl Agent for Oracle {
     fn act<'a>(&'a mut self, obs: &'a Observation) -> BoxFuture<'a, Result<Decision, AgentError>> {
         Box::pin(async move {
             let Some(step) = self.steps.get(self.next).cloned() else {
-                // The solution ran out without the task ending: say so, as an agent would.
+                // The solution ran out without the task ending. A slow guest (a VM under
+                // TCG, a loaded machine) may not show the last step's effect yet: wait for
+                // it a while, as a careful agent would, then say it is done.
+                let since = *self.waiting_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < SETTLE && obs.checkpoints.iter().any(|(_, passed)| !passed) {
+                    return Ok(Decision {
+                        actions: vec![AgentAction::Wait { seconds: 0.25 }],
+                        thought: Some("waiting for the last step to take effect".into()),
+                        ..Decision::default()
+                    });
+                }
                 return Ok(Decision {
                     actions: vec![AgentAction::Complete],
                     ..Decision::default()
@@ -300,5 +314,34 @@ mod tests {
             Oracle::read(&obs, "desktop", &target, &absent).unwrap(),
             None
         );
+    }
+
+    #[tokio::test]
+    async fn after_its_last_step_the_oracle_waits_for_the_checkpoints_before_saying_done() {
+        let mut o = Oracle::default();
+        let brief = TaskBrief {
+            id: "t".into(),
+            instruction: "x".into(),
+            tools: Vec::new(),
+            roles: [("desktop".to_owned(), Platform::Linux)].into(),
+            env_names: Default::default(),
+            oracle: Some(vec![OracleStep::Sleep { ms: 1 }]),
+            max_steps: 10,
+        };
+        o.begin(&brief).unwrap();
+        let mut obs = observation(UiNode::default());
+        obs.checkpoints = vec![("a".into(), true), ("b".into(), false)];
+        let first = o.act(&obs).await.unwrap();
+        assert!(matches!(first.actions[..], [AgentAction::Wait { .. }]));
+        // Out of steps with a checkpoint still waiting: it waits for it...
+        let next = o.act(&obs).await.unwrap();
+        assert!(
+            matches!(next.actions[..], [AgentAction::Wait { .. }]),
+            "{next:?}"
+        );
+        // ...and says it is done once the wait is over.
+        o.waiting_since = Some(Instant::now() - SETTLE);
+        let done = o.act(&obs).await.unwrap();
+        assert_eq!(done.actions, [AgentAction::Complete]);
     }
 }

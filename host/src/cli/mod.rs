@@ -4,10 +4,12 @@
 mod demo;
 mod desktop;
 mod envs;
+mod image;
 mod observe;
 mod ops;
 mod run;
 mod task;
+mod vm;
 
 use clap::{Parser, Subcommand};
 use pincer::env::registry::Registry;
@@ -37,6 +39,12 @@ enum Command {
     /// Registered environments.
     #[command(subcommand)]
     Env(envs::EnvCmd),
+    /// VM images: build them from recipes (images/*.toml), list and remove them.
+    #[command(subcommand)]
+    Image(image::ImageCmd),
+    /// QEMU VMs from images, reset from a snapshot.
+    #[command(subcommand)]
+    Vm(vm::VmCmd),
     /// Save a screenshot.
     Screenshot(observe::ScreenshotArgs),
     /// Print the accessibility tree.
@@ -139,6 +147,8 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
         }
         Command::Desktop(_)
         | Command::Env(_)
+        | Command::Image(_)
+        | Command::Vm(_)
         | Command::Screenshot(_)
         | Command::Tree(_)
         | Command::Act(_)
@@ -155,6 +165,8 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
     match command {
         Command::Desktop(c) => desktop::run(c, &reg).await,
         Command::Env(c) => envs::run(c, &reg).await,
+        Command::Image(c) => image::run(c).await,
+        Command::Vm(c) => vm::run(c, &reg).await,
         Command::Screenshot(a) => observe::screenshot(a, &reg).await,
         Command::Tree(a) => observe::tree(a, &reg).await,
         Command::Act(a) => ops::act(a, &reg).await,

@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 use pincer::agent::{Agent, ObservationConfig, Oracle, RandomAgent};
 use pincer::env::registry::Registry;
-use pincer::run::sets::{self, LocalDesktops};
+use pincer::run::sets::{self, Made, VmPlan};
 use pincer::run::{self, AgentFactory, RunConfig};
 use pincer::task::{self, Task};
 use std::path::PathBuf;
@@ -31,10 +31,21 @@ pub(crate) struct RunArgs {
     #[arg(long = "agent-opt", value_name = "KEY=VALUE")]
     agent_opts: Vec<String>,
     /// An environment set as ROLE=ENV,ROLE=ENV with names from the envs file (repeatable:
-    /// one worker per set). Without any, local desktops are started for the run.
-    #[arg(long = "set", value_name = "ROLE=ENV,...")]
+    /// one worker per set). Without any, local desktops are started for the run. Roles
+    /// played by pincer VMs are reset before every task.
+    #[arg(long = "set", value_name = "ROLE=ENV,...", conflicts_with = "vm")]
     sets: Vec<String>,
-    /// Environment sets to run in parallel when pincer starts local desktops.
+    /// Run on VMs of this image (`pincer image list`) instead of local desktops, each reset
+    /// to the image's golden state before every task.
+    #[arg(long, value_name = "IMAGE")]
+    vm: Option<String>,
+    /// Guest memory of --vm VMs, MiB.
+    #[arg(long, default_value_t = 1024, requires = "vm")]
+    vm_memory: u32,
+    /// Virtual CPUs of --vm VMs.
+    #[arg(long, default_value_t = 2, requires = "vm")]
+    vm_cpus: u32,
+    /// Environment sets to run in parallel when pincer starts local desktops or VMs.
     #[arg(long, default_value_t = 1)]
     parallel: usize,
     /// Run each task this many times (seeds seed, seed+1, ...).
@@ -147,14 +158,14 @@ pub(crate) async fn run(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
     run::check_out(&out, a.resume)?;
 
     let cancel = Arc::new(AtomicBool::new(false));
-    let made = LocalDesktops::default();
+    let made = Made::default();
     {
         let (cancel, made, reg) = (cancel.clone(), made.clone(), reg.clone());
         tokio::spawn(async move {
             while tokio::signal::ctrl_c().await.is_ok() {
                 if cancel.swap(true, Ordering::SeqCst) {
                     eprintln!(
-                        "\nsecond Ctrl-C: stopping the local desktops of this run and quitting"
+                        "\nsecond Ctrl-C: stopping the desktops and VMs of this run and quitting"
                     );
                     made.stop(&reg).await;
                     std::process::exit(130);
@@ -166,7 +177,28 @@ pub(crate) async fn run(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
         });
     }
 
-    let env_sets = if a.sets.is_empty() {
+    let env_sets = if let Some(image) = &a.vm {
+        let refs: Vec<&Task> = tasks.iter().collect();
+        let roles = sets::roles_needed(&refs)?;
+        let plan = VmPlan {
+            cache: pincer::image::Cache::at(pincer::paths::image_cache_dir()),
+            image: image.clone(),
+            memory_mib: a.vm_memory,
+            cpus: a.vm_cpus,
+            agent: super::image::default_agent(),
+        };
+        match sets::vm_sets(reg, &roles, a.parallel.max(1), &plan, &made, &|m| {
+            eprintln!("  {m}")
+        })
+        .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                made.stop(reg).await;
+                return Err(e.into());
+            }
+        }
+    } else if a.sets.is_empty() {
         let refs: Vec<&Task> = tasks.iter().collect();
         let roles = sets::roles_needed(&refs)?;
         let n = a.parallel.max(1);

@@ -70,6 +70,17 @@ pub enum RunError {
         /// What is wrong with it.
         problem: String,
     },
+    /// A VM for the run did not start.
+    #[error("starting VM '{name}' for role '{role}': {source}")]
+    Vm {
+        /// The VM.
+        name: String,
+        /// Its role.
+        role: String,
+        /// Why (boxed: VM errors are large, and rare).
+        #[source]
+        source: Box<crate::vm::VmError>,
+    },
     /// A local desktop for the run did not start.
     #[error("starting local desktop '{name}' for role '{role}': {source}")]
     Desktop {
@@ -264,6 +275,23 @@ async fn healthy(set: &EnvSet) -> bool {
     true
 }
 
+/// Restarts every VM of a set from its golden state; whether they all answer again.
+async fn replaced(set: &EnvSet) -> bool {
+    if set.vms.is_empty() {
+        return false;
+    }
+    for vm in set.vms.values() {
+        if let Err(e) = crate::vm::reset(vm).await {
+            eprintln!("{}: VM {vm} could not be replaced: {e}", set.name);
+            return false;
+        }
+    }
+    for env in set.envs.values() {
+        env.close();
+    }
+    healthy(set).await
+}
+
 /// Validates every task before anything runs; returns the built graphs.
 pub fn prepare(tasks: &[Task], lib: &Library) -> Result<Vec<Arc<Graph>>, RunError> {
     let mut graphs = Vec::new();
@@ -408,8 +436,9 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
                     all.push(rec.clone());
                     display.finished(&rec, &latest(all.clone()));
                 }
-                // A set whose environment died hands its remaining tasks to the others.
-                if env_failed && !healthy(&set).await {
+                // A set whose environment died hands its remaining tasks to the others; a
+                // dead VM is replaced first (a reset starts it again from its golden state).
+                if env_failed && !healthy(&set).await && !replaced(&set).await {
                     display.retired(&set.name);
                     return Ok(());
                 }

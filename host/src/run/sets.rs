@@ -1,6 +1,7 @@
 //! Environment sets: the environments one task runs on, by role. From `--set ROLE=ENV,...`
-//! (names in the envs file), or, with none given, local desktops brought up for the run and
-//! stopped afterwards (the embedded default).
+//! (names in the envs file), from `--vm IMAGE` (VMs brought up for the run), or, with
+//! neither, local desktops brought up for the run (the embedded default). What a run made
+//! it stops afterwards. Roles played by pincer VMs are reset before every task.
 
 use super::RunError;
 use crate::desktop::{self, DesktopOptions};
@@ -19,6 +20,8 @@ pub struct EnvSet {
     pub envs: BTreeMap<String, Arc<Environment>>,
     /// Platforms by role.
     pub platforms: BTreeMap<String, Platform>,
+    /// The roles played by pincer VMs, with the VM's name: reset before every task.
+    pub vms: BTreeMap<String, String>,
 }
 
 impl EnvSet {
@@ -30,31 +33,42 @@ impl EnvSet {
     }
 }
 
-/// Local desktops made for a run, stopped explicitly via [`LocalDesktops::stop`]. Clones
-/// share the list, so a Ctrl-C handler can stop what the run made.
+/// What a run started for itself (local desktops, VMs), stopped explicitly via
+/// [`Made::stop`]. Clones share the lists, so a Ctrl-C handler can stop what the run made.
 #[derive(Debug, Default, Clone)]
-pub struct LocalDesktops {
-    names: Arc<Mutex<Vec<String>>>,
+pub struct Made {
+    desktops: Arc<Mutex<Vec<String>>>,
+    vms: Arc<Mutex<Vec<String>>>,
 }
 
-impl LocalDesktops {
-    fn push(&self, name: String) {
-        self.names
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(name);
+impl Made {
+    fn push(list: &Mutex<Vec<String>>, name: String) {
+        list.lock().unwrap_or_else(|e| e.into_inner()).push(name);
     }
 
-    /// Stops every desktop made for the run.
+    fn take(list: &Mutex<Vec<String>>) -> Vec<String> {
+        std::mem::take(&mut *list.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Stops every desktop and VM made for the run.
     pub async fn stop(&self, reg: &Registry) {
-        let names: Vec<String> =
-            std::mem::take(&mut *self.names.lock().unwrap_or_else(|e| e.into_inner()));
-        let downs = names.iter().map(|n| async move {
+        let desktops = Self::take(&self.desktops);
+        let vms = Self::take(&self.vms);
+        let downs = desktops.iter().map(|n| async move {
             if let Err(e) = desktop::down(reg, n).await {
                 eprintln!("warning: stopping desktop '{n}': {e}");
             }
         });
-        futures::future::join_all(downs).await;
+        let vm_downs = vms.iter().map(|n| async move {
+            if let Err(e) = crate::vm::down(reg, n).await {
+                eprintln!("warning: stopping VM '{n}': {e}");
+            }
+        });
+        futures::future::join(
+            futures::future::join_all(downs),
+            futures::future::join_all(vm_downs),
+        )
+        .await;
     }
 }
 
@@ -84,7 +98,7 @@ pub async fn local_sets(
     roles: &BTreeMap<String, Platform>,
     count: usize,
     size: (u32, u32),
-    made: &LocalDesktops,
+    made: &Made,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<EnvSet>, RunError> {
     if let Some((role, _)) = roles.iter().find(|(_, p)| **p != Platform::Linux) {
@@ -110,7 +124,7 @@ pub async fn local_sets(
     // All at once: each waits mostly on its own X server, D-Bus and agent starting.
     let started = futures::future::join_all(names.iter().map(|(_, role, name)| async move {
         // Listed before it starts, so that an interruption meanwhile stops it too.
-        made.push(name.clone());
+        Made::push(&made.desktops, name.clone());
         desktop::up(
             reg,
             &DesktopOptions {
@@ -137,10 +151,97 @@ pub async fn local_sets(
             name: format!("s{i}"),
             envs: BTreeMap::new(),
             platforms: roles.clone(),
+            vms: BTreeMap::new(),
         })
         .collect();
     for ((i, role, _), env) in names.into_iter().zip(started) {
         sets[i].envs.insert(role, env?);
+    }
+    Ok(sets)
+}
+
+/// The VMs of `--vm`: their image, size and agent.
+#[derive(Debug, Clone)]
+pub struct VmPlan {
+    /// The image cache.
+    pub cache: crate::image::Cache,
+    /// The image.
+    pub image: String,
+    /// Guest memory, MiB.
+    pub memory_mib: u32,
+    /// Virtual CPUs.
+    pub cpus: u32,
+    /// The agent to run in them.
+    pub agent: std::path::PathBuf,
+}
+
+/// Brings up `count` sets of VMs of one image for the Linux roles the tasks need. The
+/// first makes the image's golden state if there is none; the others restore it.
+pub async fn vm_sets(
+    reg: &Registry,
+    roles: &BTreeMap<String, Platform>,
+    count: usize,
+    plan: &VmPlan,
+    made: &Made,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<Vec<EnvSet>, RunError> {
+    if let Some((role, _)) = roles.iter().find(|(_, p)| **p != Platform::Linux) {
+        return Err(RunError::NotLocal(role.clone()));
+    }
+    let tag = std::process::id() % 100_000;
+    let names: Vec<(usize, String, String)> = (0..count)
+        .flat_map(|i| {
+            roles
+                .keys()
+                .map(move |role| (i, role.clone(), format!("run{tag}-s{i}-{role}")))
+        })
+        .collect();
+    progress(&format!(
+        "starting {} VMs of {}: {}",
+        names.len(),
+        plan.image,
+        names
+            .iter()
+            .map(|(_, _, n)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    let started = futures::future::join_all(names.iter().map(|(_, role, name)| async move {
+        Made::push(&made.vms, name.clone());
+        let opts = crate::vm::UpOptions {
+            name: name.clone(),
+            image: plan.image.clone(),
+            memory_mib: plan.memory_mib,
+            cpus: plan.cpus,
+            agent: plan.agent.clone(),
+        };
+        let up = crate::vm::up(reg, &plan.cache, &opts, &mut |m| progress(m))
+            .await
+            .map_err(|source| RunError::Vm {
+                name: name.clone(),
+                role: role.clone(),
+                source: Box::new(source),
+            })?;
+        progress(&format!(
+            "VM {name} up ({}) in {:.1} s",
+            up.state.accel,
+            up.timing.golden_s + up.timing.ready_s
+        ));
+        let env = reg.connect(Some(name), Deadlines::default()).await?;
+        Ok::<_, RunError>(Arc::new(env))
+    }))
+    .await;
+    let mut sets: Vec<EnvSet> = (0..count)
+        .map(|i| EnvSet {
+            name: format!("s{i}"),
+            envs: BTreeMap::new(),
+            platforms: roles.clone(),
+            vms: BTreeMap::new(),
+        })
+        .collect();
+    for ((i, role, name), env) in names.into_iter().zip(started) {
+        sets[i].envs.insert(role.clone(), env?);
+        sets[i].vms.insert(role, name);
     }
     Ok(sets)
 }
@@ -153,6 +254,7 @@ pub async fn named_sets(reg: &Registry, specs: &[String]) -> Result<Vec<EnvSet>,
     for (i, spec) in specs.iter().enumerate() {
         let mut envs = BTreeMap::new();
         let mut platforms = BTreeMap::new();
+        let mut vms = BTreeMap::new();
         for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let bad = |problem: String| RunError::BadSet {
                 spec: spec.clone(),
@@ -176,6 +278,9 @@ pub async fn named_sets(reg: &Registry, specs: &[String]) -> Result<Vec<EnvSet>,
                 "android" => Platform::Android,
                 _ => Platform::Linux,
             };
+            if entry.vm.is_some() {
+                vms.insert(role.to_owned(), name.to_owned());
+            }
             let env = reg.connect(Some(name), Deadlines::default()).await?;
             envs.insert(role.to_owned(), Arc::new(env));
             platforms.insert(role.to_owned(), platform);
@@ -184,6 +289,7 @@ pub async fn named_sets(reg: &Registry, specs: &[String]) -> Result<Vec<EnvSet>,
             name: format!("s{i}"),
             envs,
             platforms,
+            vms,
         });
     }
     Ok(sets)

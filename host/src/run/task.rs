@@ -1,4 +1,5 @@
-//! One task run as a sequence of phases: setup (the task's steps), the initial check, the
+//! One task run as a sequence of phases: reset (VMs restored), setup (the task's steps),
+//! the initial check, the
 //! steps (observe, decide, act, evaluate) until something ends the run, the final check on
 //! the state it left, teardown and the record; every step recorded in the trajectory. The
 //! decisions between phases (limits, what an action ends, interruption, the ending on the
@@ -94,7 +95,8 @@ fn now_ms() -> u64 {
 /// Runs one task to its end and returns its record. Infrastructure failures end the task
 /// with the matching termination; they never panic the worker.
 ///
-/// The phases, in order: setup (the task's steps on every role), the initial check, the
+/// The phases, in order: reset (VMs back to their golden state), setup (the task's steps
+/// on every role), the initial check, the
 /// steps (observe, decide, act, evaluate) until something ends the run, the final check
 /// on the state the run left, teardown, and the record.
 pub async fn run(
@@ -108,6 +110,7 @@ pub async fn run(
     let mut r = TaskRun::new(task, graph, repeat, ctx);
     let end = async {
         let mut steps_file = r.trajectory()?;
+        r.reset().await?;
         r.setup().await?;
         r.initial_check().await?;
         r.steps(agent, &mut steps_file).await
@@ -186,6 +189,35 @@ impl<'a> TaskRun<'a> {
         })?;
         JsonlWriter::append(&traj.join("steps.jsonl"))
             .map_err(|e| End::new(Termination::Aborted, e.to_string()))
+    }
+
+    /// Brings every VM of the set back to its golden state, all at once: nothing an
+    /// earlier task did survives. The environments then dial the restored guests afresh.
+    async fn reset(&self) -> Result<(), End> {
+        let vms: Vec<(&String, &String)> = self
+            .ctx
+            .set
+            .vms
+            .iter()
+            .filter(|(role, _)| self.task.envs.contains_key(*role))
+            .collect();
+        if vms.is_empty() {
+            return Ok(());
+        }
+        self.say("resetting the VMs");
+        let done = futures::future::join_all(vms.iter().map(|(role, vm)| async move {
+            crate::vm::reset(vm)
+                .await
+                .map_err(|e| format!("resetting VM {vm} ({role}): {e}"))
+        }))
+        .await;
+        for ((role, _), result) in vms.iter().zip(done) {
+            result.map_err(|e| End::new(Termination::EnvironmentError, e))?;
+            if let Some(env) = self.ctx.set.envs.get(*role) {
+                env.close();
+            }
+        }
+        Ok(())
     }
 
     /// The task's setup steps on every role. A guest that fails is the environment's

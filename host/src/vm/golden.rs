@@ -1,0 +1,371 @@
+//! Golden states: an image's first boot, saved once the agent answers and the desktop is
+//! idle. It is the image's disk as that boot left it (a qcow2 overlay, read-only from then
+//! on), the guest's RAM in a file, the rest of the machine state (devices, CPU) as a QEMU
+//! migration stream, and the agent's disk with the identity (certificate, key, token) made
+//! for it. Every `vm up` and every reset restores it into a fresh overlay, so each task
+//! starts from the same bytes. A golden state belongs to one agent build, memory size, CPU
+//! count and accelerator, the things a restore cannot change.
+
+use super::qemu::{Accel, Machine, Ram};
+use super::qmp::Qmp;
+use super::{VmError, io};
+use crate::env::{Deadlines, EnvSpec, Environment, Transport};
+use crate::image::Image;
+use crate::image::build::file_sha256;
+use pincer_shared::identity::{Identity, Token};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// What a golden directory's `golden.json` says.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GoldenInfo {
+    /// The agent's certificate fingerprint.
+    pub fingerprint: String,
+    /// Guest memory, MiB.
+    pub memory_mib: u32,
+    /// Virtual CPUs.
+    pub cpus: u32,
+    /// The accelerator it was made under.
+    pub accel: Accel,
+    /// The agent build's SHA-256.
+    pub agent_sha256: String,
+    /// Seconds from starting QEMU to the agent answering on the first boot.
+    pub boot_seconds: f64,
+    /// Seconds to save the state.
+    pub save_seconds: f64,
+}
+
+/// A golden state on disk.
+#[derive(Debug, Clone)]
+pub struct Golden {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its record.
+    pub info: GoldenInfo,
+}
+
+impl Golden {
+    /// The disk as the first boot left it.
+    pub fn disk(&self) -> PathBuf {
+        self.dir.join("disk.qcow2")
+    }
+
+    /// Guest RAM.
+    pub fn ram(&self) -> PathBuf {
+        self.dir.join("memory.ram")
+    }
+
+    /// The machine state (QEMU's migration stream, RAM left out).
+    pub fn state(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    /// The agent's disk.
+    pub fn agent_disk(&self) -> PathBuf {
+        self.dir.join("agent.img")
+    }
+
+    /// The token the agent expects (the envs file points here).
+    pub fn token_file(&self) -> PathBuf {
+        self.dir.join("identity/token")
+    }
+}
+
+/// What a golden state is made for.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Guest memory, MiB.
+    pub memory_mib: u32,
+    /// Virtual CPUs.
+    pub cpus: u32,
+    /// The accelerator.
+    pub accel: Accel,
+    /// The agent binary.
+    pub agent: PathBuf,
+}
+
+/// Finds the golden state of `image` for `spec`, making it first (a cold boot: seconds
+/// under KVM, about a minute under TCG) if there is none.
+pub async fn ensure(
+    image: &Image,
+    spec: &Spec,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<Golden, VmError> {
+    let agent_sha = file_sha256(&spec.agent)?;
+    let key = format!(
+        "m{}-c{}-{}-{}",
+        spec.memory_mib,
+        spec.cpus,
+        spec.accel,
+        &agent_sha[..16]
+    );
+    let root = image.golden_dir();
+    let dir = root.join(&key);
+    std::fs::create_dir_all(&root).map_err(io(format!("creating {}", root.display())))?;
+    let _lock = Lock::take(&root.join(format!(".lock-{key}")))?;
+    if let Some(g) = open(&dir) {
+        return Ok(g);
+    }
+    let scratch = root.join(format!(".new-{key}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let made = make(image, spec, &agent_sha, &scratch, progress).await;
+    match made {
+        Ok(()) => {
+            std::fs::rename(&scratch, &dir).map_err(io(format!("moving {}", dir.display())))?;
+            open(&dir).ok_or_else(|| VmError::Golden {
+                image: image.manifest.name.clone(),
+                why: "the saved state cannot be read back".into(),
+                log: String::new(),
+            })
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&scratch);
+            Err(e)
+        }
+    }
+}
+
+/// The golden state in `dir`, if it is complete.
+pub fn open(dir: &Path) -> Option<Golden> {
+    let text = std::fs::read_to_string(dir.join("golden.json")).ok()?;
+    Some(Golden {
+        dir: dir.to_owned(),
+        info: serde_json::from_str(&text).ok()?,
+    })
+}
+
+/// An exclusive lock held until dropped (two VMs of one image wait for one golden boot).
+struct Lock {
+    _file: std::fs::File,
+}
+
+impl Lock {
+    fn take(path: &Path) -> Result<Self, VmError> {
+        let f = std::fs::File::create(path).map_err(io(format!("creating {}", path.display())))?;
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: flock on a descriptor this struct owns.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(io(format!("locking {}", path.display()))(
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(Self { _file: f })
+    }
+}
+
+/// The agent's disk: an ext4 file system holding the agent binary and its identity, made
+/// without mounting anything.
+fn agent_disk(agent: &Path, identity: &Path, out: &Path) -> Result<(), VmError> {
+    let tree = out.with_extension("tree");
+    let state = tree.join("state");
+    std::fs::create_dir_all(&state).map_err(io(format!("creating {}", state.display())))?;
+    std::fs::copy(agent, tree.join("pincer-agent"))
+        .map_err(io(format!("copying {}", agent.display())))?;
+    for e in std::fs::read_dir(identity).map_err(io("reading the identity"))? {
+        let e = e.map_err(io("reading the identity"))?;
+        std::fs::copy(e.path(), state.join(e.file_name())).map_err(io("copying the identity"))?;
+    }
+    let bytes = std::fs::metadata(agent).map_or(0, |m| m.len());
+    // Room for the file system's own structures.
+    let mib = (bytes / (1 << 20)) * 5 / 4 + 16;
+    let out_status = std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-L", "pincer-agent", "-O", "^has_journal", "-d"])
+        .arg(&tree)
+        .arg(out)
+        .arg(format!("{mib}M"))
+        .output()
+        .map_err(io("running mkfs.ext4 (install e2fsprogs)"))?;
+    let _ = std::fs::remove_dir_all(&tree);
+    if !out_status.status.success() {
+        return Err(VmError::Golden {
+            image: String::new(),
+            why: format!(
+                "mkfs.ext4 of the agent's disk failed: {}",
+                String::from_utf8_lossy(&out_status.stderr).trim()
+            ),
+            log: String::new(),
+        });
+    }
+    Ok(())
+}
+
+/// The first boot: start the image on a fresh overlay, wait for the agent and an idle
+/// desktop, save the state, stop.
+async fn make(
+    image: &Image,
+    spec: &Spec,
+    agent_sha: &str,
+    dir: &Path,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<(), VmError> {
+    let name = image.manifest.name.clone();
+    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+    let identity = dir.join("identity");
+    let (id, _) =
+        Identity::load_or_create(&identity, &format!("pincer-vm-{name}")).map_err(|e| {
+            VmError::Golden {
+                image: name.clone(),
+                why: e.to_string(),
+                log: String::new(),
+            }
+        })?;
+    let token_file = identity.join("token");
+    let token = Token::load_or_create(&token_file).map_err(|e| VmError::Golden {
+        image: name.clone(),
+        why: e.to_string(),
+        log: String::new(),
+    })?;
+    let golden = Golden {
+        dir: dir.to_owned(),
+        info: GoldenInfo {
+            fingerprint: id.fingerprint().to_string(),
+            memory_mib: spec.memory_mib,
+            cpus: spec.cpus,
+            accel: spec.accel,
+            agent_sha256: agent_sha.to_owned(),
+            boot_seconds: 0.0,
+            save_seconds: 0.0,
+        },
+    };
+    agent_disk(&spec.agent, &identity, &golden.agent_disk())?;
+    super::overlay(&image.disk(), &golden.disk())?;
+    let port = super::free_port()?;
+    let machine = Machine {
+        name: format!("golden-{name}"),
+        memory_mib: spec.memory_mib,
+        cpus: spec.cpus,
+        accel: spec.accel,
+        kernel: image.kernel(),
+        initrd: image.initrd(),
+        disk: golden.disk(),
+        agent_disk: golden.agent_disk(),
+        ram: Ram {
+            path: golden.ram(),
+            shared: true,
+        },
+        port,
+        dir: dir.to_owned(),
+        incoming: false,
+    };
+    progress(&format!(
+        "first boot of {name} for its golden state ({}; {} MiB, {} CPUs): {}",
+        spec.accel,
+        spec.memory_mib,
+        spec.cpus,
+        if spec.accel == Accel::Tcg {
+            "about a minute under TCG"
+        } else {
+            "a few seconds"
+        }
+    ));
+    let started = Instant::now();
+    let mut child = machine
+        .spawn()
+        .map_err(io("starting qemu-system-x86_64 (install qemu-system-x86)"))?;
+    let fail = |why: String, machine: &Machine| VmError::Golden {
+        image: name.clone(),
+        why,
+        log: super::tail_of(&machine.log(), &machine.serial_log()),
+    };
+    let env_spec = EnvSpec {
+        name: format!("golden-{name}"),
+        addr: ([127, 0, 0, 1], port).into(),
+        fingerprint: Some(id.fingerprint()),
+        token: token.clone(),
+        transport: Transport::Tcp,
+    };
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let env = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(fail(format!("QEMU exited ({status})"), &machine));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(fail(
+                "the agent did not answer within 10 minutes".into(),
+                &machine,
+            ));
+        }
+        let quick = Deadlines {
+            connect: Duration::from_secs(2),
+            ..Deadlines::default()
+        };
+        if let Ok(env) = Environment::connect(env_spec.clone(), quick).await
+            && env.ping().await.is_ok()
+        {
+            break env;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let boot = started.elapsed().as_secs_f64();
+    progress(&format!(
+        "  the agent answers after {boot:.1} s; waiting for the desktop to settle"
+    ));
+    // The accessibility registry starts with its first client: in the snapshot it runs.
+    let _ = env
+        .tree(pincer_shared::observe::TreeRequest::default())
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    env.close();
+    drop(env);
+    crate::env::finish_closing().await;
+
+    let t = Instant::now();
+    let saved = save(&machine, &golden.state()).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    saved.map_err(|e| fail(format!("saving the state: {e}"), &machine))?;
+    let save_s = t.elapsed().as_secs_f64();
+    for f in ["qmp.sock", "clock.sock", "qemu.log", "serial.log"] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+    // Read-only by convention from now on: every VM of the image builds on these.
+    for f in [
+        golden.disk(),
+        golden.ram(),
+        golden.state(),
+        golden.agent_disk(),
+    ] {
+        use std::os::unix::fs::PermissionsExt as _;
+        let _ = std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o444));
+    }
+    let info = GoldenInfo {
+        boot_seconds: boot,
+        save_seconds: save_s,
+        ..golden.info
+    };
+    std::fs::write(
+        dir.join("golden.json"),
+        serde_json::to_string_pretty(&info).unwrap_or_default(),
+    )
+    .map_err(io("writing golden.json"))?;
+    progress(&format!("  golden state saved in {save_s:.2} s"));
+    Ok(())
+}
+
+/// Saves the machine state, leaving the RAM in its file (`x-ignore-shared`).
+async fn save(machine: &Machine, state: &Path) -> Result<(), super::qmp::QmpError> {
+    let mut q = Qmp::connect(&machine.qmp_socket()).await?;
+    q.execute(
+        "migrate-set-capabilities",
+        json!({"capabilities": [{"capability": "x-ignore-shared", "state": true}]}),
+    )
+    .await?;
+    // QEMU limits migrations to 128 MiB/s by default, even of a stopped machine.
+    q.execute(
+        "migrate-set-parameters",
+        json!({"max-bandwidth": 100u64 << 30}),
+    )
+    .await?;
+    q.execute("stop", json!({})).await?;
+    q.execute(
+        "migrate",
+        json!({"uri": format!("exec:cat > {}", super::sh_quote(state))}),
+    )
+    .await?;
+    q.wait_migration(Duration::from_secs(120)).await?;
+    let _ = q.execute("quit", json!({})).await;
+    Ok(())
+}

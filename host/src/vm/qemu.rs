@@ -1,0 +1,301 @@
+//! One `qemu-system-x86_64` process: its command line (direct kernel boot, the root disk as
+//! a qcow2 overlay, the agent's disk, user-mode networking that reaches nothing but the
+//! agent's forwarded TCP port on 127.0.0.1, the clock's virtio-serial port, QMP on a unix
+//! socket), the accelerator chosen by probing, and starting it detached from the caller.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// How the guest's CPU is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Accel {
+    /// Hardware virtualization through /dev/kvm.
+    Kvm,
+    /// QEMU's own translator: slower, works everywhere.
+    Tcg,
+}
+
+impl std::fmt::Display for Accel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Kvm => "kvm",
+            Self::Tcg => "tcg",
+        })
+    }
+}
+
+/// The accelerator to use and why: KVM where `/dev/kvm` opens and the CPU shows hardware
+/// virtualization (vmx or svm), TCG otherwise. A `/dev/kvm` without either is a
+/// para-virtualized device that stock guest kernels hang under, so it is not trusted.
+/// `PINCER_VM_ACCEL=kvm|tcg` overrides the probe.
+pub fn probe_accel() -> (Accel, String) {
+    match std::env::var("PINCER_VM_ACCEL").as_deref() {
+        Ok("kvm") => return (Accel::Kvm, "PINCER_VM_ACCEL=kvm".into()),
+        Ok("tcg") => return (Accel::Tcg, "PINCER_VM_ACCEL=tcg".into()),
+        _ => {}
+    }
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags: Vec<&str> = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    let hw = flags.iter().find(|f| **f == "vmx" || **f == "svm").copied();
+    let kvm = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm");
+    decide(hw, kvm.as_ref().map(|_| ()).map_err(ToString::to_string))
+}
+
+/// The probe's decision from what it found.
+fn decide(hw: Option<&str>, kvm: Result<(), String>) -> (Accel, String) {
+    match (hw, kvm) {
+        (Some(flag), Ok(())) => (
+            Accel::Kvm,
+            format!("/dev/kvm opens and the CPU has hardware virtualization ({flag})"),
+        ),
+        (Some(_), Err(e)) => (Accel::Tcg, format!("/dev/kvm cannot be opened ({e})")),
+        (None, Ok(())) => (
+            Accel::Tcg,
+            "/dev/kvm exists but the CPU shows no vmx/svm (nested para-virtualization, which stock guest kernels hang under)".into(),
+        ),
+        (None, Err(_)) => (
+            Accel::Tcg,
+            "no hardware virtualization on this machine".into(),
+        ),
+    }
+}
+
+/// Guest RAM kept in a file: the golden boot writes it (shared), restores map it privately
+/// (copy on write), so a restore reads only the pages the guest touches and every VM of an
+/// image shares the rest through the page cache.
+#[derive(Debug, Clone)]
+pub struct Ram {
+    /// The file.
+    pub path: PathBuf,
+    /// Whether guest writes go to the file (only while making the golden state).
+    pub shared: bool,
+}
+
+/// Everything one QEMU process is started with.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    /// A name for `ps` and QEMU's window title.
+    pub name: String,
+    /// Guest memory in MiB.
+    pub memory_mib: u32,
+    /// Virtual CPUs.
+    pub cpus: u32,
+    /// The accelerator.
+    pub accel: Accel,
+    /// Kernel for direct boot.
+    pub kernel: PathBuf,
+    /// Its initrd.
+    pub initrd: PathBuf,
+    /// The root disk (a qcow2 overlay of this VM's own).
+    pub disk: PathBuf,
+    /// The agent's disk (raw ext4, read-only).
+    pub agent_disk: PathBuf,
+    /// Where guest RAM lives.
+    pub ram: Ram,
+    /// The host's TCP port on 127.0.0.1 forwarded to the agent (guest port 7000).
+    pub port: u16,
+    /// Directory for the QMP and clock sockets, the serial log and QEMU's own log.
+    pub dir: PathBuf,
+    /// Start paused, waiting for a saved state (`migrate-incoming`).
+    pub incoming: bool,
+}
+
+/// The guest's agent port.
+pub const GUEST_PORT: u16 = 7000;
+
+impl Machine {
+    /// QMP's socket.
+    pub fn qmp_socket(&self) -> PathBuf {
+        self.dir.join("qmp.sock")
+    }
+
+    /// The clock channel's socket.
+    pub fn clock_socket(&self) -> PathBuf {
+        self.dir.join("clock.sock")
+    }
+
+    /// QEMU's stderr.
+    pub fn log(&self) -> PathBuf {
+        self.dir.join("qemu.log")
+    }
+
+    /// The guest's serial console.
+    pub fn serial_log(&self) -> PathBuf {
+        self.dir.join("serial.log")
+    }
+
+    /// The arguments of `qemu-system-x86_64`.
+    pub fn args(&self) -> Vec<OsString> {
+        let p = |path: &Path| path.display().to_string();
+        let mut a: Vec<String> = vec![
+            "-nodefaults".into(),
+            "-no-user-config".into(),
+            "-name".into(),
+            format!("pincer-{},process=pincer-{}", self.name, self.name),
+            "-machine".into(),
+            "pc,memory-backend=pc.ram".into(),
+            "-object".into(),
+            format!(
+                "memory-backend-file,id=pc.ram,size={}M,mem-path={},share={}",
+                self.memory_mib,
+                p(&self.ram.path),
+                if self.ram.shared { "on" } else { "off" }
+            ),
+            "-m".into(),
+            format!("{}M", self.memory_mib),
+            "-smp".into(),
+            self.cpus.to_string(),
+        ];
+        match self.accel {
+            Accel::Kvm => a.extend(["-accel".into(), "kvm".into(), "-cpu".into(), "host".into()]),
+            Accel::Tcg => a.extend([
+                "-accel".into(),
+                "tcg,thread=multi".into(),
+                "-cpu".into(),
+                "max".into(),
+            ]),
+        }
+        a.extend([
+            "-display".into(),
+            "none".into(),
+            "-vga".into(),
+            "none".into(),
+            "-kernel".into(),
+            p(&self.kernel),
+            "-initrd".into(),
+            p(&self.initrd),
+            "-append".into(),
+            "root=/dev/vda rw console=ttyS0 quiet pincer.agent_disk".into(),
+            "-drive".into(),
+            format!(
+                "file={},if=none,id=root,format=qcow2,cache=unsafe,discard=unmap",
+                p(&self.disk)
+            ),
+            "-device".into(),
+            "virtio-blk-pci,drive=root".into(),
+            "-drive".into(),
+            format!(
+                "file={},if=none,id=agent,format=raw,readonly=on",
+                p(&self.agent_disk)
+            ),
+            "-device".into(),
+            "virtio-blk-pci,drive=agent,serial=pincer-agent".into(),
+            // Isolated: the guest reaches nothing, not even the host; only the agent's
+            // port is forwarded, on the host's loopback. TCP because libslirp drops every
+            // UDP packet an isolated guest sends, replies to forwarded ones too.
+            "-netdev".into(),
+            format!(
+                "user,id=net,restrict=on,hostfwd=tcp:127.0.0.1:{}-:{GUEST_PORT}",
+                self.port
+            ),
+            "-device".into(),
+            "virtio-net-pci,netdev=net".into(),
+            "-device".into(),
+            "virtio-serial-pci".into(),
+            "-chardev".into(),
+            format!(
+                "socket,id=clock,path={},server=on,wait=off",
+                p(&self.clock_socket())
+            ),
+            "-device".into(),
+            "virtserialport,chardev=clock,name=org.pincer.clock".into(),
+            "-chardev".into(),
+            format!("file,id=serial,path={}", p(&self.serial_log())),
+            "-serial".into(),
+            "chardev:serial".into(),
+            "-qmp".into(),
+            format!("unix:{},server=on,wait=off", p(&self.qmp_socket())),
+        ]);
+        if self.incoming {
+            a.extend(["-incoming".into(), "defer".into(), "-S".into()]);
+        }
+        a.into_iter().map(OsString::from).collect()
+    }
+
+    /// Starts QEMU in a session of its own (it outlives the command that started it), its
+    /// output into [`Machine::log`].
+    pub fn spawn(&self) -> std::io::Result<Child> {
+        for s in [self.qmp_socket(), self.clock_socket()] {
+            let _ = std::fs::remove_file(s);
+        }
+        let log = std::fs::File::create(self.log())?;
+        let mut cmd = Command::new("qemu-system-x86_64");
+        cmd.args(self.args())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.spawn()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine() -> Machine {
+        Machine {
+            name: "t".into(),
+            memory_mib: 1024,
+            cpus: 2,
+            accel: Accel::Tcg,
+            kernel: "/i/vmlinuz".into(),
+            initrd: "/i/initrd.img".into(),
+            disk: "/v/disk.qcow2".into(),
+            agent_disk: "/g/agent.img".into(),
+            ram: Ram {
+                path: "/g/memory.ram".into(),
+                shared: false,
+            },
+            port: 17000,
+            dir: "/v".into(),
+            incoming: true,
+        }
+    }
+
+    #[test]
+    fn the_guest_reaches_nothing_but_its_forwarded_port() {
+        let args: Vec<String> = machine()
+            .args()
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        let net = args.iter().find(|a| a.starts_with("user,")).unwrap();
+        assert_eq!(
+            net,
+            "user,id=net,restrict=on,hostfwd=tcp:127.0.0.1:17000-:7000"
+        );
+        assert!(args.iter().any(|a| a.contains("share=off")));
+        assert!(args.windows(2).any(|w| w == ["-incoming", "defer"]));
+        assert!(args.iter().any(|a| a == "tcg,thread=multi"));
+        assert!(args.iter().any(|a| a.contains("serial=pincer-agent")));
+    }
+
+    #[test]
+    fn kvm_is_chosen_only_with_hardware_virtualization() {
+        assert_eq!(decide(Some("vmx"), Ok(())).0, Accel::Kvm);
+        let (accel, why) = decide(None, Ok(()));
+        assert_eq!(accel, Accel::Tcg);
+        assert!(why.contains("no vmx/svm"), "{why}");
+        assert_eq!(decide(Some("svm"), Err("denied".into())).0, Accel::Tcg);
+        assert_eq!(decide(None, Err("missing".into())).0, Accel::Tcg);
+    }
+}

@@ -1,0 +1,529 @@
+//! VMs for real: the `debian-12-minimal` image built by `pincer image build` (cached by
+//! recipe hash in the user's image cache, so later runs on this machine reuse it), booted
+//! under QEMU (TCG here: this machine has no hardware virtualization), with the agent
+//! answering from inside. A reset must throw away files and settings, two VMs of one image
+//! run side by side, a run on VMs resets between tasks and replaces a VM that dies, bundled
+//! tasks pass with the oracle, and bad input is named.
+
+use pincer_tests::Sandbox;
+use serde_json::Value;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const IMAGE: &str = "debian-12-minimal";
+
+/// Builds the image once per test binary (a no-op when the cache holds it).
+fn image(sb: &Sandbox) {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = sb.pincer(&["image", "build", IMAGE]);
+        assert!(
+            out.status.success(),
+            "image build failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+/// A VM that is stopped when dropped.
+struct Vm<'a> {
+    sb: &'a Sandbox,
+    name: String,
+}
+
+impl Drop for Vm<'_> {
+    fn drop(&mut self) {
+        let _ = self.sb.pincer(&["vm", "down", &self.name]);
+    }
+}
+
+fn up<'a>(sb: &'a Sandbox, name: &str) -> (Vm<'a>, String) {
+    image(sb);
+    let out = sb.pincer_ok(&["vm", "up", "--image", IMAGE, "--name", name]);
+    (
+        Vm {
+            sb,
+            name: name.into(),
+        },
+        out,
+    )
+}
+
+/// Runs a shell command line in the VM and returns its output.
+fn sh(sb: &Sandbox, vm: &str, script: &str) -> String {
+    sb.pincer_ok(&["exec", "--env", vm, "--", "sh", "-c", script])
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The guest's clock minus the host's, bounded by the time the call took.
+fn clock_offset(sb: &Sandbox, vm: &str) -> f64 {
+    let before = now();
+    let guest: f64 = sh(sb, vm, "date +%s.%N").trim().parse().unwrap();
+    let after = now();
+    if guest < before {
+        guest - before
+    } else if guest > after {
+        guest - after
+    } else {
+        0.0
+    }
+}
+
+#[test]
+fn a_vm_serves_the_agent_and_a_reset_throws_away_what_it_did() {
+    let sb = Sandbox::new();
+    let (_vm, said) = up(&sb, "vm-a");
+    assert!(said.contains("VM 'vm-a' is up"), "{said}");
+    // This machine has no hardware virtualization: the probe must say so and use TCG.
+    assert!(said.contains("tcg"), "{said}");
+
+    // The agent answers from inside: a screenshot of the VM's screen and a UI tree of an app
+    // started in it.
+    let shot = sb.path().join("shot.png");
+    sb.pincer_ok(&["screenshot", "--env", "vm-a", "-o", shot.to_str().unwrap()]);
+    let size = imagesize(&shot);
+    assert_eq!(size, (1920, 1080));
+    sb.pincer_ok(&[
+        "launch",
+        "--env",
+        "vm-a",
+        "--",
+        "zenity",
+        "--info",
+        "--text",
+        "inside the VM",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let t = sb.pincer(&[
+            "tree", "--env", "vm-a", "--app", "zenity", "--format", "text",
+        ]);
+        if String::from_utf8_lossy(&t.stdout).contains("inside the VM") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no zenity in the VM's UI tree");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The agent runs as the image's user service, the unit `pincer-agent install` writes.
+    let unit = sh(
+        &sb,
+        "vm-a",
+        "systemctl --user is-active pincer-agent.service; cat /etc/systemd/user/pincer-agent.service",
+    );
+    assert!(unit.starts_with("active"), "{unit}");
+    assert!(
+        unit.contains("ExecStart=/usr/local/bin/pincer-agent --listen 0.0.0.0:7000"),
+        "{unit}"
+    );
+    assert!(unit.contains("WantedBy=graphical-session.target"), "{unit}");
+
+    // A file and a setting changed, then reset: both are gone, the clock is right, and the
+    // host reconnects by itself.
+    sh(
+        &sb,
+        "vm-a",
+        "echo task > ~/mark.txt && gsettings set org.gnome.desktop.interface color-scheme prefer-dark",
+    );
+    assert!(sh(&sb, "vm-a", "cat ~/mark.txt").contains("task"));
+    let reset = sb.pincer_ok(&["vm", "reset", "vm-a"]);
+    assert!(reset.contains("reset"), "{reset}");
+    let after = sh(
+        &sb,
+        "vm-a",
+        "test -e ~/mark.txt && echo still there; gsettings get org.gnome.desktop.interface color-scheme",
+    );
+    assert!(!after.contains("still there"), "{after}");
+    assert!(after.contains("'default'"), "{after}");
+    let off = clock_offset(&sb, "vm-a");
+    assert!(
+        off.abs() < 1.0,
+        "the guest's clock is {off:+.2} s off after a reset"
+    );
+    // The VM cannot reach anything: not the internet, not the host.
+    let net = sh(
+        &sb,
+        "vm-a",
+        "for a in 10.0.2.2 151.101.2.132; do if timeout 5 bash -c \"echo > /dev/tcp/$a/80\" 2>/dev/null; then echo reached $a; else echo blocked $a; fi; done",
+    );
+    assert!(!net.contains("reached"), "{net}");
+    assert_eq!(net.matches("blocked").count(), 2, "{net}");
+
+    sb.pincer_ok(&["vm", "down", "vm-a"]);
+    let list = sb.pincer_ok(&["vm", "list"]);
+    assert!(list.starts_with("no VMs"), "{list}");
+    let envs = sb.pincer_ok(&["env", "list"]);
+    assert!(!envs.contains("vm-a"), "{envs}");
+}
+
+fn imagesize(p: &Path) -> (u32, u32) {
+    let bytes = std::fs::read(p).unwrap();
+    assert_eq!(&bytes[1..4], b"PNG");
+    let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+    (w, h)
+}
+
+#[test]
+fn two_vms_of_one_image_run_side_by_side() {
+    let sb = Sandbox::new();
+    let (_b, _) = up(&sb, "vm-b");
+    let (_c, _) = up(&sb, "vm-c");
+    sh(&sb, "vm-b", "echo b > ~/who.txt");
+    sh(&sb, "vm-c", "echo c > ~/who.txt");
+    assert_eq!(sh(&sb, "vm-b", "cat ~/who.txt").trim(), "b");
+    assert_eq!(sh(&sb, "vm-c", "cat ~/who.txt").trim(), "c");
+    let list = sb.pincer_ok(&["vm", "list"]);
+    assert_eq!(list.matches(" up ").count(), 2, "{list}");
+    // A second VM of a name that is up is refused.
+    let again = sb.pincer(&["vm", "up", "--image", IMAGE, "--name", "vm-b"]);
+    assert!(!again.status.success());
+    let e = String::from_utf8_lossy(&again.stderr);
+    assert!(e.contains("VM 'vm-b' is already up"), "{e}");
+}
+
+/// A task on one desktop with a terminal: the oracle types `command` into it, and
+/// `checkpoints` judge the result.
+fn terminal_task(id: &str, command: &str, checkpoints: Value, extra_oracle: &[Value]) -> Value {
+    let mut oracle = vec![
+        serde_json::json!({"do": "type", "target": {"role": "terminal"}, "text": format!("{command}\n")}),
+    ];
+    oracle.extend_from_slice(extra_oracle);
+    oracle.push(serde_json::json!({"do": "sleep", "ms": 1000}));
+    serde_json::json!({
+        "id": id,
+        "instruction": format!("Run `{command}` in the terminal."),
+        "envs": {"desktop": {"platform": "linux"}},
+        "setup": {"desktop": [
+            {"do": "launch", "argv": ["xfce4-terminal", "--disable-server", "--default-working-directory=/tmp"]},
+            {"do": "wait_window", "title_contains": "Terminal", "timeout_ms": 120000}
+        ]},
+        "checkpoints": checkpoints,
+        "limits": {"max_steps": 30, "max_seconds": 300},
+        "oracle": oracle
+    })
+}
+
+#[test]
+fn a_run_on_vms_resets_between_tasks_and_replaces_a_vm_that_dies() {
+    let sb = Sandbox::new();
+    image(&sb);
+    let tasks = sb.path().join("tasks");
+    std::fs::create_dir_all(&tasks).unwrap();
+    let write = |t: Value| {
+        std::fs::write(
+            tasks.join(format!("{}.json", t["id"].as_str().unwrap())),
+            t.to_string(),
+        )
+        .unwrap();
+    };
+    let exists = |id: &str, path: &str| serde_json::json!({"id": id, "env": "desktop", "check": "file_exists", "args": {"path": path}});
+    // a leaves a mark; b passes only where no mark was left (a reset between them).
+    write(terminal_task(
+        "a-mark",
+        "touch ~/mark",
+        serde_json::json!([exists("mark", "~/mark")]),
+        &[],
+    ));
+    write(terminal_task(
+        "b-clean",
+        "touch ~/fresh",
+        serde_json::json!([
+            exists("fresh", "~/fresh"),
+            {"id": "no-mark", "env": "desktop", "check": "file_absent", "args": {"path": "~/mark"}, "after": ["fresh"]}
+        ]),
+        &[],
+    ));
+    // c waits long enough for the test to kill its VM; d runs on the replacement.
+    let waits: Vec<Value> = (0..6)
+        .map(|_| serde_json::json!({"do": "sleep", "ms": 10000}))
+        .collect();
+    write(terminal_task(
+        "c-dies",
+        "touch ~/late",
+        serde_json::json!([exists("late-2", "~/never")]),
+        &waits,
+    ));
+    write(terminal_task(
+        "d-after",
+        "touch ~/after",
+        serde_json::json!([exists("after", "~/after")]),
+        &[],
+    ));
+
+    let out = sb.path().join("out");
+    let mut run = sb
+        .pincer_command(&[
+            "run",
+            "--tasks",
+            tasks.to_str().unwrap(),
+            "--agent",
+            "oracle",
+            "--vm",
+            IMAGE,
+            "--no-report",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let results = out.join("results.jsonl");
+    let lines = || {
+        std::fs::read_to_string(&results)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let mut stderr = run.stderr.take().unwrap();
+    let ended = |run: &mut std::process::Child, stderr: &mut std::process::ChildStderr| {
+        if run.try_wait().unwrap().is_some() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(stderr, &mut err).unwrap();
+            panic!("the run ended before its VM was killed:\n{err}");
+        }
+    };
+    // c has typed its command and is waiting: kill its VM's QEMU.
+    let c_steps = out.join("tasks/c-dies__r0/steps.jsonl");
+    while lines() < 2 || std::fs::read_to_string(&c_steps).map_or(true, |t| t.is_empty()) {
+        assert!(Instant::now() < deadline, "c did not start");
+        ended(&mut run, &mut stderr);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let list = sb.pincer_ok(&["vm", "list"]);
+    let pid: i32 = list
+        .split_whitespace()
+        .skip_while(|w| *w != "pid")
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {list}"));
+    // SAFETY: killing the QEMU of this test's own VM.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let status = run.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
+    assert!(status.success(), "{err}");
+    let recs: Vec<Value> = std::fs::read_to_string(&results)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ends: Vec<(&str, &str)> = recs
+        .iter()
+        .map(|r| {
+            (
+                r["task"].as_str().unwrap(),
+                r["termination"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            ("a-mark", "success"),
+            ("b-clean", "success"),
+            ("c-dies", "environment-error"),
+            ("d-after", "success")
+        ],
+        "{err}"
+    );
+    // The run stopped its VMs.
+    let list = sb.pincer_ok(&["vm", "list"]);
+    assert!(list.starts_with("no VMs"), "{list}");
+}
+
+#[test]
+fn bundled_demo_tasks_pass_with_the_oracle_on_a_vm() {
+    let sb = Sandbox::new();
+    image(&sb);
+    let out = sb.path().join("out");
+    let o = sb.pincer_ok(&[
+        "run",
+        "--tasks",
+        "demo",
+        "--task",
+        "terminal-make-project",
+        "--task",
+        "editor-fix-typo",
+        "--task",
+        "settings-dark-mode",
+        "--agent",
+        "oracle",
+        "--vm",
+        IMAGE,
+        "--no-report",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let recs: Vec<Value> = std::fs::read_to_string(out.join("results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 3, "{o}");
+    for r in &recs {
+        assert_eq!(r["termination"], "success", "{r}\n{o}");
+    }
+}
+
+#[test]
+fn bad_input_is_named() {
+    let sb = Sandbox::new();
+    image(&sb);
+    // An image that is not built: the error lists those that are.
+    let e = sb.pincer(&["vm", "up", "--image", "no-such", "--name", "x"]);
+    assert!(!e.status.success());
+    let e = String::from_utf8_lossy(&e.stderr);
+    assert!(e.contains("no image 'no-such'") && e.contains(IMAGE), "{e}");
+
+    // A QEMU that exits at once says why (an image whose kernel is not one).
+    let cache = sb.path().join("cache");
+    let broken = cache.join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    let real = sb.pincer_ok(&["image", "list"]);
+    assert!(real.contains(IMAGE));
+    std::fs::write(broken.join("vmlinuz"), b"not a kernel").unwrap();
+    std::fs::write(broken.join("initrd.img"), b"").unwrap();
+    let disk = broken.join("disk.qcow2");
+    let made = std::process::Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2"])
+        .arg(&disk)
+        .arg("64M")
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::fs::write(
+        broken.join("manifest.json"),
+        serde_json::json!({
+            "name": "broken", "description": "a kernel that is not one", "recipe_hash": "x",
+            "distribution": "debian", "suite": "bookworm", "sources": [], "kernel": "none",
+            "packages": {}, "sizes": {"disk_virtual": 0, "disk_file": 0, "kernel": 0, "initrd": 0},
+            "agent_sha256": "x", "built_at": 0, "build_seconds": 0.0
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let e = sb.pincer(&[
+        "vm",
+        "up",
+        "--image",
+        "broken",
+        "--name",
+        "y",
+        "--cache",
+        cache.to_str().unwrap(),
+    ]);
+    assert!(!e.status.success());
+    let e = String::from_utf8_lossy(&e.stderr);
+    assert!(e.contains("QEMU exited") && e.contains("QEMU said"), "{e}");
+    assert!(!sb.pincer_ok(&["vm", "list"]).contains(" y "));
+
+    // Recipes: an unknown package is named before anything is built, and an unknown field
+    // at once.
+    let recipe = |name: &str, text: &str| {
+        let p = sb.path().join(format!("{name}.toml"));
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let good = "description = \"t\"\ndistribution = \"debian\"\nsuite = \"bookworm\"\nkernel = \"linux-image-amd64\"\npackages = [\"mousepadd\"]\n[user]\nname = \"u\"\n[session]\n";
+    let p = recipe("typo", good);
+    let c2 = sb.path().join("cache2");
+    let e = sb.pincer(&[
+        "image",
+        "build",
+        p.to_str().unwrap(),
+        "--cache",
+        c2.to_str().unwrap(),
+    ]);
+    assert!(!e.status.success());
+    let e = String::from_utf8_lossy(&e.stderr);
+    assert!(e.contains("the archive has no package mousepadd"), "{e}");
+    assert!(!c2.join("typo").exists());
+    let p = recipe("field", &good.replace("packages", "pakages"));
+    let e = sb.pincer(&[
+        "image",
+        "build",
+        p.to_str().unwrap(),
+        "--cache",
+        c2.to_str().unwrap(),
+    ]);
+    let e = String::from_utf8_lossy(&e.stderr);
+    assert!(e.contains("unknown field `pakages`"), "{e}");
+    // A missing tool names the package that has it.
+    let p = recipe("tools", &good.replace("mousepadd", "zenity"));
+    let e = sb
+        .pincer_command(&[
+            "image",
+            "build",
+            p.to_str().unwrap(),
+            "--cache",
+            c2.to_str().unwrap(),
+        ])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&e.stderr);
+    assert!(
+        e.contains("`mmdebstrap` is not installed") && e.contains("apt install mmdebstrap"),
+        "{e}"
+    );
+
+    // An interrupted build (Ctrl-C) stops mmdebstrap and leaves nothing behind.
+    let mut b = sb
+        .pincer_command(&[
+            "image",
+            "build",
+            p.to_str().unwrap(),
+            "--cache",
+            c2.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let building = || {
+        std::fs::read_dir(&c2)
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with(".build-tools"))
+            })
+            .unwrap_or(false)
+    };
+    while !building() {
+        assert!(Instant::now() < deadline, "the build did not start");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: interrupting the build this test started, as Ctrl-C would.
+    unsafe {
+        libc::kill(b.id() as i32, libc::SIGINT);
+    }
+    let status = b.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut b.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(
+        !building(),
+        "the interrupted build's directory is still there"
+    );
+    assert!(!c2.join("tools").exists());
+    let mmdebstraps = pincer_tests::processes()
+        .into_iter()
+        .filter(|p| p.cmdline.contains("mmdebstrap") && p.cmdline.contains(c2.to_str().unwrap()))
+        .count();
+    assert_eq!(mmdebstraps, 0, "mmdebstrap outlived the interrupted build");
+    let listed = sb.pincer_ok(&["image", "list", "--cache", c2.to_str().unwrap()]);
+    assert!(listed.contains("no images built"), "{listed}");
+}
