@@ -25,8 +25,8 @@ RUN_PKGS="xvfb xauth dbus dbus-x11 at-spi2-core libatk-adaptor libgail-common op
   xdotool xclip dconf-cli imagemagick x11vnc procps"
 
 # VMs and images: mmdebstrap builds, QEMU runs (qemu-system-x86 and qemu-utils must come
-# from one suite: see vm_deps), mkfs.ext4 makes file systems.
-VM_PKGS="mmdebstrap e2fsprogs"
+# from one suite: see vm_deps), mkfs.ext4 makes file systems, podman imports container images.
+VM_PKGS="mmdebstrap e2fsprogs podman runc"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 

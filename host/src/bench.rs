@@ -45,7 +45,8 @@ pub struct Stats {
 }
 
 impl Stats {
-    fn from_samples(
+    /// Summarises samples of one operation.
+    pub fn from_samples(
         name: &str,
         mut s: Vec<Duration>,
         target_ms: Option<f64>,

@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 
 const IMAGE: &str = "debian-12-minimal";
 
-/// Builds the image once per test binary (a no-op when the cache holds it).
+/// Builds the image, with its container image, once per test binary (a no-op when the
+/// cache holds it).
 fn image(sb: &Sandbox) {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let out = sb.pincer(&["image", "build", IMAGE]);
+        let out = sb.pincer(&["image", "build", IMAGE, "--container"]);
         assert!(
             out.status.success(),
             "image build failed:\n{}\n{}",
@@ -169,6 +170,46 @@ fn imagesize(p: &Path) -> (u32, u32) {
     let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
     let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
     (w, h)
+}
+
+#[test]
+fn the_image_is_also_a_container_image_with_the_agent_inside() {
+    let sb = Sandbox::new();
+    image(&sb);
+    let list = sb.pincer_ok(&["image", "list"]);
+    assert!(list.contains(IMAGE), "{list}");
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            pincer::paths::image_cache_dir()
+                .join(IMAGE)
+                .join("manifest.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let tag = manifest["container"].as_str().expect("a container image");
+    assert!(
+        tag.starts_with("localhost/pincer/debian-12-minimal:"),
+        "{tag}"
+    );
+    // Real podman with runc; this machine grants no CAP_SYS_RESOURCE, so the limits stay
+    // below its own.
+    let out = std::process::Command::new("podman")
+        .args(["run", "--rm", "--runtime", "runc", "--cgroup-manager=cgroupfs"])
+        .args(["--ulimit", "nofile=16384:16384", "--ulimit", "nproc=32768:32768"])
+        .arg(tag)
+        .args(["sh", "-c", "cat /etc/debian_version && /usr/local/bin/pincer-agent --version && grep ExecStart /etc/systemd/user/pincer-agent.service"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("12."), "{text}");
+    assert!(text.contains("pincer-agent "), "{text}");
+    assert!(text.contains("--listen 0.0.0.0:7000"), "{text}");
 }
 
 #[test]

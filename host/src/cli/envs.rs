@@ -259,10 +259,11 @@ async fn list(reg: &Registry) -> anyhow::Result<()> {
         } else {
             ""
         };
-        let kind = match (&e.desktop, reg.reach_of(name, e)) {
-            (Some(_), _) => "desktop",
-            (None, Ok(Reach::DialIn(_))) => "dial-in",
-            (None, _) => "remote",
+        let kind = match (&e.desktop, &e.vm, reg.reach_of(name, e)) {
+            (Some(_), _, _) => "desktop",
+            (None, Some(_), _) => "vm",
+            (None, None, Ok(Reach::DialIn(_))) => "dial-in",
+            (None, None, _) => "remote",
         };
         println!(
             "{:<12} {:<28} {:<8} {:<8} {status}",

@@ -41,6 +41,24 @@ pub(crate) enum VmCmd {
         /// The VM.
         name: String,
     },
+    /// Measure a VM of an image: `vm up` from the golden state, `vm reset`, then every
+    /// call through it (as `pincer bench` does for any environment).
+    Bench {
+        /// The image.
+        #[arg(long)]
+        image: String,
+        /// Resets (and ups) to time.
+        #[arg(long, default_value_t = 10)]
+        rounds: usize,
+        /// Samples per call in the latency table.
+        #[arg(long, default_value_t = 10)]
+        iterations: usize,
+        /// Print Markdown tables (for the README).
+        #[arg(long)]
+        markdown: bool,
+        #[command(flatten)]
+        cache: CacheArg,
+    },
 }
 
 pub(crate) async fn run(cmd: VmCmd, reg: &Registry) -> anyhow::Result<()> {
@@ -116,6 +134,127 @@ pub(crate) async fn run(cmd: VmCmd, reg: &Registry) -> anyhow::Result<()> {
             vm::down(reg, &name).await?;
             println!("VM '{name}' stopped and removed");
         }
+        VmCmd::Bench {
+            image,
+            rounds,
+            iterations,
+            markdown,
+            cache,
+        } => {
+            bench(
+                reg,
+                &cache.cache(),
+                &image,
+                rounds.max(2),
+                iterations.max(5),
+                markdown,
+            )
+            .await?
+        }
     }
+    Ok(())
+}
+
+/// `pincer vm bench`: the VM's own operations, then every call through it.
+async fn bench(
+    reg: &Registry,
+    cache: &pincer::image::Cache,
+    image: &str,
+    rounds: usize,
+    iterations: usize,
+    markdown: bool,
+) -> anyhow::Result<()> {
+    use pincer::bench::{self, BenchOptions, Stats};
+    use std::time::Duration;
+    let built = cache.get(image)?;
+    let name = format!("bench-{}", std::process::id());
+    let opts = UpOptions {
+        name: name.clone(),
+        image: image.into(),
+        memory_mib: 1024,
+        cpus: 2,
+        agent: default_agent(),
+    };
+    let first = vm::up(reg, cache, &opts, &mut |m| eprintln!("{m}")).await?;
+    eprintln!(
+        "VM {name}: {} ({}); timing {rounds} resets and {} ups",
+        first.state.accel,
+        first.accel_reason,
+        rounds / 2
+    );
+    let secs = |s: f64| Duration::from_secs_f64(s);
+    let mut resets = Vec::new();
+    let mut offsets = Vec::new();
+    let measured = async {
+        for _ in 0..rounds {
+            let t = vm::reset(&name).await?;
+            resets.push(secs(t.ready_s));
+            offsets.push(t.clock_offset_s.abs());
+        }
+        let mut ups = Vec::new();
+        for _ in 0..rounds / 2 {
+            vm::down(reg, &name).await?;
+            let up = vm::up(reg, cache, &opts, &mut |m| eprintln!("{m}")).await?;
+            ups.push(secs(up.timing.ready_s));
+        }
+        let env = reg
+            .connect(Some(&name), pincer::env::Deadlines::default())
+            .await?;
+        let calls = bench::run(
+            &env,
+            &BenchOptions {
+                iterations,
+                typing: true,
+            },
+            &mut |what| eprintln!("  {what}..."),
+        )
+        .await?;
+        anyhow::Ok((ups, calls))
+    }
+    .await;
+    let _ = vm::down(reg, &name).await;
+    let (ups, calls) = measured?;
+    offsets.sort_by(f64::total_cmp);
+    let golden = vm::golden::open(&first.state.golden);
+    let mut stats = vec![
+        Stats::from_samples(
+            "vm reset (restore -> agent answers)",
+            resets,
+            Some(1000.0),
+            Some("revert + 3-60 s sleep"),
+            format!(
+                "{} MiB guest, {}; clock off by at most {:.2} s",
+                opts.memory_mib,
+                first.state.accel,
+                offsets.last().copied().unwrap_or(0.0)
+            ),
+        ),
+        Stats::from_samples(
+            "vm up from the golden state",
+            ups,
+            Some(2000.0),
+            None,
+            format!(
+                "cold first boot to agent ready: {:.1} s",
+                golden.map_or(0.0, |g| g.info.boot_seconds)
+            ),
+        ),
+    ];
+    stats.extend(calls);
+    let m = &built.manifest;
+    if markdown {
+        print!("{}", bench::markdown(&stats));
+    } else {
+        print!("{}", bench::table(&stats));
+    }
+    println!(
+        "image {}: {} packages, disk file {}, kernel {} + initrd {}, built in {:.0} s",
+        m.name,
+        m.packages.len(),
+        pincer::image::human_bytes(m.sizes.disk_file),
+        pincer::image::human_bytes(m.sizes.kernel),
+        pincer::image::human_bytes(m.sizes.initrd),
+        m.build_seconds
+    );
     Ok(())
 }

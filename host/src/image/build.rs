@@ -690,18 +690,21 @@ fn mmdebstrap_args(
             o("vmlinuz"),
             o("initrd.img")
         ),
-        // The file system through a bind mount of the root alone: in the hooks the root
-        // has /proc, /sys and /dev mounted on it, which mkfs.ext4 -d must not copy.
+        // The file system (and, for --container, a tarball of it) through a bind mount of
+        // the root alone: in the hooks the root has /proc, /sys and /dev mounted on it,
+        // which must not be copied.
         format!(
-            "mkdir -p {view} && mount --bind \"$1\" {view} && mkfs.ext4 -q -F -L root -d {view} {raw} {gib}G; rc=$?; umount {view}; rmdir {view}; exit $rc",
+            "mkdir -p {view} && mount --bind \"$1\" {view} && mkfs.ext4 -q -F -L root -d {view} {raw} {gib}G {tar}; rc=$?; umount {view}; rmdir {view}; exit $rc",
             view = o("view"),
             raw = o("root.raw"),
-            gib = r.disk_gib
+            gib = r.disk_gib,
+            tar = if opts.container {
+                format!("&& tar --numeric-owner --xattrs -C {} -cf {} .", o("view"), o("rootfs.tar"))
+            } else {
+                String::new()
+            }
         ),
     ]);
-    if opts.container {
-        hooks.push(format!("tar-out / {}", out.join("rootfs.tar").display()));
-    }
     for h in hooks {
         a.push(format!("--customize-hook={h}"));
     }

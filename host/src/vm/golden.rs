@@ -108,6 +108,7 @@ pub async fn ensure(
     if let Some(g) = open(&dir) {
         return Ok(g);
     }
+    prune(&root);
     let scratch = root.join(format!(".new-{key}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     let made = make(image, spec, &agent_sha, &scratch, progress).await;
@@ -124,6 +125,49 @@ pub async fn ensure(
             let _ = std::fs::remove_dir_all(&scratch);
             Err(e)
         }
+    }
+}
+
+/// Golden states unused this long are removed when a new one is made: each agent build
+/// makes its own, and old ones would pile up (hundreds of MiB each).
+const UNUSED_FOR: Duration = Duration::from_secs(24 * 3600);
+
+/// Removes golden states no VM has started from for [`UNUSED_FOR`].
+fn prune(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let used = std::fs::metadata(e.path().join("golden.json"))
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok());
+        // Unfinished ones of dead builds (`.new-*`) have no record at all.
+        let stale = match used {
+            Some(age) => age > UNUSED_FOR,
+            None => {
+                e.file_name().to_string_lossy().starts_with(".new-")
+                    && !alive_suffix(&e.file_name().to_string_lossy())
+            }
+        };
+        if stale {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// Whether the pid a `.new-KEY-PID` directory ends with is alive.
+fn alive_suffix(name: &str) -> bool {
+    let pid: Option<i32> = name.rsplit('-').next().and_then(|p| p.parse().ok());
+    // SAFETY: signal 0 only asks whether the process exists.
+    pid.is_some_and(|p| unsafe { libc::kill(p, 0) } == 0)
+}
+
+/// Marks a golden state as used now (restores keep it from being pruned).
+pub fn touch(g: &Golden) {
+    let f = g.dir.join("golden.json");
+    if let Ok(file) = std::fs::File::options().append(true).open(&f) {
+        let _ = file.set_modified(std::time::SystemTime::now());
     }
 }
 

@@ -372,6 +372,7 @@ pub async fn up(
 /// clock and waits for the agent; records the new pid.
 async fn start(st: &mut VmState, golden: &Golden, image: &Image) -> Result<Timing, VmError> {
     let t = Instant::now();
+    golden::touch(golden);
     let machine = machine_of(st, golden, image);
     overlay(&golden.disk(), &machine.disk)?;
     let mut child = machine
