@@ -9,7 +9,7 @@
 #   ./run.sh bench   build release binaries and measure what the README's Speed section
 #                    shows: `pincer bench` on a fresh 1920x1080 desktop with
 #                    gtk3-widget-factory open, the UI trees of zenity and LibreOffice
-#                    Calc, the 10,000-screenshot soak, the evaluator
+#                    Calc, the 10,000-screenshot soak, the evaluator, a VM
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -86,7 +86,8 @@ case "${1:-}" in
     log "reports: runs/demo-oracle-$stamp/report.html and runs/demo-random-$stamp/report.html"
     ;;
   bench)
-    deps
+    deps $VM_PKGS
+    vm_deps
     cargo build --release --workspace --bins
     P=./target/release/pincer
     export PINCER_STATE_DIR="${PINCER_STATE_DIR:-$PWD/target/bench-state}"
@@ -108,6 +109,9 @@ case "${1:-}" in
     "$P" bench --env bench --soak 10000 | tail -n 3
     log "the graph evaluator's host CPU per step"
     cargo bench -p pincer --bench evaluator
+    log "a VM of debian-12-minimal: up, reset, every call (builds the image first if needed)"
+    "$P" image build debian-12-minimal
+    "$P" vm bench --image debian-12-minimal
     ;;
   test)
     deps $XCAP_PKGS $VM_PKGS

@@ -52,18 +52,8 @@ struct Args {
     /// default: STATE_DIR/token).
     #[arg(long, value_name = "FILE", env = "PINCER_TOKEN_FILE")]
     token_file: Option<PathBuf>,
-    /// Refuse setup requests and command probes, and serve files only under the read
-    /// roots, minus where secrets live (for people's own machines).
-    #[arg(long)]
-    read_only: bool,
-    /// With --read-only: serve files under DIR (repeatable; default: the home directory).
-    /// Naming a place where secrets live (~/.ssh, a browser profile) allows that place.
-    #[arg(long, value_name = "DIR", requires = "read_only")]
-    read_root: Vec<PathBuf>,
-    /// With --read-only: also serve the environment variable NAME (repeatable; by default
-    /// only ones that hold no secrets: HOME, USER, LANG, LC_*, XDG_*, ...).
-    #[arg(long, value_name = "NAME", requires = "read_only")]
-    read_env: Vec<String>,
+    #[command(flatten)]
+    confine: ReadOnly,
     /// X display to use (default: $DISPLAY).
     #[arg(long)]
     display: Option<String>,
@@ -82,6 +72,23 @@ struct Args {
     print_fingerprint: bool,
 }
 
+/// What a read-only agent serves (the daemon's flags, and `install`'s for its service).
+#[derive(Debug, Clone, clap::Args)]
+struct ReadOnly {
+    /// Refuse setup requests and command probes, and serve files only under the read
+    /// roots, minus where secrets live (for people's own machines).
+    #[arg(long)]
+    read_only: bool,
+    /// With --read-only: serve files under DIR (repeatable; default: the home directory).
+    /// Naming a place where secrets live (~/.ssh, a browser profile) allows that place.
+    #[arg(long, value_name = "DIR", requires = "read_only")]
+    read_root: Vec<PathBuf>,
+    /// With --read-only: also serve the environment variable NAME (repeatable; by default
+    /// only ones that hold no secrets: HOME, USER, LANG, LC_*, XDG_*, ...).
+    #[arg(long, value_name = "NAME", requires = "read_only")]
+    read_env: Vec<String>,
+}
+
 /// Setting the agent up on a physical machine.
 #[derive(Debug, clap::Subcommand)]
 enum Cmd {
@@ -94,15 +101,8 @@ enum Cmd {
         /// Name reported to hosts (default: the machine's hostname).
         #[arg(long)]
         name: Option<String>,
-        /// Serve read-only: no setup, confined reads (for machines people use).
-        #[arg(long)]
-        read_only: bool,
-        /// With --read-only: serve files under DIR (repeatable).
-        #[arg(long, value_name = "DIR", requires = "read_only")]
-        read_root: Vec<PathBuf>,
-        /// With --read-only: also serve the environment variable NAME (repeatable).
-        #[arg(long, value_name = "NAME", requires = "read_only")]
-        read_env: Vec<String>,
+        #[command(flatten)]
+        confine: ReadOnly,
         /// Install without starting it now.
         #[arg(long)]
         no_start: bool,
@@ -118,18 +118,16 @@ fn setup_command(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Install {
             listen,
             name,
-            read_only,
-            read_root,
-            read_env,
+            confine,
             no_start,
         } => {
             resolve(&listen)?;
             let opts = install::Install {
                 listen,
                 name,
-                read_only,
-                read_roots: read_root,
-                read_envs: read_env,
+                read_only: confine.read_only,
+                read_roots: confine.read_root,
+                read_envs: confine.read_env,
                 start: !no_start,
             };
             install::install(&opts, &places, &default_state_dir(), &hostname())?
@@ -237,14 +235,17 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         home,
         state_dir: state_dir.clone(),
         token_file: token_file.clone(),
-        read_roots: args.read_only.then(|| args.read_root.clone()),
-        read_env: args.read_env.clone(),
+        read_roots: args
+            .confine
+            .read_only
+            .then(|| args.confine.read_root.clone()),
+        read_env: args.confine.read_env.clone(),
     };
     let confinement = confine::Confinement::new(&policy)?;
     let guest = Arc::new(Guest::new(Config {
         name: name.clone(),
         token,
-        read_only: args.read_only,
+        read_only: args.confine.read_only,
         confinement: Arc::new(confinement),
         display,
         process_session: args
@@ -253,7 +254,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             .flatten(),
     }));
 
-    let mode = if args.read_only { " (read-only)" } else { "" };
+    let mode = if args.confine.read_only {
+        " (read-only)"
+    } else {
+        ""
+    };
     let endpoint;
     if let Some(host) = &args.connect {
         let addr = resolve(host)?;

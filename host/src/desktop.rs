@@ -169,7 +169,8 @@ pub fn read_state(name: &str) -> Option<DesktopState> {
     alive(st.supervisor_pid).then_some(st)
 }
 
-fn alive(pid: u32) -> bool {
+/// Whether a process lives (and is not a zombie).
+pub(crate) fn alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks for existence.
     pid > 0 && unsafe { libc::kill(pid as i32, 0) } == 0 && !is_zombie(pid)
 }

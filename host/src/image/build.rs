@@ -9,7 +9,7 @@
 //! what is new.
 
 use super::recipe::{Distribution, Loaded};
-use super::{Cache, Image, ImageError, Manifest, Sizes, io, mirror};
+use super::{Cache, FileLock, Image, ImageError, Manifest, Sizes, io, mirror, owner_alive};
 use include_dir::{Dir, include_dir};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt as _;
@@ -153,29 +153,6 @@ pub fn need_tool(tool: &str, package: &str) -> Result<(), ImageError> {
     }
 }
 
-/// An exclusive lock on building one image, held until dropped: a second build of the
-/// same image waits, then finds it up to date.
-struct BuildLock {
-    /// Holds the lock: closing it releases.
-    _file: std::fs::File,
-}
-
-impl BuildLock {
-    fn take(cache: &Path, name: &str) -> Result<Self, ImageError> {
-        std::fs::create_dir_all(cache).map_err(io(format!("creating {}", cache.display())))?;
-        let path = cache.join(format!(".lock-{name}"));
-        let f = std::fs::File::create(&path).map_err(io(format!("creating {}", path.display())))?;
-        use std::os::fd::AsRawFd as _;
-        // SAFETY: flock on a descriptor this struct owns.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(io(format!("locking {}", path.display()))(
-                std::io::Error::last_os_error(),
-            ));
-        }
-        Ok(Self { _file: f })
-    }
-}
-
 /// A build directory, removed when dropped unless it became the image.
 struct Scratch(Option<PathBuf>);
 
@@ -200,16 +177,8 @@ fn sweep(cache: &Path) {
     };
     for e in entries.filter_map(Result::ok) {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name
-            .strip_prefix(".build-")
-            .or_else(|| name.strip_prefix(".rm-"))
-        else {
-            continue;
-        };
-        let pid: Option<i32> = rest.rsplit('-').next().and_then(|p| p.parse().ok());
-        // SAFETY: signal 0 only asks whether the process exists.
-        let alive = pid.is_some_and(|p| unsafe { libc::kill(p, 0) } == 0);
-        if !alive {
+        let work = name.starts_with(".build-") || name.starts_with(".rm-");
+        if work && !owner_alive(&name) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -225,7 +194,7 @@ pub async fn build(
 ) -> Result<Built, ImageError> {
     let started = Instant::now();
     let hash = recipe_hash(loaded)?;
-    let _lock = BuildLock::take(cache.dir(), &loaded.name)?;
+    let _lock = FileLock::take(&cache.dir().join(format!(".lock-{}", loaded.name)))?;
     sweep(cache.dir());
     if let Ok(image) = cache.get(&loaded.name)
         && image.manifest.recipe_hash == hash

@@ -167,6 +167,40 @@ pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Imag
     move |source| ImageError::Io { what, source }
 }
 
+/// An exclusive lock on a file, held until dropped: builds of one image, and golden
+/// boots of one image, wait for each other instead of racing.
+#[derive(Debug)]
+pub(crate) struct FileLock {
+    /// Holds the lock: closing it releases.
+    _file: std::fs::File,
+}
+
+impl FileLock {
+    /// Takes the lock, waiting for whoever holds it.
+    pub(crate) fn take(path: &Path) -> Result<Self, ImageError> {
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d).map_err(io(format!("creating {}", d.display())))?;
+        }
+        let f = std::fs::File::create(path).map_err(io(format!("creating {}", path.display())))?;
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: flock on a descriptor this struct owns.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(io(format!("locking {}", path.display()))(
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(Self { _file: f })
+    }
+}
+
+/// Whether the process whose pid ends a work directory's name (`.build-NAME-PID`) still
+/// runs; directories of processes that are gone are leftovers.
+pub(crate) fn owner_alive(dir_name: &str) -> bool {
+    let pid: Option<i32> = dir_name.rsplit('-').next().and_then(|p| p.parse().ok());
+    // SAFETY: signal 0 only asks whether the process exists.
+    pid.is_some_and(|p| p > 0 && unsafe { libc::kill(p, 0) } == 0)
+}
+
 /// The image cache: one directory per image; directories whose names start with `.` are
 /// builds in progress, leftovers of interrupted ones, or the package cache, never images.
 #[derive(Debug, Clone)]

@@ -92,6 +92,69 @@ pub fn roles_needed(tasks: &[&Task]) -> Result<BTreeMap<String, Platform>, RunEr
     Ok(out)
 }
 
+/// The environments a run makes, `(set, role, name)`: `run<tag>-s<i>-<role>` for `count`
+/// sets of the Linux roles the tasks need.
+fn run_names(
+    roles: &BTreeMap<String, Platform>,
+    count: usize,
+) -> Result<Vec<(usize, String, String)>, RunError> {
+    if let Some((role, _)) = roles.iter().find(|(_, p)| **p != Platform::Linux) {
+        return Err(RunError::NotLocal(role.clone()));
+    }
+    let tag = std::process::id() % 100_000;
+    Ok((0..count)
+        .flat_map(|i| {
+            roles
+                .keys()
+                .map(move |role| (i, role.clone(), format!("run{tag}-s{i}-{role}")))
+        })
+        .collect())
+}
+
+/// Starts every environment of `names` at once with `start` (each waits mostly on its own
+/// processes) and groups them into sets; `vms` marks the roles as VMs to reset.
+async fn start_sets<F, Fut>(
+    roles: &BTreeMap<String, Platform>,
+    count: usize,
+    names: Vec<(usize, String, String)>,
+    vms: bool,
+    start: F,
+) -> Result<Vec<EnvSet>, RunError>
+where
+    F: Fn(String, String) -> Fut,
+    Fut: Future<Output = Result<Arc<Environment>, RunError>>,
+{
+    let started = futures::future::join_all(
+        names
+            .iter()
+            .map(|(_, role, name)| start(role.clone(), name.clone())),
+    )
+    .await;
+    let mut sets: Vec<EnvSet> = (0..count)
+        .map(|i| EnvSet {
+            name: format!("s{i}"),
+            envs: BTreeMap::new(),
+            platforms: roles.clone(),
+            vms: BTreeMap::new(),
+        })
+        .collect();
+    for ((i, role, name), env) in names.into_iter().zip(started) {
+        sets[i].envs.insert(role.clone(), env?);
+        if vms {
+            sets[i].vms.insert(role, name);
+        }
+    }
+    Ok(sets)
+}
+
+fn listed(names: &[(usize, String, String)]) -> String {
+    names
+        .iter()
+        .map(|(_, _, n)| n.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Brings up `count` sets of local desktops for the Linux roles the tasks need.
 pub async fn local_sets(
     reg: &Registry,
@@ -101,28 +164,13 @@ pub async fn local_sets(
     made: &Made,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<EnvSet>, RunError> {
-    if let Some((role, _)) = roles.iter().find(|(_, p)| **p != Platform::Linux) {
-        return Err(RunError::NotLocal(role.clone()));
-    }
-    let tag = std::process::id() % 100_000;
-    let names: Vec<(usize, String, String)> = (0..count)
-        .flat_map(|i| {
-            roles
-                .keys()
-                .map(move |role| (i, role.clone(), format!("run{tag}-s{i}-{role}")))
-        })
-        .collect();
+    let names = run_names(roles, count)?;
     progress(&format!(
         "starting {} local desktops: {}",
         names.len(),
-        names
-            .iter()
-            .map(|(_, _, n)| n.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        listed(&names)
     ));
-    // All at once: each waits mostly on its own X server, D-Bus and agent starting.
-    let started = futures::future::join_all(names.iter().map(|(_, role, name)| async move {
+    start_sets(roles, count, names, false, |role, name| async move {
         // Listed before it starts, so that an interruption meanwhile stops it too.
         Made::push(&made.desktops, name.clone());
         desktop::up(
@@ -139,25 +187,13 @@ pub async fn local_sets(
         .await
         .map_err(|source| RunError::Desktop {
             name: name.clone(),
-            role: role.clone(),
+            role,
             source: Box::new(source),
         })?;
-        let env = reg.connect(Some(name), Deadlines::default()).await?;
-        Ok::<_, RunError>(Arc::new(env))
-    }))
-    .await;
-    let mut sets: Vec<EnvSet> = (0..count)
-        .map(|i| EnvSet {
-            name: format!("s{i}"),
-            envs: BTreeMap::new(),
-            platforms: roles.clone(),
-            vms: BTreeMap::new(),
-        })
-        .collect();
-    for ((i, role, _), env) in names.into_iter().zip(started) {
-        sets[i].envs.insert(role, env?);
-    }
-    Ok(sets)
+        let env = reg.connect(Some(&name), Deadlines::default()).await?;
+        Ok(Arc::new(env))
+    })
+    .await
 }
 
 /// The VMs of `--vm`: their image, size and agent.
@@ -185,28 +221,14 @@ pub async fn vm_sets(
     made: &Made,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<Vec<EnvSet>, RunError> {
-    if let Some((role, _)) = roles.iter().find(|(_, p)| **p != Platform::Linux) {
-        return Err(RunError::NotLocal(role.clone()));
-    }
-    let tag = std::process::id() % 100_000;
-    let names: Vec<(usize, String, String)> = (0..count)
-        .flat_map(|i| {
-            roles
-                .keys()
-                .map(move |role| (i, role.clone(), format!("run{tag}-s{i}-{role}")))
-        })
-        .collect();
+    let names = run_names(roles, count)?;
     progress(&format!(
         "starting {} VMs of {}: {}",
         names.len(),
         plan.image,
-        names
-            .iter()
-            .map(|(_, _, n)| n.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        listed(&names)
     ));
-    let started = futures::future::join_all(names.iter().map(|(_, role, name)| async move {
+    start_sets(roles, count, names, true, |role, name| async move {
         Made::push(&made.vms, name.clone());
         let opts = crate::vm::UpOptions {
             name: name.clone(),
@@ -219,7 +241,7 @@ pub async fn vm_sets(
             .await
             .map_err(|source| RunError::Vm {
                 name: name.clone(),
-                role: role.clone(),
+                role,
                 source: Box::new(source),
             })?;
         progress(&format!(
@@ -227,23 +249,10 @@ pub async fn vm_sets(
             up.state.accel,
             up.timing.golden_s + up.timing.ready_s
         ));
-        let env = reg.connect(Some(name), Deadlines::default()).await?;
-        Ok::<_, RunError>(Arc::new(env))
-    }))
-    .await;
-    let mut sets: Vec<EnvSet> = (0..count)
-        .map(|i| EnvSet {
-            name: format!("s{i}"),
-            envs: BTreeMap::new(),
-            platforms: roles.clone(),
-            vms: BTreeMap::new(),
-        })
-        .collect();
-    for ((i, role, name), env) in names.into_iter().zip(started) {
-        sets[i].envs.insert(role.clone(), env?);
-        sets[i].vms.insert(role, name);
-    }
-    Ok(sets)
+        let env = reg.connect(Some(&name), Deadlines::default()).await?;
+        Ok(Arc::new(env))
+    })
+    .await
 }
 
 /// Sets from `ROLE=ENV,ROLE=ENV` specs, connecting through the envs file.

@@ -10,8 +10,8 @@ use super::qemu::{Accel, Machine, Ram};
 use super::qmp::Qmp;
 use super::{VmError, io};
 use crate::env::{Deadlines, EnvSpec, Environment, Transport};
-use crate::image::Image;
 use crate::image::build::file_sha256;
+use crate::image::{FileLock, Image, owner_alive};
 use pincer_shared::identity::{Identity, Token};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -104,7 +104,7 @@ pub async fn ensure(
     let root = image.golden_dir();
     let dir = root.join(&key);
     std::fs::create_dir_all(&root).map_err(io(format!("creating {}", root.display())))?;
-    let _lock = Lock::take(&root.join(format!(".lock-{key}")))?;
+    let _lock = FileLock::take(&root.join(format!(".lock-{key}")))?;
     if let Some(g) = open(&dir) {
         return Ok(g);
     }
@@ -146,21 +146,14 @@ fn prune(root: &Path) {
         let stale = match used {
             Some(age) => age > UNUSED_FOR,
             None => {
-                e.file_name().to_string_lossy().starts_with(".new-")
-                    && !alive_suffix(&e.file_name().to_string_lossy())
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.starts_with(".new-") && !owner_alive(&name)
             }
         };
         if stale {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
-}
-
-/// Whether the pid a `.new-KEY-PID` directory ends with is alive.
-fn alive_suffix(name: &str) -> bool {
-    let pid: Option<i32> = name.rsplit('-').next().and_then(|p| p.parse().ok());
-    // SAFETY: signal 0 only asks whether the process exists.
-    pid.is_some_and(|p| unsafe { libc::kill(p, 0) } == 0)
 }
 
 /// Marks a golden state as used now (restores keep it from being pruned).
@@ -178,25 +171,6 @@ pub fn open(dir: &Path) -> Option<Golden> {
         dir: dir.to_owned(),
         info: serde_json::from_str(&text).ok()?,
     })
-}
-
-/// An exclusive lock held until dropped (two VMs of one image wait for one golden boot).
-struct Lock {
-    _file: std::fs::File,
-}
-
-impl Lock {
-    fn take(path: &Path) -> Result<Self, VmError> {
-        let f = std::fs::File::create(path).map_err(io(format!("creating {}", path.display())))?;
-        use std::os::fd::AsRawFd as _;
-        // SAFETY: flock on a descriptor this struct owns.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(io(format!("locking {}", path.display()))(
-                std::io::Error::last_os_error(),
-            ));
-        }
-        Ok(Self { _file: f })
-    }
 }
 
 /// The agent's disk: an ext4 file system holding the agent binary and its identity, made
@@ -392,11 +366,7 @@ async fn make(
 /// Saves the machine state, leaving the RAM in its file (`x-ignore-shared`).
 async fn save(machine: &Machine, state: &Path) -> Result<(), super::qmp::QmpError> {
     let mut q = Qmp::connect(&machine.qmp_socket()).await?;
-    q.execute(
-        "migrate-set-capabilities",
-        json!({"capabilities": [{"capability": "x-ignore-shared", "state": true}]}),
-    )
-    .await?;
+    q.ignore_shared_ram().await?;
     // QEMU limits migrations to 128 MiB/s by default, even of a stopped machine.
     q.execute(
         "migrate-set-parameters",

@@ -10,6 +10,7 @@ pub mod golden;
 pub mod qemu;
 pub mod qmp;
 
+use crate::desktop::alive;
 use crate::env::registry::{EnvEntry, Registry, RegistryError, VmEntry};
 use crate::env::{Deadlines, Environment, Transport};
 use crate::image::{Cache, Image, ImageError};
@@ -171,17 +172,6 @@ fn valid_name(name: &str) -> Result<(), VmError> {
     } else {
         Err(VmError::InvalidName(name.into()))
     }
-}
-
-/// Whether a process lives (and is not a zombie).
-fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only asks whether it exists.
-    let exists = pid > 0 && unsafe { libc::kill(pid as i32, 0) } == 0;
-    exists
-        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| s.rfind(')').map(|i| s[i + 2..].starts_with('Z')))
-            != Some(true)
 }
 
 fn read_state(name: &str) -> Option<VmState> {
@@ -399,11 +389,7 @@ async fn start(st: &mut VmState, golden: &Golden, image: &Image) -> Result<Timin
         }
     };
     let restored = async {
-        q.execute(
-            "migrate-set-capabilities",
-            json!({"capabilities": [{"capability": "x-ignore-shared", "state": true}]}),
-        )
-        .await?;
+        q.ignore_shared_ram().await?;
         q.execute(
             "migrate-incoming",
             json!({"uri": format!("exec:cat {}", sh_quote(&golden.state()))}),

@@ -145,6 +145,17 @@ impl Qmp {
         }
     }
 
+    /// Leaves guest RAM kept in a shared memory backend out of migrations: saving writes
+    /// only the machine state, and restoring maps the RAM file instead of reading it.
+    pub async fn ignore_shared_ram(&mut self) -> Result<(), QmpError> {
+        self.execute(
+            "migrate-set-capabilities",
+            json!({"capabilities": [{"capability": "x-ignore-shared", "state": true}]}),
+        )
+        .await
+        .map(drop)
+    }
+
     /// Waits until the migration in progress (in or out) has completed.
     pub async fn wait_migration(&mut self, within: Duration) -> Result<(), QmpError> {
         let until = tokio::time::Instant::now() + within;
