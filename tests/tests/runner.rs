@@ -314,6 +314,32 @@ fn ctrl_c_records_the_running_task_as_aborted_and_stops_the_desktops() {
     );
 }
 
+#[test]
+fn sigterm_stops_the_desktops_the_run_started() {
+    let sb = Sandbox::new();
+    let tasks = suite(sb.path(), 1, 4000);
+    let out = sb.path().join("out");
+    let mut child = spawn_pincer(
+        &sb,
+        &oracle_run(&tasks, &out, &["--no-report", "--size", "1024x768"]),
+    );
+    assert!(
+        wait_until(Duration::from_secs(120), || !run_desktops(&sb).is_empty()
+            && out.join("tasks/t0__r0").exists()),
+        "the run never started its desktop"
+    );
+    // SAFETY: terminating our own child, as a service manager or `kill` would.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143), "{status}");
+    assert!(
+        run_desktops(&sb).is_empty(),
+        "the desktops outlived the run"
+    );
+}
+
 /// The first decision of each task run of a run, by (task, repeat). (Later ones depend on
 /// how the screen reacted, which a random click can make timing-dependent.)
 fn first_actions(out: &Path) -> std::collections::BTreeMap<(String, u64), Value> {

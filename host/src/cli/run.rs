@@ -176,6 +176,21 @@ pub(crate) async fn run(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
             }
         });
     }
+    // A SIGTERM (a service manager, `kill`, a cluster's job end) stops at once, but not
+    // without the desktops and VMs the run started: they would outlive it.
+    {
+        let (made, reg) = (made.clone(), reg.clone());
+        tokio::spawn(async move {
+            if let Ok(mut term) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                && term.recv().await.is_some()
+            {
+                eprintln!("\nSIGTERM: stopping the desktops and VMs of this run and quitting");
+                made.stop(&reg).await;
+                std::process::exit(143);
+            }
+        });
+    }
 
     let env_sets = if let Some(image) = &a.vm {
         let refs: Vec<&Task> = tasks.iter().collect();

@@ -363,6 +363,12 @@ async fn kill(env: &Environment, name: &str, grace: Duration) -> Result<(), Step
             }),
         }
     };
+    // Who they are, so that their windows can be waited for too.
+    let listed = run(&["pgrep", "-s", "0", &pattern]).await?;
+    let pids: Vec<u32> = String::from_utf8_lossy(&listed.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
     run(&["pkill", "-s", "0", &pattern]).await?;
     let mut deadline = Instant::now() + grace;
     let mut killed = false;
@@ -378,6 +384,23 @@ async fn kill(env: &Environment, name: &str, grace: Duration) -> Result<(), Step
             deadline = Instant::now() + Duration::from_secs(2);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A dead client's windows stay listed until the X server and the window manager have
+    // caught up with its death; a window waited for next must not be one of them (the
+    // same app started again would otherwise be "found" at once, and its window gone when
+    // the next step reaches for it). Single-instance apps also hand a new start to an
+    // instance that is still registered, so the old one must be wholly gone.
+    let until = Instant::now() + Duration::from_secs(5);
+    while !pids.is_empty() && Instant::now() < until {
+        match env.probe(Probe::Windows).await {
+            Ok(ProbeReply::Windows(ws))
+                if ws.iter().any(|w| w.pid.is_some_and(|p| pids.contains(&p))) =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // No window of theirs, or no display to ask: nothing to wait for.
+            _ => break,
+        }
     }
     Ok(())
 }
