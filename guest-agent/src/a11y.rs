@@ -350,11 +350,9 @@ fn display_number(display: &str) -> Option<u32> {
 /// The size of the X screen, which AT-SPI's desktop may not know (at-spi2-registryd 2.46
 /// reports 1024x768 whatever the screen).
 async fn x_screen(display: Option<String>) -> Option<Rect> {
-    use x11rb::connection::Connection as _;
     let display = display?;
     let query = tokio::task::spawn_blocking(move || {
-        let (conn, screen) = x11rb::connect(Some(&display)).ok()?;
-        let root = conn.setup().roots.get(screen)?;
+        let (_conn, root) = crate::x11::connect(Some(&display)).ok()?;
         Some(Rect::new(
             0,
             0,

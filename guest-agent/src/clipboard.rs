@@ -13,8 +13,8 @@
 //! nor serve two displays in one process (parallel tests), and its context only resets once
 //! every handle to it is dropped.
 
+use crate::x11::{self, Client, Lazy, lost};
 use pincer_shared::WireError;
-use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -54,49 +54,26 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(3);
 const TRANSFER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Reads and writes the clipboard of one X display.
+#[derive(Debug)]
 pub(crate) struct Clipboard {
-    /// Display name to connect to; `None` uses `$DISPLAY`.
-    display: Option<String>,
-    /// Connection for reading; made on first use, replaced when the display goes away.
-    reader: Option<Reader>,
+    /// Connection for reading.
+    reader: Lazy<Reader>,
     /// The serving thread of the text we set last, if any.
-    owner: Option<Owner>,
-}
-
-impl fmt::Debug for Clipboard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Clipboard")
-            .field("display", &self.display)
-            .field("reading", &self.reader.is_some())
-            .field("owning", &self.owner.is_some())
-            .finish()
-    }
+    owner: Lazy<Owner>,
 }
 
 impl Clipboard {
     /// The clipboard of `display` (`None`: `$DISPLAY`). Connects on first use.
     pub(crate) fn new(display: Option<String>) -> Self {
         Self {
-            display,
-            reader: None,
-            owner: None,
+            reader: Lazy::new(display.clone()),
+            owner: Lazy::new(display),
         }
     }
 
     /// The clipboard's text; `None` when nobody owns the clipboard or its owner offers no text.
     pub(crate) fn get_text(&mut self) -> Result<Option<String>, WireError> {
-        if self.reader.as_ref().is_some_and(|r| r.drain().is_err()) {
-            self.reader = None;
-        }
-        let reader = match &mut self.reader {
-            Some(reader) => reader,
-            slot @ None => slot.insert(Reader::connect(self.display.as_deref())?),
-        };
-        let result = reader.text();
-        if matches!(result, Err(WireError::Display { .. })) {
-            self.reader = None;
-        }
-        result
+        self.reader.with(|reader| reader.text())
     }
 
     /// Puts `text` on the clipboard and keeps serving it to other clients after returning,
@@ -109,19 +86,7 @@ impl Clipboard {
                 got: text.len() as u64,
             });
         }
-        // The serving thread ends when its connection does.
-        if self.owner.as_ref().is_some_and(|o| o.thread.is_finished()) {
-            self.owner = None;
-        }
-        let owner = match &mut self.owner {
-            Some(owner) => owner,
-            slot @ None => slot.insert(Owner::start(self.display.as_deref())?),
-        };
-        let result = owner.own(text);
-        if matches!(result, Err(WireError::Display { .. })) {
-            self.owner = None;
-        }
-        result
+        self.owner.with(|owner| owner.own(text))
     }
 }
 
@@ -132,7 +97,7 @@ struct Reader {
     atoms: Atoms,
 }
 
-impl Reader {
+impl Client for Reader {
     fn connect(display: Option<&str>) -> Result<Self, WireError> {
         let (conn, atoms, window) = connect_with_window(display)?;
         Ok(Self {
@@ -142,13 +107,19 @@ impl Reader {
         })
     }
 
-    /// Drops events left over from an earlier conversion (one that timed out); an error
-    /// means the connection is dead.
-    fn drain(&self) -> Result<(), ConnectionError> {
-        while self.conn.poll_for_event()?.is_some() {}
-        Ok(())
+    /// Also drops events left over from an earlier conversion (one that timed out).
+    fn alive(&mut self) -> bool {
+        loop {
+            match self.conn.poll_for_event() {
+                Ok(Some(_)) => {}
+                Ok(None) => return true,
+                Err(_) => return false,
+            }
+        }
     }
+}
 
+impl Reader {
     /// The window owning the clipboard selection now.
     fn owner(&self) -> Result<xproto::Window, WireError> {
         Ok(self
@@ -288,7 +259,7 @@ impl Reader {
                     after_ms: ANSWER_TIMEOUT.as_millis() as u64,
                 });
             }
-            crate::input::wait_readable(&self.conn, left);
+            x11::wait_readable(&self.conn, left);
         }
     }
 }
@@ -311,8 +282,8 @@ struct Shared {
     text: Mutex<Arc<str>>,
 }
 
-impl Owner {
-    fn start(display: Option<&str>) -> Result<Self, WireError> {
+impl Client for Owner {
+    fn connect(display: Option<&str>) -> Result<Self, WireError> {
         let (conn, atoms, window) = connect_with_window(display)?;
         let shared = Arc::new(Shared {
             conn,
@@ -330,6 +301,13 @@ impl Owner {
         Ok(Self { shared, thread })
     }
 
+    /// The serving thread ends when its connection does.
+    fn alive(&mut self) -> bool {
+        !self.thread.is_finished()
+    }
+}
+
+impl Owner {
     fn own(&self, text: &str) -> Result<(), WireError> {
         let shared = &self.shared;
         *shared.text.lock().unwrap_or_else(PoisonError::into_inner) = Arc::from(text);
@@ -532,17 +510,8 @@ impl Shared {
 fn connect_with_window(
     display: Option<&str>,
 ) -> Result<(RustConnection, Atoms, xproto::Window), WireError> {
-    let (conn, screen) = x11rb::connect(display).map_err(|e| WireError::Display {
-        message: format!(
-            "cannot connect to X display {}: {e}",
-            display.unwrap_or("$DISPLAY")
-        ),
-    })?;
-    let Some(root) = conn.setup().roots.get(screen).map(|s| s.root) else {
-        return Err(WireError::Display {
-            message: format!("X server has no screen {screen}"),
-        });
-    };
+    let (conn, screen) = x11::connect(display)?;
+    let root = screen.root;
     let atoms = Atoms::new(&conn).map_err(lost)?;
     let window = conn.generate_id().map_err(|e| WireError::Display {
         message: format!("cannot allocate an X window id: {e}"),
@@ -566,22 +535,10 @@ fn connect_with_window(
     Ok((conn, atoms, window))
 }
 
-fn lost(e: ConnectionError) -> WireError {
-    WireError::Display {
-        message: format!("lost the connection to the X server: {e}"),
-    }
-}
-
 fn refused(e: ReplyError) -> WireError {
-    match e {
-        ReplyError::ConnectionError(e) => lost(e),
-        ReplyError::X11Error(e) => WireError::Internal {
-            message: format!(
-                "the X server refused a clipboard request: {:?}",
-                e.error_kind
-            ),
-        },
-    }
+    x11::refused(e, "a clipboard request", |message| WireError::Internal {
+        message,
+    })
 }
 
 #[cfg(test)]

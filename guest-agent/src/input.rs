@@ -18,18 +18,17 @@
 //!
 //! The connection is made on first use and checked before every call (a dead X server shows
 //! up as end-of-file on the socket, which costs no round trip), so an X server that restarts
-//! on the same display is picked up again by the next action.
+//! on the same display is picked up again by the next action (`crate::x11::Lazy`).
 
+use crate::x11::{self, Client, Lazy, lost};
 use enigo::{Direction, Keyboard as _};
 use pincer_shared::WireError;
 use pincer_shared::action::{Action, MouseButton, Point};
 use pincer_shared::key::{Key, NamedKey};
 use std::collections::HashMap;
-use std::fmt;
-use std::os::fd::AsRawFd as _;
 use std::time::{Duration, Instant};
 use x11rb::connection::{Connection as _, RequestConnection as _};
-use x11rb::errors::{ConnectionError, ReplyError};
+use x11rb::errors::ReplyError;
 use x11rb::protocol::Event;
 use x11rb::protocol::xproto::{
     self, ChangeWindowAttributesAux, ConnectionExt as _, EventMask, KeyButMask, Keycode, Mapping,
@@ -39,28 +38,16 @@ use x11rb::rust_connection::RustConnection;
 use x11rb::wrapper::ConnectionExt as _;
 
 /// Injects input into one X display. Calls take `&mut self`: the server serialises them.
+#[derive(Debug)]
 pub(crate) struct Input {
-    /// Display name to connect to; `None` uses `$DISPLAY`.
-    display: Option<String>,
-    /// The live connection; `None` before first use and after the display went away.
-    session: Option<Session>,
-}
-
-impl fmt::Debug for Input {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Input")
-            .field("display", &self.display)
-            .field("connected", &self.session.is_some())
-            .finish()
-    }
+    session: Lazy<Session>,
 }
 
 impl Input {
     /// An injector for `display` (`None`: `$DISPLAY`). Connects on first use.
     pub(crate) fn new(display: Option<String>) -> Self {
         Self {
-            display,
-            session: None,
+            session: Lazy::new(display),
         }
     }
 
@@ -73,12 +60,12 @@ impl Input {
         if action.is_touch() {
             return Err(no_touch_screen());
         }
-        self.with_session(|s| s.perform(action))
+        self.session.with(|s| s.perform(action))
     }
 
     /// Where the pointer is, in root-window pixels.
     pub(crate) fn cursor(&mut self) -> Result<Point, WireError> {
-        self.with_session(|s| {
+        self.session.with(|s| {
             let reply = s
                 .conn
                 .query_pointer(s.root)
@@ -87,30 +74,6 @@ impl Input {
                 .map_err(refused)?;
             Ok(Point::new(reply.root_x.into(), reply.root_y.into()))
         })
-    }
-
-    /// Runs `f` on a live session, connecting first if needed, and forgets the session when
-    /// `f` finds the display gone so that the next call connects afresh.
-    fn with_session<T>(
-        &mut self,
-        f: impl FnOnce(&mut Session) -> Result<T, WireError>,
-    ) -> Result<T, WireError> {
-        if self
-            .session
-            .as_mut()
-            .is_some_and(|s| s.poll_events().is_err())
-        {
-            self.session = None;
-        }
-        let session = match &mut self.session {
-            Some(session) => session,
-            slot @ None => slot.insert(Session::connect(self.display.as_deref())?),
-        };
-        let result = f(session);
-        if matches!(result, Err(WireError::Display { .. })) {
-            self.session = None;
-        }
-        result
     }
 }
 
@@ -154,19 +117,9 @@ impl Drop for Session {
     }
 }
 
-impl Session {
+impl Client for Session {
     fn connect(display: Option<&str>) -> Result<Self, WireError> {
-        let (conn, screen) = x11rb::connect(display).map_err(|e| WireError::Display {
-            message: format!(
-                "cannot connect to X display {}: {e}",
-                display.unwrap_or("$DISPLAY")
-            ),
-        })?;
-        let Some(screen) = conn.setup().roots.get(screen) else {
-            return Err(WireError::Display {
-                message: format!("X server has no screen {screen}"),
-            });
-        };
+        let (conn, screen) = x11::connect(display)?;
         let (root, width, height) = (screen.root, screen.width_in_pixels, screen.height_in_pixels);
         if conn
             .extension_information(xtest::X11_EXTENSION_NAME)
@@ -206,6 +159,13 @@ impl Session {
         })
     }
 
+    /// Also applies the notifications that arrived since the last call.
+    fn alive(&mut self) -> bool {
+        self.poll_events().is_ok()
+    }
+}
+
+impl Session {
     /// Applies queued notifications (screen size, keymap changes). An error means the
     /// connection is dead.
     fn poll_events(&mut self) -> Result<(), WireError> {
@@ -576,7 +536,7 @@ impl Session {
                 // A busy or hung application: go on rather than fail the action.
                 return Ok(());
             }
-            wait_readable(&self.conn, left);
+            x11::wait_readable(&self.conn, left);
         }
     }
 
@@ -942,37 +902,11 @@ impl Keymap {
     }
 }
 
-/// Waits until `conn`'s socket has data or `timeout` passes. Call after `poll_for_event`
-/// returned `None`: that read everything the socket had.
-pub(crate) fn wait_readable(conn: &RustConnection, timeout: Duration) {
-    let mut fd = libc::pollfd {
-        fd: conn.stream().as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let millis = timeout.as_millis().clamp(1, 60_000) as libc::c_int;
-    // SAFETY: one valid pollfd that lives across the call. EINTR and errors need no
-    // handling: the caller's next poll_for_event reports a broken connection.
-    unsafe {
-        libc::poll(&mut fd, 1, millis);
-    }
-}
-
-/// A request that could not be sent: the connection is gone.
-fn lost(e: ConnectionError) -> WireError {
-    WireError::Display {
-        message: format!("lost the connection to the X server: {e}"),
-    }
-}
-
-/// A request that failed: either the connection is gone, or the server refused it.
+/// A request that failed: the connection is gone, or the server refused it.
 fn refused(e: ReplyError) -> WireError {
-    match e {
-        ReplyError::ConnectionError(e) => lost(e),
-        ReplyError::X11Error(e) => WireError::Input {
-            message: format!("the X server refused an input request: {:?}", e.error_kind),
-        },
-    }
+    x11::refused(e, "an input request", |message| WireError::Input {
+        message,
+    })
 }
 
 #[cfg(test)]
@@ -1495,7 +1429,9 @@ mod tests {
         assert_eq!(typed, "aB1é");
         // Both are back as the agent left them.
         let state = |input: &mut Input| {
-            input.with_session(|s| Ok(s.conn.query_pointer(s.root).unwrap().reply().unwrap().mask))
+            input
+                .session
+                .with(|s| Ok(s.conn.query_pointer(s.root).unwrap().reply().unwrap().mask))
         };
         let mask = state(&mut input).unwrap();
         assert!(

@@ -18,6 +18,7 @@ mod server;
 #[cfg(test)]
 mod testutil;
 mod window;
+mod x11;
 
 use anyhow::Context;
 use clap::Parser;

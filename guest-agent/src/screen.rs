@@ -14,6 +14,7 @@
 //!   with XWayland the X11 backends win, and they see only X clients.
 
 use crate::encode::{self, Frame, FrameEncoder};
+use crate::x11::{self, Client, Lazy, display_label};
 use pincer_shared::WireError;
 use pincer_shared::observe::{Rect, ScreenInfo, ScreenshotMeta, ScreenshotRequest};
 use std::borrow::Cow;
@@ -31,10 +32,9 @@ use x11rb::rust_connection::RustConnection;
 /// Owns the capture backend; connects lazily, reconnects after the display goes away.
 #[derive(Debug)]
 pub(crate) struct Screen {
-    /// X display name; `None` means `$DISPLAY` and also allows the xcap backend.
-    display: Option<String>,
-    /// The open backend: `None` before first use and after the display went away.
-    backend: Option<Backend>,
+    /// The open backend. The display name `None` means `$DISPLAY` and also allows the xcap
+    /// backend.
+    backend: Lazy<Backend>,
     /// Conversion buffers and zstd context, reused so steady captures do not allocate them.
     encoder: FrameEncoder,
 }
@@ -43,8 +43,7 @@ impl Screen {
     /// `display`: the X display name (None = $DISPLAY). Does not connect yet.
     pub(crate) fn new(display: Option<String>) -> Self {
         Self {
-            display,
-            backend: None,
+            backend: Lazy::new(display),
             encoder: FrameEncoder::default(),
         }
     }
@@ -95,36 +94,34 @@ impl Screen {
     ) -> Result<T, WireError> {
         let mut lost: Option<String> = None;
         loop {
-            let backend = match &mut self.backend {
-                Some(backend) => backend,
-                slot @ None => match connect(self.display.as_deref()) {
-                    Ok(backend) => slot.insert(backend),
-                    Err(WireError::Display { message }) if lost.is_some() => {
-                        return Err(WireError::Display {
-                            message: format!(
-                                "lost the connection to the X server ({}) and could not \
-                                 reconnect: {message}",
-                                lost.unwrap_or_default()
-                            ),
-                        });
-                    }
-                    Err(e) => return Err(e),
-                },
+            let backend = match self.backend.get() {
+                Ok(backend) => backend,
+                Err(WireError::Display { message }) if lost.is_some() => {
+                    return Err(WireError::Display {
+                        message: format!(
+                            "lost the connection to the X server ({}) and could not \
+                             reconnect: {message}",
+                            lost.unwrap_or_default()
+                        ),
+                    });
+                }
+                Err(e) => return Err(e),
             };
             match op(backend, &mut self.encoder) {
                 Ok(value) => return Ok(value),
                 Err(Fault::Refused(e)) => return Err(e),
                 Err(Fault::Gone(why)) => {
-                    self.backend = None;
+                    self.backend.forget();
+                    let name = self.backend.display();
                     if lost.is_some() {
                         return Err(WireError::Display {
                             message: format!(
                                 "{}: {why}; the agent reconnects on the next request",
-                                display_label(self.display.as_deref())
+                                display_label(name)
                             ),
                         });
                     }
-                    tracing::warn!(display = ?self.display, %why, "display lost; reconnecting");
+                    tracing::warn!(display = ?name, %why, "display lost; reconnecting");
                     lost = Some(why);
                 }
             }
@@ -134,17 +131,6 @@ impl Screen {
 
 fn micros_since(start: Instant) -> u32 {
     u32::try_from(start.elapsed().as_micros()).unwrap_or(u32::MAX)
-}
-
-/// The display name as a person would write it, for messages.
-fn display_label(display: Option<&str>) -> String {
-    match display {
-        Some(name) => format!("X display {name}"),
-        None => match std::env::var("DISPLAY") {
-            Ok(name) => format!("X display {name} (from $DISPLAY)"),
-            Err(_) => "the X display ($DISPLAY is not set)".to_owned(),
-        },
-    }
 }
 
 /// Why a backend operation failed.
@@ -233,6 +219,18 @@ impl Backend {
     }
 }
 
+impl Client for Backend {
+    fn connect(display: Option<&str>) -> Result<Self, WireError> {
+        connect(display)
+    }
+
+    /// Not known without a round trip: a grab or query that finds the display gone says
+    /// so, and [`Screen::with_backend`] tries one fresh connection before reporting it.
+    fn alive(&mut self) -> bool {
+        true
+    }
+}
+
 /// Opens the best backend that works for `display`.
 fn connect(display: Option<&str>) -> Result<Backend, WireError> {
     let x11 = match X11::open(display, true) {
@@ -294,30 +292,8 @@ impl X11 {
     /// Connects to `display` and, if `try_shm`, attaches a segment for the whole screen.
     fn open(display: Option<&str>, try_shm: bool) -> Result<Self, OpenError> {
         let label = || display_label(display);
-        // x11rb computes the TCP port as 6000 + display number, which overflows (and panics
-        // in builds with overflow checks) above 59535.
-        let parsed = x11rb::reexports::x11rb_protocol::parse_display::parse_display(display);
-        if parsed.is_ok_and(|p| p.display > u16::MAX - 6000) {
-            return Err(OpenError::Wire(WireError::Display {
-                message: format!("{}: display numbers above 59535 are not valid", label()),
-            }));
-        }
-        let (conn, screen_num) = x11rb::connect(display).map_err(|e| {
-            OpenError::Wire(WireError::Display {
-                message: format!(
-                    "cannot connect to {}: {e}; check that the X server runs and the display \
-                     name is right",
-                    label()
-                ),
-            })
-        })?;
-        let setup = conn.setup();
-        let Some(screen) = setup.roots.get(screen_num) else {
-            return Err(OpenError::Wire(WireError::Display {
-                message: format!("{} has no screen {screen_num}", label()),
-            }));
-        };
-        let scanline_pad = check_pixel_format(setup, screen).map_err(|why| {
+        let (conn, screen) = x11::connect(display).map_err(OpenError::Wire)?;
+        let scanline_pad = check_pixel_format(conn.setup(), &screen).map_err(|why| {
             OpenError::Wire(WireError::Unsupported {
                 what: format!(
                     "capturing {}: {why}; run the X server at depth 24 (for example Xvfb \
@@ -1243,7 +1219,7 @@ mod tests {
 
         let x11 = X11::open(Some(&xvfb.display), false).expect("open without MIT-SHM");
         let mut plain = Screen {
-            backend: Some(Backend::X11(Box::new(x11))),
+            backend: Lazy::holding(Some(xvfb.display.clone()), Backend::X11(Box::new(x11))),
             ..Screen::new(Some(xvfb.display.clone()))
         };
         assert_eq!(plain.info().expect("info").capture, "x11-getimage");
@@ -1271,7 +1247,7 @@ mod tests {
         let mut screen = Screen::new(Some(xvfb.display.clone()));
         screen.info().expect("connect");
         let plant = |screen: &mut Screen| {
-            let Some(Backend::X11(x11)) = &mut screen.backend else {
+            let Ok(Backend::X11(x11)) = screen.backend.get() else {
                 panic!("not an X11 backend");
             };
             x11.set_size(100, 100).expect("re-create segment");
@@ -1594,9 +1570,10 @@ mod tests {
             return;
         }
         let mut screen = Screen {
-            backend: Some(Backend::Xcap(
-                XcapCapture::open().expect("xcap sees the Xvfb"),
-            )),
+            backend: Lazy::holding(
+                None,
+                Backend::Xcap(XcapCapture::open().expect("xcap sees the Xvfb")),
+            ),
             ..Screen::new(None)
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -1715,7 +1692,7 @@ mod tests {
         let mut grabs = Vec::with_capacity(RUNS);
         for _ in 0..RUNS {
             let start = Instant::now();
-            let Some(backend) = screen.backend.as_mut() else {
+            let Ok(backend) = screen.backend.get() else {
                 panic!("connected above");
             };
             let grab = backend.grab(&request(ImageFormat::Png)).expect("grab");

@@ -17,13 +17,13 @@
 //! Windows are owned by other processes and can vanish between any two of our requests; a
 //! vanished window is "no active window" after one more look, left out of a listing, and
 //! `NotFound` for an operation, never an internal error. The connection is our own, made on
-//! first use, and replaced when the X server goes away.
+//! first use, and replaced when the X server goes away (`crate::x11::Lazy`).
 
+use crate::x11::{self, Client, Lazy, lost};
 use pincer_shared::WireError;
 use pincer_shared::observe::Rect;
 use pincer_shared::probe::WindowInfo;
 use pincer_shared::setup::WindowOp;
-use std::fmt;
 use std::time::{Duration, Instant};
 use x11rb::connection::Connection as _;
 use x11rb::errors::{ConnectionError, ReplyError};
@@ -90,28 +90,16 @@ const MOVERESIZE_NORTHWEST_XYWH: u32 = 1 | (0xf << 8);
 const MAX_COORDINATE: u32 = i16::MAX as u32;
 
 /// Top-level windows on one X display.
+#[derive(Debug)]
 pub(crate) struct Windows {
-    /// Display name to connect to; `None` uses `$DISPLAY`.
-    display: Option<String>,
-    /// The live connection; `None` before first use and after the display went away.
-    session: Option<Session>,
-}
-
-impl fmt::Debug for Windows {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Windows")
-            .field("display", &self.display)
-            .field("connected", &self.session.is_some())
-            .finish()
-    }
+    session: Lazy<Session>,
 }
 
 impl Windows {
     /// Window queries for `display` (`None`: `$DISPLAY`). Connects on first use.
     pub(crate) fn new(display: Option<String>) -> Self {
         Self {
-            display,
-            session: None,
+            session: Lazy::new(display),
         }
     }
 
@@ -119,7 +107,7 @@ impl Windows {
     /// else the input focus walked up to its top-level client (the child of root / the
     /// window with `WM_STATE`).
     pub(crate) fn active(&mut self) -> Result<Option<WindowInfo>, WireError> {
-        self.with_session(|session| {
+        self.session.with(|session| {
             // The active window can change while we look; a window that vanished mid-query
             // gets one more look at whatever is active now.
             let mut result = session.active();
@@ -137,7 +125,7 @@ impl Windows {
     /// Every top-level client window, bottom to top: the window manager's clients when one
     /// runs (minimized ones included), else the mapped children of the root.
     pub(crate) fn list(&mut self) -> Result<Vec<WindowInfo>, WireError> {
-        self.with_session(|session| {
+        self.session.with(|session| {
             session.list().map_err(|e| match e {
                 // Windows that vanish are left out one by one; nothing else can vanish.
                 Failure::Vanished => WireError::Internal {
@@ -161,38 +149,12 @@ impl Windows {
         let Ok(window) = xproto::Window::try_from(id) else {
             return Err(not_found());
         };
-        self.with_session(|session| {
+        self.session.with(|session| {
             session.apply(window, op).map_err(|e| match e {
                 Failure::Vanished => not_found(),
                 Failure::Wire(e) => e,
             })
         })
-    }
-
-    /// Runs `f` on the live connection, connecting first if needed, and forgets the
-    /// connection when `f` finds the display gone.
-    fn with_session<T>(
-        &mut self,
-        f: impl FnOnce(&Session) -> Result<T, WireError>,
-    ) -> Result<T, WireError> {
-        // Our connection reads no events, so anything readable is an error report or the end
-        // of the stream; this notices a dead server without a round trip.
-        if self
-            .session
-            .as_ref()
-            .is_some_and(|s| s.conn.poll_for_event().is_err())
-        {
-            self.session = None;
-        }
-        let session = match &mut self.session {
-            Some(session) => session,
-            slot @ None => slot.insert(Session::connect(self.display.as_deref())?),
-        };
-        let result = f(session);
-        if matches!(result, Err(WireError::Display { .. })) {
-            self.session = None;
-        }
-        result
     }
 }
 
@@ -219,9 +181,9 @@ impl From<ReplyError> for Failure {
             {
                 Self::Vanished
             }
-            ReplyError::X11Error(e) => Self::Wire(WireError::Internal {
-                message: format!("the X server refused a window request: {:?}", e.error_kind),
-            }),
+            e => Self::Wire(x11::refused(e, "a window request", |message| {
+                WireError::Internal { message }
+            })),
         }
     }
 }
@@ -373,19 +335,10 @@ struct Session {
     atoms: Atoms,
 }
 
-impl Session {
+impl Client for Session {
     fn connect(display: Option<&str>) -> Result<Self, WireError> {
-        let (conn, screen) = x11rb::connect(display).map_err(|e| WireError::Display {
-            message: format!(
-                "cannot connect to X display {}: {e}",
-                display.unwrap_or("$DISPLAY")
-            ),
-        })?;
-        let Some(root) = conn.setup().roots.get(screen).map(|s| s.root) else {
-            return Err(WireError::Display {
-                message: format!("X server has no screen {screen}"),
-            });
-        };
+        let (conn, screen) = x11::connect(display)?;
+        let root = screen.root;
         let atoms =
             Atoms::new(&conn)
                 .map_err(lost)?
@@ -399,6 +352,14 @@ impl Session {
         Ok(Self { conn, root, atoms })
     }
 
+    /// Our connection reads no events, so anything readable is an error report or the end
+    /// of the stream.
+    fn alive(&mut self) -> bool {
+        self.conn.poll_for_event().is_ok()
+    }
+}
+
+impl Session {
     fn active(&self) -> Result<Option<WindowInfo>, Failure> {
         match self.announced()? {
             Announced::NoWindow => return Ok(None),
@@ -1208,16 +1169,11 @@ fn too_small(outer: Rect) -> Failure {
     })
 }
 
-fn lost(e: ConnectionError) -> WireError {
-    WireError::Display {
-        message: format!("lost the connection to the X server: {e}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testutil::{App, DbusSession, FixedXvfb, Openbox, Xvfb, openbox, wait_for};
+    use crate::x11::Client as _;
     use x11rb::COPY_DEPTH_FROM_PARENT;
     use x11rb::protocol::Event;
     use x11rb::protocol::xproto::CreateWindowAux;
