@@ -20,6 +20,7 @@
 //! millions of descendants (a spreadsheet's grid) contribute only the cells on screen.
 
 use futures::future::{BoxFuture, FutureExt as _, join_all};
+use pincer_guest_core::platform::Accessibility;
 use pincer_shared::WireError;
 use pincer_shared::limits::MAX_TREE_NODES;
 use pincer_shared::observe::{Rect, TreeRequest, TreeScope};
@@ -158,25 +159,6 @@ impl A11y {
         }
     }
 
-    /// The UI tree `req` asks for. `active_pid` is the process of the focused window, which
-    /// `TreeScope::ActiveApp` selects.
-    pub(crate) async fn tree(
-        &mut self,
-        req: &TreeRequest,
-        active_pid: Option<u32>,
-    ) -> Result<UiTree, WireError> {
-        let started = Instant::now();
-        let reused = self.conn.is_some();
-        match self.try_tree(req, active_pid, started).await {
-            // The connection worked before, so its session may have been replaced: one more
-            // try on a fresh connection.
-            Err(_) if reused && self.conn.is_none() => {
-                self.try_tree(req, active_pid, started).await
-            }
-            result => result,
-        }
-    }
-
     async fn try_tree(
         &mut self,
         req: &TreeRequest,
@@ -227,6 +209,31 @@ impl A11y {
                 })
             }
         }
+    }
+}
+
+impl Accessibility for A11y {
+    /// The UI tree `req` asks for. `active_pid` is the process of the focused window, which
+    /// `TreeScope::ActiveApp` selects.
+    async fn tree(
+        &mut self,
+        req: &TreeRequest,
+        active_pid: Option<u32>,
+    ) -> Result<UiTree, WireError> {
+        let started = Instant::now();
+        let reused = self.conn.is_some();
+        let tree = match self.try_tree(req, active_pid, started).await {
+            // The connection worked before, so its session may have been replaced: one more
+            // try on a fresh connection.
+            Err(_) if reused && self.conn.is_none() => {
+                self.try_tree(req, active_pid, started).await
+            }
+            result => result,
+        };
+        // A walk allocates and frees thousands of messages and strings (tens of MB for a
+        // spreadsheet); what it freed below live data would stay resident.
+        crate::memory::give_back();
+        tree
     }
 }
 

@@ -14,6 +14,7 @@
 //! every handle to it is dropped.
 
 use crate::x11::{self, Client, Lazy, lost};
+use pincer_guest_core::platform;
 use pincer_shared::WireError;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -70,15 +71,17 @@ impl Clipboard {
             owner: Lazy::new(display),
         }
     }
+}
 
+impl platform::Clipboard for Clipboard {
     /// The clipboard's text; `None` when nobody owns the clipboard or its owner offers no text.
-    pub(crate) fn get_text(&mut self) -> Result<Option<String>, WireError> {
+    fn get_text(&mut self) -> Result<Option<String>, WireError> {
         self.reader.with(|reader| reader.text())
     }
 
     /// Puts `text` on the clipboard and keeps serving it to other clients after returning,
     /// until another client takes the clipboard or this value is dropped.
-    pub(crate) fn set_text(&mut self, text: &str) -> Result<(), WireError> {
+    fn set_text(&mut self, text: &str) -> Result<(), WireError> {
         if text.len() > MAX_TEXT {
             return Err(WireError::TooLarge {
                 what: "clipboard text".into(),
@@ -545,6 +548,7 @@ fn refused(e: ReplyError) -> WireError {
 mod tests {
     use super::*;
     use crate::testutil::{FixedXvfb, Xvfb};
+    use pincer_guest_core::platform::Clipboard as _;
 
     /// Reads the clipboard as `target` the way any other X client would, without following
     /// INCR: the property's type name and bytes, or `None` when the owner refuses.

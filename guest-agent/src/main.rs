@@ -1,20 +1,17 @@
 //! `pincer-agent`: the guest agent that runs inside a Linux desktop. It listens for a host
 //! (or dials one), authenticates it, and serves input, screenshots, accessibility trees,
-//! probes and (unless `--read-only`) setup over QUIC.
+//! probes and (unless `--read-only`) setup over QUIC. The platform-independent part (accept
+//! loop, authentication, dispatch, files, exec) is `pincer_guest_core`; this crate is the
+//! Linux platform under it ([`linux::Linux`]) and the command line.
 
 mod a11y;
-mod budget;
 mod clipboard;
-mod confine;
-mod encode;
-mod exec;
-mod guest;
 mod input;
 mod install;
+mod linux;
 mod memory;
-mod probe;
 mod screen;
-mod server;
+mod settings;
 #[cfg(test)]
 mod testutil;
 mod window;
@@ -22,7 +19,8 @@ mod x11;
 
 use anyhow::Context;
 use clap::Parser;
-use guest::{Config, Guest};
+use linux::Linux;
+use pincer_guest_core::{Config, Guest, confine, processes, server};
 use pincer_shared::identity::{Fingerprint, Identity, Token};
 use pincer_shared::transport::{close_code, quic};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -198,8 +196,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PINCER_LOG")
-                // pincer_shared: the transport's summaries of refused connections.
-                .unwrap_or_else(|_| "pincer_agent=info,pincer_shared=info".into()),
+                // pincer_guest_core: connections and requests; pincer_shared: the
+                // transport's summaries of refused connections.
+                .unwrap_or_else(|_| {
+                    "pincer_agent=info,pincer_guest_core=info,pincer_shared=info".into()
+                }),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -243,17 +244,17 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         read_env: args.confine.read_env.clone(),
     };
     let confinement = confine::Confinement::new(&policy)?;
-    let guest = Arc::new(Guest::new(Config {
+    let config = Config {
         name: name.clone(),
         token,
         read_only: args.confine.read_only,
         confinement: Arc::new(confinement),
-        display,
         process_session: args
             .own_session_processes
-            .then(|| probe::session_of(std::process::id()))
+            .then(|| processes::session_of(std::process::id()))
             .flatten(),
-    }));
+    };
+    let guest = Arc::new(Guest::new(config, &Linux::new(display)));
 
     let mode = if args.confine.read_only {
         " (read-only)"

@@ -1,7 +1,7 @@
-//! The guest's eyes: grabs the screen's pixels and hands them to `crate::encode`. [`Screen`]
-//! owns one capture backend for the agent's whole life, connects on first use and
-//! reconnects after the display went away, because the agent runs for days across X server
-//! restarts and must neither leak nor panic.
+//! The guest's eyes: grabs the screen's pixels and hands them to the guest core's encoder
+//! (`pincer_guest_core::encode`). [`Screen`] owns one capture backend for the agent's whole
+//! life, connects on first use and reconnects after the display went away, because the
+//! agent runs for days across X server restarts and must neither leak nor panic.
 //!
 //! Backends, best first:
 //! - `x11-shm`: one X connection and one MIT-SHM segment kept across calls; the X server
@@ -13,8 +13,9 @@
 //!   (xcap always reads `$DISPLAY` itself, so it could not honour one). On a Wayland session
 //!   with XWayland the X11 backends win, and they see only X clients.
 
-use crate::encode::{self, Frame, FrameEncoder};
 use crate::x11::{self, Client, Lazy, display_label};
+use pincer_guest_core::encode::{self, Frame, FrameEncoder};
+use pincer_guest_core::platform;
 use pincer_shared::WireError;
 use pincer_shared::observe::{Rect, ScreenInfo, ScreenshotMeta, ScreenshotRequest};
 use std::borrow::Cow;
@@ -35,8 +36,6 @@ pub(crate) struct Screen {
     /// The open backend. The display name `None` means `$DISPLAY` and also allows the xcap
     /// backend.
     backend: Lazy<Backend>,
-    /// Conversion buffers and zstd context, reused so steady captures do not allocate them.
-    encoder: FrameEncoder,
 }
 
 impl Screen {
@@ -44,45 +43,7 @@ impl Screen {
     pub(crate) fn new(display: Option<String>) -> Self {
         Self {
             backend: Lazy::new(display),
-            encoder: FrameEncoder::default(),
         }
-    }
-
-    /// Size, monitors and backend of the screen.
-    pub(crate) fn info(&mut self) -> Result<ScreenInfo, WireError> {
-        self.with_backend(|backend, _| backend.info())
-    }
-
-    /// Grabs the screen (or `req.region` of it), scales it to fit `req.max_size` and encodes
-    /// it as `req.format`.
-    pub(crate) fn capture(
-        &mut self,
-        req: &ScreenshotRequest,
-    ) -> Result<(ScreenshotMeta, Vec<u8>), WireError> {
-        encode::check_request(req)?;
-        self.with_backend(|backend, encoder| {
-            let start = Instant::now();
-            let grab = backend.grab(req)?;
-            let grab_us = micros_since(start);
-            let start = Instant::now();
-            let frame = Frame::new(
-                &grab.pixels,
-                grab.source.width,
-                grab.source.height,
-                grab.stride,
-            )?;
-            let out = encoder.encode(frame, req.format, req.max_size)?;
-            let meta = ScreenshotMeta {
-                width: out.width,
-                height: out.height,
-                format: req.format,
-                layout: out.layout,
-                source: grab.source,
-                grab_us,
-                encode_us: micros_since(start),
-            };
-            Ok((meta, out.bytes))
-        })
     }
 
     /// Runs `op` on the backend, connecting first if needed. A backend that worked before may
@@ -90,7 +51,7 @@ impl Screen {
     /// connection is tried before the loss is reported.
     fn with_backend<T>(
         &mut self,
-        mut op: impl FnMut(&mut Backend, &mut FrameEncoder) -> Result<T, Fault>,
+        mut op: impl FnMut(&mut Backend) -> Result<T, Fault>,
     ) -> Result<T, WireError> {
         let mut lost: Option<String> = None;
         loop {
@@ -107,7 +68,7 @@ impl Screen {
                 }
                 Err(e) => return Err(e),
             };
-            match op(backend, &mut self.encoder) {
+            match op(backend) {
                 Ok(value) => return Ok(value),
                 Err(Fault::Refused(e)) => return Err(e),
                 Err(Fault::Gone(why)) => {
@@ -129,8 +90,32 @@ impl Screen {
     }
 }
 
-fn micros_since(start: Instant) -> u32 {
-    u32::try_from(start.elapsed().as_micros()).unwrap_or(u32::MAX)
+impl platform::Screen for Screen {
+    /// Size, monitors and backend of the screen.
+    fn info(&mut self) -> Result<ScreenInfo, WireError> {
+        self.with_backend(Backend::info)
+    }
+
+    /// Grabs the screen (or `req.region` of it) and has `encoder` scale it to fit
+    /// `req.max_size` and encode it as `req.format`.
+    fn capture(
+        &mut self,
+        req: &ScreenshotRequest,
+        encoder: &mut FrameEncoder,
+    ) -> Result<(ScreenshotMeta, Vec<u8>), WireError> {
+        self.with_backend(|backend| {
+            let start = Instant::now();
+            let grab = backend.grab(req)?;
+            let grabbed_in = start.elapsed();
+            let frame = Frame::new(
+                &grab.pixels,
+                grab.source.width,
+                grab.source.height,
+                grab.stride,
+            )?;
+            Ok(encoder.screenshot(frame, grab.source, grabbed_in, req)?)
+        })
+    }
 }
 
 /// Why a backend operation failed.
@@ -834,6 +819,7 @@ fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T, String> {
 mod tests {
     use super::*;
     use crate::testutil::{Xvfb, wait_for};
+    use pincer_guest_core::platform::Screen as _;
     use pincer_shared::limits::MAX_IMAGE_EDGE;
     use pincer_shared::observe::{ImageFormat, PixelLayout};
     use std::process::{Child, Command, Stdio};
@@ -943,10 +929,23 @@ mod tests {
         Rgb(meta.width, meta.height, out.stdout)
     }
 
+    thread_local! {
+        /// The encoder the guest core keeps for a screen, reused across one test's captures.
+        static ENCODER: std::cell::RefCell<FrameEncoder> = std::cell::RefCell::default();
+    }
+
+    /// A capture as the guest core asks for one: the request checked first, then the screen
+    /// captured through the encoder.
+    fn shoot(
+        screen: &mut Screen,
+        req: &ScreenshotRequest,
+    ) -> Result<(ScreenshotMeta, Vec<u8>), WireError> {
+        encode::check_request(req)?;
+        ENCODER.with_borrow_mut(|encoder| screen.capture(req, encoder))
+    }
+
     fn capture(screen: &mut Screen, req: &ScreenshotRequest) -> (ScreenshotMeta, Vec<u8>) {
-        screen
-            .capture(req)
-            .unwrap_or_else(|e| panic!("capture {req:?}: {e}"))
+        shoot(screen, req).unwrap_or_else(|e| panic!("capture {req:?}: {e}"))
     }
 
     /// Checks the painted scene: background around the window, window colour inside it.
@@ -1179,7 +1178,7 @@ mod tests {
             ),
         ];
         for (req, hint) in cases {
-            match screen.capture(&req) {
+            match shoot(&mut screen, &req) {
                 Err(WireError::InvalidArgument { message }) => {
                     assert!(
                         message.contains(hint),
@@ -1220,7 +1219,6 @@ mod tests {
         let x11 = X11::open(Some(&xvfb.display), false).expect("open without MIT-SHM");
         let mut plain = Screen {
             backend: Lazy::holding(Some(xvfb.display.clone()), Backend::X11(Box::new(x11))),
-            ..Screen::new(Some(xvfb.display.clone()))
         };
         assert_eq!(plain.info().expect("info").capture, "x11-getimage");
         let (meta, via_getimage) = capture(&mut plain, &raw);
@@ -1275,7 +1273,7 @@ mod tests {
     fn unreachable_display_is_a_display_error() {
         let mut screen = Screen::new(Some(":65000".to_owned()));
         for _ in 0..2 {
-            match screen.capture(&request(ImageFormat::Png)) {
+            match shoot(&mut screen, &request(ImageFormat::Png)) {
                 Err(WireError::Display { message }) => {
                     assert!(message.contains(":65000"), "{message}")
                 }
@@ -1294,7 +1292,7 @@ mod tests {
         }
         let mut screen = Screen::new(None);
         for _ in 0..2 {
-            match screen.capture(&request(ImageFormat::Png)) {
+            match shoot(&mut screen, &request(ImageFormat::Png)) {
                 Err(WireError::Display { message }) => {
                     println!("{message}");
                     assert!(message.contains("$DISPLAY is not set"), "{message}");
@@ -1532,7 +1530,7 @@ mod tests {
         drop(scene);
         server.crash();
         for attempt in 0..2 {
-            match screen.capture(&raw) {
+            match shoot(&mut screen, &raw) {
                 Err(WireError::Display { message }) => {
                     println!("{message}");
                     assert!(message.contains(&display), "names the display: {message}");
@@ -1574,7 +1572,6 @@ mod tests {
                 None,
                 Backend::Xcap(XcapCapture::open().expect("xcap sees the Xvfb")),
             ),
-            ..Screen::new(None)
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -1687,7 +1684,9 @@ mod tests {
         println!(
             "1920x1080x24 Xvfb, gtk3-widget-factory over a gradient; {RUNS} runs each, ms \
              (min p50 p95); PNG {}x{}; zstd on {} threads",
-            meta.width, meta.height, screen.encoder.threads
+            meta.width,
+            meta.height,
+            ENCODER.with_borrow(|e| e.threads)
         );
         let mut grabs = Vec::with_capacity(RUNS);
         for _ in 0..RUNS {
@@ -1718,9 +1717,10 @@ mod tests {
                 scaled,
             ),
         ];
-        let parts = screen.encoder.threads;
+        let parts = ENCODER.with_borrow(|e| e.threads);
         for (name, format, max_size) in cases {
-            screen.encoder.threads = if name.ends_with("1 thread") { 1 } else { parts };
+            let threads = if name.ends_with("1 thread") { 1 } else { parts };
+            ENCODER.with_borrow_mut(|e| e.threads = threads);
             let req = ScreenshotRequest {
                 max_size,
                 ..request(format)

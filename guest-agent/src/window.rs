@@ -20,6 +20,7 @@
 //! first use, and replaced when the X server goes away (`crate::x11::Lazy`).
 
 use crate::x11::{self, Client, Lazy, lost};
+use pincer_guest_core::platform;
 use pincer_shared::WireError;
 use pincer_shared::observe::Rect;
 use pincer_shared::probe::WindowInfo;
@@ -102,11 +103,13 @@ impl Windows {
             session: Lazy::new(display),
         }
     }
+}
 
+impl platform::Windows for Windows {
     /// The focused top-level window: `_NET_ACTIVE_WINDOW` when a window manager sets it,
     /// else the input focus walked up to its top-level client (the child of root / the
     /// window with `WM_STATE`).
-    pub(crate) fn active(&mut self) -> Result<Option<WindowInfo>, WireError> {
+    fn active(&mut self) -> Result<Option<WindowInfo>, WireError> {
         self.session.with(|session| {
             // The active window can change while we look; a window that vanished mid-query
             // gets one more look at whatever is active now.
@@ -124,7 +127,7 @@ impl Windows {
 
     /// Every top-level client window, bottom to top: the window manager's clients when one
     /// runs (minimized ones included), else the mapped children of the root.
-    pub(crate) fn list(&mut self) -> Result<Vec<WindowInfo>, WireError> {
+    fn list(&mut self) -> Result<Vec<WindowInfo>, WireError> {
         self.session.with(|session| {
             session.list().map_err(|e| match e {
                 // Windows that vanish are left out one by one; nothing else can vanish.
@@ -141,7 +144,7 @@ impl Windows {
     /// `InvalidArgument` for a geometry no screen can show, `Unsupported` for what the
     /// window manager does not allow on this window, `Timeout` when the change does not
     /// show in time (an app that asks whether to save keeps its window open).
-    pub(crate) fn apply(&mut self, id: u64, op: WindowOp) -> Result<(), WireError> {
+    fn apply(&mut self, id: u64, op: WindowOp) -> Result<(), WireError> {
         let not_found = || WireError::NotFound {
             path: format!("window {id:#x}"),
         };
@@ -1174,6 +1177,7 @@ mod tests {
     use super::*;
     use crate::testutil::{App, DbusSession, FixedXvfb, Openbox, Xvfb, openbox, wait_for};
     use crate::x11::Client as _;
+    use pincer_guest_core::platform::Windows as _;
     use x11rb::COPY_DEPTH_FROM_PARENT;
     use x11rb::protocol::Event;
     use x11rb::protocol::xproto::CreateWindowAux;

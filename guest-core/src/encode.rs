@@ -1,7 +1,8 @@
 //! Turns a grabbed frame into the bytes of a screenshot reply: request checks, downscaling
 //! and encoding to PNG, JPEG or raw BGRX (optionally zstd-compressed). Nothing here touches a
 //! display, so every rule about what a valid request is and what the image looks like is
-//! testable on plain byte buffers; `crate::screen` only grabs pixels and calls in here.
+//! testable on plain byte buffers; platforms only grab pixels (the Linux agent from X11,
+//! the Android shim from `screencap`) and call in here.
 //!
 //! Frames are X11's native layout: 4 bytes per pixel, blue, green, red, unused, rows `stride`
 //! bytes apart. Downscaling is an area average over integer pixel boxes (every source pixel
@@ -15,9 +16,10 @@ mod png;
 
 use pincer_shared::WireError;
 use pincer_shared::limits::MAX_IMAGE_EDGE;
-use pincer_shared::observe::{ImageFormat, PixelLayout, Rect, ScreenshotRequest};
+use pincer_shared::observe::{ImageFormat, PixelLayout, Rect, ScreenshotMeta, ScreenshotRequest};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// Bytes per BGRX pixel.
 const BPP: usize = 4;
@@ -28,7 +30,7 @@ const KEEP_SCRATCH: usize = 64 * 1024 * 1024;
 
 /// Pixels as grabbed: BGRX rows, `stride` bytes apart.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Frame<'a> {
+pub struct Frame<'a> {
     pixels: &'a [u8],
     width: u32,
     height: u32,
@@ -37,7 +39,7 @@ pub(crate) struct Frame<'a> {
 
 impl<'a> Frame<'a> {
     /// Wraps grabbed pixels, checking that `pixels` holds `height` rows of `width` pixels.
-    pub(crate) fn new(
+    pub fn new(
         pixels: &'a [u8],
         width: u32,
         height: u32,
@@ -80,15 +82,15 @@ impl<'a> Frame<'a> {
 
 /// An encoded screenshot body and what it shows.
 #[derive(Debug)]
-pub(crate) struct Encoded {
+struct Encoded {
     /// The body sent after the reply header.
-    pub(crate) bytes: Vec<u8>,
+    bytes: Vec<u8>,
     /// Width of the image sent.
-    pub(crate) width: u32,
+    width: u32,
     /// Height of the image sent.
-    pub(crate) height: u32,
+    height: u32,
     /// Pixel layout of the image (for raw bodies, before zstd).
-    pub(crate) layout: PixelLayout,
+    layout: PixelLayout,
 }
 
 fn invalid(message: String) -> WireError {
@@ -97,7 +99,7 @@ fn invalid(message: String) -> WireError {
 
 /// Checks everything in `req` that does not depend on the screen, so that a bad request is
 /// refused before anything is grabbed.
-pub(crate) fn check_request(req: &ScreenshotRequest) -> Result<(), WireError> {
+pub fn check_request(req: &ScreenshotRequest) -> Result<(), WireError> {
     match req.format {
         ImageFormat::Png => {}
         ImageFormat::Jpeg { quality } => {
@@ -154,11 +156,7 @@ pub(crate) fn check_request(req: &ScreenshotRequest) -> Result<(), WireError> {
 }
 
 /// The screen area to grab for `region` on a `width`x`height` screen whose origin is 0,0.
-pub(crate) fn source_rect(
-    region: Option<Rect>,
-    width: u32,
-    height: u32,
-) -> Result<Rect, WireError> {
+pub fn source_rect(region: Option<Rect>, width: u32, height: u32) -> Result<Rect, WireError> {
     let screen = Rect::new(0, 0, width, height);
     let Some(r) = region else {
         return Ok(screen);
@@ -175,7 +173,7 @@ pub(crate) fn source_rect(
 
 /// Checks that an image of this size may be sent, given that it will be scaled to fit
 /// `max_size`.
-pub(crate) fn check_output(source: Rect, max_size: Option<(u32, u32)>) -> Result<(), WireError> {
+pub fn check_output(source: Rect, max_size: Option<(u32, u32)>) -> Result<(), WireError> {
     let (w, h) = fit(source.width, source.height, max_size);
     if w > MAX_IMAGE_EDGE || h > MAX_IMAGE_EDGE {
         return Err(invalid(format!(
@@ -192,7 +190,7 @@ fn show(r: Rect) -> String {
 
 /// The size of a `width`x`height` image scaled down (never up) to fit in `max_size`, keeping
 /// the aspect ratio; the shorter edge is rounded to the nearest pixel and is at least 1.
-pub(crate) fn fit(width: u32, height: u32, max_size: Option<(u32, u32)>) -> (u32, u32) {
+fn fit(width: u32, height: u32, max_size: Option<(u32, u32)>) -> (u32, u32) {
     let Some((mw, mh)) = max_size else {
         return (width, height);
     };
@@ -225,7 +223,7 @@ const MAX_ZSTD_PARTS: usize = 16;
 /// Encodes frames, keeping conversion buffers and compression contexts between calls so
 /// that a steady stream of screenshots allocates (and page-faults) only the bodies it
 /// returns.
-pub(crate) struct FrameEncoder {
+pub struct FrameEncoder {
     /// Downscaled BGRX pixels.
     scaled: Vec<u8>,
     /// BGRX without row padding.
@@ -235,7 +233,7 @@ pub(crate) struct FrameEncoder {
     /// Deflate contexts and row buffers, one per thread compressing bands of a PNG.
     png: Vec<png::BandWorker>,
     /// How many threads compress a large frame: one per core, at most 4.
-    pub(crate) threads: usize,
+    pub threads: usize,
 }
 
 impl Default for FrameEncoder {
@@ -265,9 +263,34 @@ impl fmt::Debug for FrameEncoder {
 }
 
 impl FrameEncoder {
+    /// The answer to `req` (which has passed [`check_request`]): `frame`, grabbed from
+    /// `source` of the screen in `grabbed_in`, scaled and encoded as `req` asks. Returns
+    /// the reply's metadata and body.
+    pub fn screenshot(
+        &mut self,
+        frame: Frame<'_>,
+        source: Rect,
+        grabbed_in: Duration,
+        req: &ScreenshotRequest,
+    ) -> Result<(ScreenshotMeta, Vec<u8>), WireError> {
+        let start = Instant::now();
+        let out = self.encode(frame, req.format, req.max_size)?;
+        let micros = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+        let meta = ScreenshotMeta {
+            width: out.width,
+            height: out.height,
+            format: req.format,
+            layout: out.layout,
+            source,
+            grab_us: micros(grabbed_in),
+            encode_us: micros(start.elapsed()),
+        };
+        Ok((meta, out.bytes))
+    }
+
     /// Scales `frame` to fit `max_size` and encodes it as `format`. The request must have
     /// passed [`check_request`].
-    pub(crate) fn encode(
+    fn encode(
         &mut self,
         frame: Frame<'_>,
         format: ImageFormat,

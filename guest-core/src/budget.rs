@@ -1,7 +1,24 @@
 //! Byte budgets shared by concurrent work whose results travel in one reply: an exec's two
 //! output streams, a batch's probes. Each keeps the reply under the response limit.
 
+use pincer_shared::WireError;
+use pincer_shared::limits::MAX_RESPONSE_HEADER;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes of files and command output one batch's replies may carry inline, so that the
+/// batch's answer fits in a response header with room for everything else.
+pub(crate) const BATCH_INLINE_BYTES: u64 = MAX_RESPONSE_HEADER as u64 - 8 * 1024 * 1024;
+
+/// The error of a probe whose reply would overflow its batch's inline budget.
+pub(crate) fn batch_full(what: &str, size: u64) -> WireError {
+    WireError::TooLarge {
+        what: format!(
+            "{what}: the batch's replies would pass {BATCH_INLINE_BYTES} bytes inline; read it in a batch of its own"
+        ),
+        limit: BATCH_INLINE_BYTES,
+        got: size,
+    }
+}
 
 /// Bytes that may still be kept.
 #[derive(Debug)]

@@ -110,25 +110,26 @@ const PLAIN_ENV_PREFIXES: &[&str] = &["LC_", "XDG_"];
 
 /// How the agent was started, as far as what it serves goes.
 #[derive(Debug, Clone)]
-pub(crate) struct Policy {
+pub struct Policy {
     /// The home directory (`~` in paths, the default read root, where secrets are looked
     /// for).
-    pub(crate) home: PathBuf,
+    pub home: PathBuf,
     /// The agent's state directory: its key, certificate and default token.
-    pub(crate) state_dir: PathBuf,
+    pub state_dir: PathBuf,
     /// The token file hosts must prove.
-    pub(crate) token_file: PathBuf,
+    pub token_file: PathBuf,
     /// Other places holding pincer keys and tokens ([`pincer_places`]).
-    pub(crate) others: PincerPlaces,
+    pub others: PincerPlaces,
     /// For a read-only agent, its read roots (`Some(vec![])`: the home directory).
-    pub(crate) read_roots: Option<Vec<PathBuf>>,
+    pub read_roots: Option<Vec<PathBuf>>,
     /// For a read-only agent, environment variables served beyond the plain ones.
-    pub(crate) read_env: Vec<String>,
+    pub read_env: Vec<String>,
 }
 
 /// Why a policy cannot be put in force.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum PolicyError {
+#[non_exhaustive]
+pub enum PolicyError {
     /// A read root is not a directory that exists.
     #[error("--read-root {path}: {source} (read roots are directories that exist)")]
     Root {
@@ -199,7 +200,7 @@ struct ReadOnly {
 
 /// The agent's policy on what it serves.
 #[derive(Debug)]
-pub(crate) struct Confinement {
+pub struct Confinement {
     never: Vec<Guarded>,
     read_only: Option<ReadOnly>,
 }
@@ -253,7 +254,7 @@ impl Allowed {
 
 impl Confinement {
     /// The policy for an agent started as `p` describes. Read roots must exist.
-    pub(crate) fn new(p: &Policy) -> Result<Self, PolicyError> {
+    pub fn new(p: &Policy) -> Result<Self, PolicyError> {
         // The key by name and by identity too: a hard link to it is still it.
         let key = p.state_dir.join("key.der");
         let never = [&p.state_dir, &key, &p.token_file]
@@ -587,18 +588,18 @@ fn real_location(path: &Path) -> PathBuf {
 
 /// Where pincer keeps keys and tokens on this machine besides an agent's own.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct PincerPlaces {
+pub struct PincerPlaces {
     /// Other agents' state directories, and the token files the host's envs file names.
-    pub(crate) never: Vec<PathBuf>,
+    pub never: Vec<PathBuf>,
     /// Hosts' state directories: their identity and tokens, and every local desktop's
     /// agent, token and X cookie, next to the desktops' home directories.
-    pub(crate) host_states: Vec<PathBuf>,
+    pub host_states: Vec<PathBuf>,
 }
 
 /// Finds [`PincerPlaces`]: named by the environment, and at their default places under
 /// `home` and under the user's home in the password database (they differ for local
 /// desktops, whose agents get a home of their own).
-pub(crate) fn pincer_places(home: &Path) -> PincerPlaces {
+pub fn pincer_places(home: &Path) -> PincerPlaces {
     let var = |k: &str| std::env::var_os(k).map(PathBuf::from);
     let homes: Vec<PathBuf> = std::iter::once(home.to_path_buf())
         .chain(passwd_home())
@@ -646,7 +647,7 @@ fn token_files(envs_file: &Path) -> Vec<PathBuf> {
 }
 
 /// The home directory: `$HOME`, else the user's in the password database, else `/`.
-pub(crate) fn home() -> PathBuf {
+pub fn home() -> PathBuf {
     std::env::var_os("HOME")
         .map(PathBuf::from)
         .or_else(passwd_home)
@@ -698,7 +699,7 @@ impl Confinement {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe;
+    use crate::fs as probe;
     use std::os::unix::fs::symlink;
 
     /// A home directory with a real file in every place where secrets live, the agent's

@@ -3,24 +3,20 @@
 //! that stream; it never takes down its connection, and one connection never takes down
 //! another.
 
-use crate::confine::Confinement;
-use crate::guest::{Guest, Reply};
-use crate::probe;
+use crate::body::{RequestBody, reply};
+use crate::guest::Guest;
+use crate::platform::Platform;
 use pincer_shared::codec::{self, Frame};
 use pincer_shared::handshake::{self, ClientHello, ServerHello};
 use pincer_shared::identity::Identity;
-use pincer_shared::limits::{MAX_HELLO, MAX_INLINE_FILE, MAX_REQUEST_HEADER, MAX_RESPONSE_HEADER};
-use pincer_shared::probe::FileStat;
-use pincer_shared::setup::Setup;
+use pincer_shared::limits::{MAX_HELLO, MAX_REQUEST_HEADER};
 use pincer_shared::transport::admission::{self, Limits, Pending};
-use pincer_shared::transport::stream::{finish, read_header, write_body, write_header};
+use pincer_shared::transport::stream::{finish, read_header, write_header};
 use pincer_shared::transport::{Link, RecvHalf, SendHalf, TransportError, close_code, quic};
-use pincer_shared::{ProtocolVersion, Request, Response, WireError};
+use pincer_shared::{ProtocolVersion, Response, WireError};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
 /// How many connections are served: authenticated ones, and ones still in TLS or their
@@ -38,7 +34,7 @@ const MAX_IN_FLIGHT: usize = 256;
 const PREAUTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Accepts connections on `endpoint` until it is closed.
-pub(crate) async fn listen(guest: Arc<Guest>, endpoint: quinn::Endpoint) {
+pub async fn listen<P: Platform>(guest: Arc<Guest<P>>, endpoint: quinn::Endpoint) {
     let serve_one = move |link: Link, pending: Pending, arrived: tokio::time::Instant| {
         let guest = guest.clone();
         async move {
@@ -78,8 +74,8 @@ const MAX_REDIAL_PAUSE: Duration = Duration::from_secs(1);
 
 /// Dials the host at `addr` and serves it; redials with backoff whenever the connection
 /// drops, until the process is stopped.
-pub(crate) async fn dial(
-    guest: Arc<Guest>,
+pub async fn dial<P: Platform>(
+    guest: Arc<Guest<P>>,
     endpoint: quinn::Endpoint,
     addr: SocketAddr,
     identity: Identity,
@@ -176,8 +172,8 @@ impl Welcome {
 /// Reads and checks the hello of a new connection within `limit`. A host that fails is
 /// answered, and the connection closed, here; one that passes gets its answer from
 /// [`Welcome::send`].
-async fn check_hello_within(
-    guest: &Guest,
+async fn check_hello_within<P: Platform>(
+    guest: &Guest<P>,
     link: &Link,
     limit: Duration,
 ) -> Result<Welcome, AuthError> {
@@ -197,7 +193,7 @@ async fn check_hello_within(
 }
 
 /// Serves an authenticated connection's streams until it closes.
-async fn serve(guest: Arc<Guest>, link: Link, version: ProtocolVersion) {
+async fn serve<P: Platform>(guest: Arc<Guest<P>>, link: Link, version: ProtocolVersion) {
     let peer = link.remote_addr();
     tracing::info!(%peer, %version, "host authenticated");
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
@@ -223,7 +219,7 @@ async fn serve(guest: Arc<Guest>, link: Link, version: ProtocolVersion) {
 }
 
 /// Reads the hello from the first stream and checks it; answers it only if it fails.
-async fn check_hello(guest: &Guest, link: &Link) -> Result<Welcome, AuthError> {
+async fn check_hello<P: Platform>(guest: &Guest<P>, link: &Link) -> Result<Welcome, AuthError> {
     let broken = |e: TransportError| AuthError::Broken(e.to_string());
     let (mut send, mut recv) = link.accept().await.map_err(broken)?;
     let header = read_header(&mut recv, MAX_HELLO)
@@ -259,8 +255,8 @@ async fn check_hello(guest: &Guest, link: &Link) -> Result<Welcome, AuthError> {
 }
 
 /// Serves one request stream.
-async fn handle_stream(
-    guest: &Guest,
+async fn handle_stream<P: Platform>(
+    guest: &Guest<P>,
     version: ProtocolVersion,
     mut send: SendHalf,
     mut recv: RecvHalf,
@@ -287,417 +283,19 @@ async fn handle_stream(
         };
         return reply(&mut send, Response::Error(e), None).await;
     }
-    if let Err(e) = guest.check_class(&req) {
-        return reply(&mut send, Response::Error(e), None).await;
-    }
     tracing::trace!(kind = req.kind_name(), "request");
-    match req {
-        Request::ReadFile {
-            path,
-            offset,
-            max_len,
-        } => send_file(&mut send, &guest.config.confinement, &path, offset, max_len).await,
-        Request::Setup(Setup::WriteFile {
-            path,
-            mode,
-            create_dirs,
-            append,
-        }) => {
-            let r = receive_file(&mut recv, body_len, &path, mode, create_dirs, append).await;
-            reply(
-                &mut send,
-                r.map_or_else(Response::Error, |()| Response::Done),
-                None,
-            )
-            .await
-        }
-        req => match guest.handle(req).await {
-            Reply::Msg(m) => reply(&mut send, m, None).await,
-            Reply::Body(m, body) => reply(&mut send, m, Some(&body)).await,
-        },
-    }
-}
-
-/// Writes a reply (and its body) and ends the stream. A reply too large for the header
-/// limit becomes a `TooLarge` error instead.
-async fn reply(
-    send: &mut SendHalf,
-    msg: Response,
-    body: Option<&[u8]>,
-) -> Result<(), TransportError> {
-    let body_len = body.map_or(0, |b| b.len() as u64);
-    match write_header(send, &msg, body_len, MAX_RESPONSE_HEADER).await {
-        Err(TransportError::Codec(e)) => {
-            write_header(send, &Response::Error(e.into()), 0, MAX_RESPONSE_HEADER).await?;
-        }
-        Err(e) => return Err(e),
-        Ok(()) => {
-            if let Some(b) = body {
-                write_body(send, b).await?;
-            }
-        }
-    }
-    finish(send).await
-}
-
-/// Bytes read from disk per chunk of a streamed file.
-const FILE_CHUNK: usize = 1024 * 1024;
-
-/// Most bytes read from a file that reports no size (`/proc`, `/sys`): such files are
-/// read to their end before the reply, whose header must give the length.
-const MAX_UNSIZED_READ: u64 = MAX_INLINE_FILE;
-
-/// What a file read sends after its header.
-enum FileBody {
-    /// `len` bytes streamed from the open file.
-    Stream(std::fs::File, u64),
-    /// Bytes already read (files that report no size).
-    Read(Vec<u8>),
-}
-
-/// Opens (part of) a regular file for a bulk read. Files whose size is known are streamed;
-/// files that report size 0 (`/proc`, `/sys`) are read to their end, up to
-/// [`MAX_UNSIZED_READ`].
-fn open_for_read(
-    confinement: &Confinement,
-    path: &str,
-    offset: u64,
-    max_len: Option<u64>,
-) -> Result<(FileStat, FileBody), WireError> {
-    use std::io::{Read, Seek};
-    let (mut f, meta) = probe::open_regular(confinement, path)?
-        .ok_or_else(|| WireError::NotFound { path: path.into() })?;
-    let stat = probe::file_stat(path, &meta);
-    if offset > 0 {
-        f.seek(std::io::SeekFrom::Start(offset))
-            .map_err(|e| WireError::from_io(path, &e))?;
-    }
-    let want = max_len.unwrap_or(u64::MAX);
-    if meta.len() > 0 {
-        return Ok((
-            stat,
-            FileBody::Stream(f, meta.len().saturating_sub(offset).min(want)),
-        ));
-    }
-    let cap = want.min(MAX_UNSIZED_READ);
-    let mut bytes = Vec::new();
-    f.take(cap + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| WireError::from_io(path, &e))?;
-    if bytes.len() as u64 > cap {
-        if cap < want {
-            return Err(WireError::TooLarge {
-                what: format!(
-                    "{path} (it reports no size, so it is read whole before sending; read it in parts with an offset and a length)"
-                ),
-                limit: cap,
-                got: bytes.len() as u64,
-            });
-        }
-        bytes.truncate(cap as usize);
-    }
-    Ok((stat, FileBody::Read(bytes)))
-}
-
-/// Sends (part of) a file as the reply body without holding it in memory: a blocking
-/// thread reads 1 MiB chunks (a few chunks ahead) while this task sends them.
-async fn send_file(
-    send: &mut SendHalf,
-    confinement: &Arc<Confinement>,
-    path: &str,
-    offset: u64,
-    max_len: Option<u64>,
-) -> Result<(), TransportError> {
-    let owned = path.to_owned();
-    let c = confinement.clone();
-    let opened = tokio::task::spawn_blocking(move || open_for_read(&c, &owned, offset, max_len))
-        .await
-        .unwrap_or_else(|e| {
-            Err(WireError::Internal {
-                message: format!("file reader failed: {e}"),
-            })
-        });
-    let (mut file, len) = match opened {
-        Ok((stat, FileBody::Read(bytes))) => {
-            let len = bytes.len() as u64;
-            return reply(send, Response::File { stat, len }, Some(&bytes)).await;
-        }
-        Ok((stat, FileBody::Stream(file, len))) => {
-            write_header(
-                send,
-                &Response::File { stat, len },
-                len,
-                MAX_RESPONSE_HEADER,
-            )
-            .await?;
-            (file, len)
-        }
-        Err(e) => return reply(send, Response::Error(e), None).await,
-    };
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
-    // Chunks come back once sent, so a transfer reuses a handful of buffers instead of
-    // allocating (and zeroing) one per MiB.
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-    let reader = tokio::task::spawn_blocking(move || {
-        use std::io::Read;
-        let mut left = len;
-        while left > 0 {
-            let want = left.min(FILE_CHUNK as u64);
-            let mut chunk = done_rx.try_recv().unwrap_or_default();
-            chunk.clear();
-            chunk.reserve(want as usize);
-            // Into the buffer's spare room, which needs no zeroing first.
-            if (&mut file).take(want).read_to_end(&mut chunk).is_err() {
-                // The header is out: stop short, and the host sees a truncated body rather
-                // than made-up bytes.
-                return;
-            }
-            // A file that shrank meanwhile is padded with zeros so the frame stays
-            // well-formed; the header already promised `len` bytes.
-            chunk.resize(want as usize, 0);
-            left -= chunk.len() as u64;
-            if tx.blocking_send(chunk).is_err() {
-                return;
-            }
-        }
-    });
-    while let Some(chunk) = rx.recv().await {
-        write_body(send, &chunk).await?;
-        let _ = done_tx.send(chunk);
-    }
-    let _ = reader.await;
-    finish(send).await
-}
-
-/// Receives an uploaded file into a temporary sibling and renames it into place, so a
-/// reader never sees half a file (unless appending).
-async fn receive_file(
-    recv: &mut RecvHalf,
-    len: u64,
-    path: &str,
-    mode: u32,
-    create_dirs: bool,
-    append: bool,
-) -> Result<(), WireError> {
-    use tokio::io::AsyncReadExt;
-    let dest = probe::resolve(path);
-    if let Some(dir) = dest.parent()
-        && create_dirs
-    {
-        tokio::fs::create_dir_all(dir)
-            .await
-            .map_err(|e| WireError::from_io(&dir.display().to_string(), &e))?;
-    }
-    let target = if append {
-        dest.clone()
-    } else {
-        // One temporary file per upload: two uploads to the same path at once must not
-        // write into each other's file.
-        static UPLOADS: AtomicU64 = AtomicU64::new(0);
-        let name = dest
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let n = UPLOADS.fetch_add(1, Ordering::Relaxed);
-        dest.with_file_name(format!(".{name}.pincer-{}-{n}", std::process::id()))
-    };
-    let mut f = tokio::fs::OpenOptions::new()
-        .write(true)
-        .create(append)
-        .create_new(!append)
-        .append(append)
-        .mode(mode & 0o7777)
-        .open(&target)
-        .await
-        .map_err(|e| WireError::from_io(path, &e))?;
-    let copied = tokio::io::copy(&mut recv.take(len), &mut f).await;
-    let done = match copied {
-        Ok(n) if n == len => f.flush().await.map_err(|e| WireError::from_io(path, &e)),
-        Ok(n) => Err(WireError::Malformed {
-            reason: format!("upload ended after {n} of {len} bytes"),
-        }),
-        Err(e) => Err(WireError::from_io(path, &e)),
-    };
-    drop(f);
-    if append {
-        return done;
-    }
-    match done {
-        Ok(()) => tokio::fs::rename(&target, &dest)
-            .await
-            .map_err(|e| WireError::from_io(path, &e)),
-        Err(e) => {
-            let _ = tokio::fs::remove_file(&target).await;
-            Err(e)
-        }
-    }
+    let body = RequestBody::new(&mut recv, body_len);
+    guest.handle(req, body).await.send(&mut send).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::guest::Config;
+    use crate::testutil::{Fake, config};
+    use pincer_shared::Request;
     use pincer_shared::identity::Token;
-    use pincer_shared::limits::MAX_DOWNLOAD;
-    use pincer_shared::transport::stream::read_body;
-
-    /// A bulk read as the host sees it: the reply and its body.
-    async fn read(path: &str, offset: u64, max_len: Option<u64>) -> (Response, Vec<u8>) {
-        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
-        let path = path.to_owned();
-        let sender = tokio::spawn(async move {
-            let mut send: SendHalf = Box::new(ours);
-            let normal = Arc::new(Confinement::normal(std::path::Path::new("/nonexistent")));
-            send_file(&mut send, &normal, &path, offset, max_len).await
-        });
-        let header = tokio::time::timeout(
-            Duration::from_secs(5),
-            read_header(&mut theirs, MAX_RESPONSE_HEADER),
-        )
-        .await
-        .expect("the guest answers at once")
-        .unwrap()
-        .unwrap();
-        let frame: Frame<Response> = codec::decode(&header, MAX_DOWNLOAD).unwrap();
-        let body = read_body(&mut theirs, frame.body_len).await.unwrap();
-        sender.await.unwrap().unwrap();
-        (frame.msg, body)
-    }
-
-    fn refused(reply: &Response, what: &str) {
-        match reply {
-            Response::Error(WireError::InvalidArgument { message }) => {
-                assert!(message.contains(what), "{message}");
-            }
-            other => panic!("expected a refusal naming {what}, got {other:?}"),
-        }
-    }
-
-    #[tokio::test]
-    async fn bulk_reads_refuse_what_is_not_a_regular_file() {
-        let dir = tempfile::tempdir().unwrap();
-        refused(
-            &read(dir.path().to_str().unwrap(), 0, None).await.0,
-            "directory",
-        );
-        let fifo = dir.path().join("fifo");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a plain syscall with a valid C string.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        refused(&read(fifo.to_str().unwrap(), 0, None).await.0, "FIFO");
-        refused(&read("/dev/zero", 0, None).await.0, "device");
-        // The inline probe refuses the same, without blocking on the FIFO either.
-        let normal = Confinement::normal(std::path::Path::new("/nonexistent"));
-        assert!(matches!(
-            probe::read_file(&normal, fifo.to_str().unwrap(), 10, None),
-            Err(WireError::InvalidArgument { .. })
-        ));
-    }
-
-    #[tokio::test]
-    async fn files_without_a_size_are_read_to_their_end() {
-        let (reply, body) = read("/proc/self/status", 0, None).await;
-        let Response::File { stat, len } = reply else {
-            panic!("{reply:?}");
-        };
-        assert_eq!(stat.size, 0, "procfs reports no size");
-        assert_eq!(len, body.len() as u64);
-        let text = String::from_utf8(body).unwrap();
-        assert!(
-            text.starts_with("Name:") && text.contains("VmRSS"),
-            "{text}"
-        );
-        let (_, part) = read("/proc/self/status", 2, Some(3)).await;
-        assert_eq!(part, b"me:");
-    }
-
-    #[tokio::test]
-    async fn bulk_reads_follow_symlinks_and_honour_ranges() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("data.txt");
-        std::fs::write(&file, "0123456789").unwrap();
-        let link = dir.path().join("link");
-        std::os::unix::fs::symlink(&file, &link).unwrap();
-        let (reply, body) = read(link.to_str().unwrap(), 0, None).await;
-        assert_eq!(body, b"0123456789");
-        assert!(matches!(reply, Response::File { stat, len: 10 } if stat.size == 10));
-        assert_eq!(read(link.to_str().unwrap(), 3, Some(4)).await.1, b"3456");
-        let missing = dir.path().join("missing");
-        assert!(matches!(
-            read(missing.to_str().unwrap(), 0, None).await.0,
-            Response::Error(WireError::NotFound { .. })
-        ));
-    }
-
-    #[tokio::test]
-    async fn files_of_many_chunks_arrive_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("big.bin");
-        // Every chunk different, so a reused buffer that kept old bytes would show.
-        let bytes: Vec<u8> = (0..(3 * FILE_CHUNK + 12_345))
-            .map(|i| (i % 251) as u8)
-            .collect();
-        std::fs::write(&file, &bytes).unwrap();
-        let (reply, body) = read(file.to_str().unwrap(), 0, None).await;
-        assert!(matches!(reply, Response::File { len, .. } if len == bytes.len() as u64));
-        assert!(body == bytes, "the body differs from the file");
-    }
-
-    #[tokio::test]
-    async fn concurrent_uploads_to_one_path_do_not_mix() {
-        let dir = tempfile::tempdir().unwrap();
-        let dest = dir.path().join("target.bin");
-        let bodies = [vec![b'a'; 200_000], vec![b'b'; 200_000]];
-        let mut writers = Vec::new();
-        let mut uploads = Vec::new();
-        for body in &bodies {
-            let (w, r) = tokio::io::duplex(8 * 1024);
-            writers.push(w);
-            let dest = dest.to_str().unwrap().to_owned();
-            let len = body.len() as u64;
-            uploads.push(tokio::spawn(async move {
-                let mut recv: RecvHalf = Box::new(r);
-                receive_file(&mut recv, len, &dest, 0o644, false, false).await
-            }));
-        }
-        // Both uploads are under way before either ends.
-        let half = bodies[0].len() / 2;
-        for (w, body) in writers.iter_mut().zip(&bodies) {
-            w.write_all(&body[..half]).await.unwrap();
-        }
-        for (w, body) in writers.iter_mut().zip(&bodies) {
-            w.write_all(&body[half..]).await.unwrap();
-        }
-        for upload in uploads {
-            upload.await.unwrap().expect("each upload succeeds");
-        }
-        let got = std::fs::read(&dest).unwrap();
-        assert!(
-            got == bodies[0] || got == bodies[1],
-            "the file mixes both uploads"
-        );
-        let mut names = Vec::new();
-        let mut rd = tokio::fs::read_dir(dir.path()).await.unwrap();
-        while let Some(e) = rd.next_entry().await.unwrap() {
-            names.push(e.file_name().to_string_lossy().into_owned());
-        }
-        assert_eq!(names, ["target.bin"], "temporary files left behind");
-        // A short upload fails and leaves nothing behind.
-        let (mut w, r) = tokio::io::duplex(1024);
-        w.write_all(b"abc").await.unwrap();
-        drop(w);
-        let mut recv: RecvHalf = Box::new(r);
-        let short = receive_file(&mut recv, 10, dest.to_str().unwrap(), 0o644, false, false).await;
-        assert!(
-            matches!(short, Err(WireError::Malformed { .. })),
-            "{short:?}"
-        );
-        assert_eq!(
-            std::fs::read(&dest).unwrap(),
-            got,
-            "a failed upload replaced the file"
-        );
-    }
+    use pincer_shared::limits::MAX_RESPONSE_HEADER;
 
     /// A client endpoint dialling from `ip`, and a connection from it to `guest_addr`.
     async fn dial_from(
@@ -737,14 +335,12 @@ mod tests {
     fn listening_guest() -> (quinn::Endpoint, SocketAddr, Identity, Token) {
         let id = Identity::generate("guest").unwrap();
         let token = Token::generate();
-        let guest = Arc::new(Guest::new(Config {
+        let config = Config {
             name: "admission".into(),
             token: token.clone(),
-            read_only: true,
-            confinement: Arc::new(Confinement::normal(std::path::Path::new("/nonexistent"))),
-            display: Some(":65000".into()),
-            process_session: None,
-        }));
+            ..config(true)
+        };
+        let guest = Arc::new(Guest::new(config, &Fake::default()));
         let cfg = quic::server_config(&id, false).unwrap();
         let endpoint = quic::server_endpoint("127.0.0.1:0".parse().unwrap(), cfg, &id).unwrap();
         let addr = endpoint.local_addr().unwrap();

@@ -17,7 +17,7 @@ fn expand(args: &[String]) -> Vec<String> {
     args.iter()
         .map(|a| {
             if a == "~" || a.starts_with("~/") {
-                crate::probe::resolve(a).display().to_string()
+                crate::fs::resolve(a).display().to_string()
             } else {
                 a.clone()
             }
@@ -26,7 +26,7 @@ fn expand(args: &[String]) -> Vec<String> {
 }
 
 /// Runs a program to completion, killing its process group after the timeout.
-pub(crate) async fn run(req: &ExecRequest) -> Result<ExecOutput, WireError> {
+pub async fn run(req: &ExecRequest) -> Result<ExecOutput, WireError> {
     let (program, args) = req
         .argv
         .split_first()
@@ -56,7 +56,7 @@ pub(crate) async fn run(req: &ExecRequest) -> Result<ExecOutput, WireError> {
         .process_group(0)
         .kill_on_drop(true);
     if let Some(cwd) = &req.cwd {
-        cmd.current_dir(crate::probe::resolve(cwd));
+        cmd.current_dir(crate::fs::resolve(cwd));
     }
     let started = Instant::now();
     let mut child = cmd.spawn().map_err(|e| spawn_error(program, &e))?;
@@ -142,7 +142,7 @@ pub(crate) fn launch(
         .stderr(Stdio::null())
         .process_group(0);
     if let Some(cwd) = cwd {
-        cmd.current_dir(crate::probe::resolve(cwd));
+        cmd.current_dir(crate::fs::resolve(cwd));
     }
     let mut child = cmd.spawn().map_err(|e| spawn_error(program, &e))?;
     let pid = child.id().unwrap_or(0);

@@ -1,0 +1,26 @@
+//! The guest core: everything a pincer guest does that does not depend on its platform, as a
+//! library the Linux agent (`pincer-agent`) and the Android shim build on. [`server`]
+//! accepts connections (or dials a host), authenticates them and serves one request per
+//! stream; [`Guest`] dispatches every request kind, serving the file system (through
+//! [`confine`]), programs ([`exec`]), processes, batches and their byte budgets itself, and
+//! the rest through its [`Platform`]: input, screen, UI tree, windows or apps, clipboard
+//! and settings, each behind a trait in [`platform`]. Screen frames are encoded here
+//! ([`encode`]), so both guests send the same PNG, JPEG and raw+zstd bodies.
+
+mod body;
+mod budget;
+pub mod confine;
+pub mod encode;
+pub mod exec;
+mod fs;
+mod guest;
+pub mod platform;
+pub mod processes;
+pub mod server;
+mod subsystem;
+#[cfg(test)]
+mod testutil;
+
+pub use body::{FileStream, Reply, RequestBody};
+pub use guest::{Config, Guest};
+pub use platform::Platform;

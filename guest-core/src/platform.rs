@@ -1,0 +1,200 @@
+//! What a guest's platform plugs into the core: one trait per capability (input, screen, UI
+//! tree, windows or apps, clipboard, settings) and [`Platform`], which names a platform's
+//! implementations and makes them. The core owns everything around them: it checks requests
+//! before they reach a capability, serialises each blocking one on a thread of its own, and
+//! turns their panics into errors.
+//!
+//! Input, screen, windows and clipboard are blocking: display servers and device tools
+//! answer one call at a time, and [`Guest`](crate::Guest) runs each on a blocking thread with
+//! the capability to itself, waiting a bounded time for its turn. UI trees and settings are
+//! async: a tree walk is thousands of concurrent calls, and settings are read by running a
+//! program. A platform that lacks a capability plugs in [`Lacking`], which answers every
+//! call `Unsupported`.
+
+use crate::encode::FrameEncoder;
+use pincer_shared::WireError;
+use pincer_shared::action::{Action, Point};
+use pincer_shared::observe::{ScreenInfo, ScreenshotMeta, ScreenshotRequest, TreeRequest};
+use pincer_shared::probe::WindowInfo;
+use pincer_shared::setup::WindowOp;
+use pincer_shared::tree::UiTree;
+use std::fmt::Debug;
+use std::future::Future;
+
+/// A platform the guest core runs on: which implementation serves each capability, and how
+/// to make them. The core makes each once when the guest starts ([`Platform::windows`]
+/// twice); they connect to whatever they use on first need and reconnect on their own.
+pub trait Platform: Send + Sync + 'static {
+    /// Mouse and keyboard, or touch.
+    type Input: Input;
+    /// The screen's pixels and geometry.
+    type Screen: Screen;
+    /// Top-level windows, or apps on a phone.
+    type Windows: Windows;
+    /// The clipboard's text.
+    type Clipboard: Clipboard;
+    /// The UI tree.
+    type Accessibility: Accessibility;
+    /// Settings read by name.
+    type Settings: Settings;
+
+    /// The platform's name in the handshake (`linux`, `android`).
+    const NAME: &'static str;
+    /// The capabilities the handshake lists
+    /// ([`capability`](pincer_shared::message::capability) names), in order; the core adds
+    /// `setup` unless the guest is read-only.
+    const CAPABILITIES: &'static [&'static str];
+
+    /// The operating system as people name it, for the handshake.
+    fn os(&self) -> String;
+    /// Makes the input injector.
+    fn input(&self) -> Self::Input;
+    /// Makes the screen capture.
+    fn screen(&self) -> Self::Screen;
+    /// Makes a window (or app) reader. Called twice: window operations wait for their
+    /// effect, so they get one of their own and probes never queue behind them.
+    fn windows(&self) -> Self::Windows;
+    /// Makes the clipboard.
+    fn clipboard(&self) -> Self::Clipboard;
+    /// Makes the UI-tree reader.
+    fn accessibility(&self) -> Self::Accessibility;
+    /// Makes the settings reader.
+    fn settings(&self) -> Self::Settings;
+}
+
+/// Input injection. Actions arrive validated ([`Action::validate`]).
+pub trait Input: Send + Debug + 'static {
+    /// Performs `action` and returns once its events have been delivered.
+    fn perform(&mut self, action: &Action) -> Result<(), WireError>;
+    /// Where the pointer is, in screen pixels.
+    fn cursor(&mut self) -> Result<Point, WireError>;
+}
+
+/// Screen capture.
+pub trait Screen: Send + Debug + 'static {
+    /// Size, monitors and capture backend of the screen.
+    fn info(&mut self) -> Result<ScreenInfo, WireError>;
+    /// Grabs what `req` asks for, which has passed
+    /// [`check_request`](crate::encode::check_request), and encodes it: as a raw frame
+    /// through `encoder` ([`FrameEncoder::screenshot`]), or in some other way that gives the
+    /// format `req` asks for. Returns the reply's metadata and body.
+    fn capture(
+        &mut self,
+        req: &ScreenshotRequest,
+        encoder: &mut FrameEncoder,
+    ) -> Result<(ScreenshotMeta, Vec<u8>), WireError>;
+}
+
+/// Top-level windows (on a phone: apps and their activities).
+pub trait Windows: Send + Debug + 'static {
+    /// The focused window (the foreground app), if any.
+    fn active(&mut self) -> Result<Option<WindowInfo>, WireError>;
+    /// Every top-level window, bottom to top.
+    fn list(&mut self) -> Result<Vec<WindowInfo>, WireError>;
+    /// Applies `op` to window `id` and returns once the change shows: `NotFound` for an id
+    /// that names no window.
+    fn apply(&mut self, id: u64, op: WindowOp) -> Result<(), WireError>;
+}
+
+/// The clipboard, as text.
+pub trait Clipboard: Send + Debug + 'static {
+    /// Its text; `None` when it is empty or holds no text.
+    fn get_text(&mut self) -> Result<Option<String>, WireError>;
+    /// Puts `text` on it, where it stays after the call returns.
+    fn set_text(&mut self, text: &str) -> Result<(), WireError>;
+}
+
+/// The UI tree (AT-SPI on Linux, the accessibility service on Android).
+pub trait Accessibility: Send + Debug + 'static {
+    /// The tree `req` asks for. `active_pid` is the process of the active window, which
+    /// [`TreeScope::ActiveApp`](pincer_shared::observe::TreeScope::ActiveApp) selects.
+    fn tree(
+        &mut self,
+        req: &TreeRequest,
+        active_pid: Option<u32>,
+    ) -> impl Future<Output = Result<UiTree, WireError>> + Send;
+}
+
+/// Settings read by schema (or namespace) and key: GSettings on Linux, Android's
+/// `settings` namespaces.
+pub trait Settings: Send + Sync + Debug + 'static {
+    /// The value of `key` in `schema` as the platform prints it; `None` when either is
+    /// unknown.
+    fn get(
+        &self,
+        schema: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<String>, WireError>> + Send;
+}
+
+/// A capability the platform does not have: every call answers `Unsupported`, naming it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lacking;
+
+impl Lacking {
+    fn refuse<T>(what: &str) -> Result<T, WireError> {
+        Err(WireError::Unsupported {
+            what: format!("{what}: this guest's platform has none"),
+        })
+    }
+}
+
+impl Input for Lacking {
+    fn perform(&mut self, _: &Action) -> Result<(), WireError> {
+        Self::refuse("input")
+    }
+
+    fn cursor(&mut self) -> Result<Point, WireError> {
+        Self::refuse("a pointer")
+    }
+}
+
+impl Screen for Lacking {
+    fn info(&mut self) -> Result<ScreenInfo, WireError> {
+        Self::refuse("a screen")
+    }
+
+    fn capture(
+        &mut self,
+        _: &ScreenshotRequest,
+        _: &mut FrameEncoder,
+    ) -> Result<(ScreenshotMeta, Vec<u8>), WireError> {
+        Self::refuse("a screen")
+    }
+}
+
+impl Windows for Lacking {
+    fn active(&mut self) -> Result<Option<WindowInfo>, WireError> {
+        Self::refuse("windows")
+    }
+
+    fn list(&mut self) -> Result<Vec<WindowInfo>, WireError> {
+        Self::refuse("windows")
+    }
+
+    fn apply(&mut self, _: u64, _: WindowOp) -> Result<(), WireError> {
+        Self::refuse("windows")
+    }
+}
+
+impl Clipboard for Lacking {
+    fn get_text(&mut self) -> Result<Option<String>, WireError> {
+        Self::refuse("a clipboard")
+    }
+
+    fn set_text(&mut self, _: &str) -> Result<(), WireError> {
+        Self::refuse("a clipboard")
+    }
+}
+
+impl Accessibility for Lacking {
+    async fn tree(&mut self, _: &TreeRequest, _: Option<u32>) -> Result<UiTree, WireError> {
+        Self::refuse("a UI tree")
+    }
+}
+
+impl Settings for Lacking {
+    async fn get(&self, _: &str, _: &str) -> Result<Option<String>, WireError> {
+        Self::refuse("settings")
+    }
+}
