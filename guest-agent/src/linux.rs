@@ -10,6 +10,7 @@ use crate::screen::Screen;
 use crate::settings::Gsettings;
 use crate::window::Windows;
 use pincer_guest_core::Platform;
+use pincer_guest_core::platform::Lacking;
 use pincer_shared::message::capability;
 
 /// A Linux desktop on one X display.
@@ -33,6 +34,7 @@ impl Platform for Linux {
     type Clipboard = Clipboard;
     type Accessibility = A11y;
     type Settings = Gsettings;
+    type Device = Lacking;
 
     const NAME: &'static str = "linux";
     const CAPABILITIES: &'static [&'static str] = &[
@@ -78,6 +80,9 @@ impl Platform for Linux {
 
     fn settings(&self) -> Gsettings {
         Gsettings
+    }
+    fn device(&self) -> Lacking {
+        Lacking
     }
 }
 

@@ -10,11 +10,12 @@ use crate::budget::{BATCH_INLINE_BYTES, Budget, batch_full};
 use crate::confine::Confinement;
 use crate::encode::{self, FrameEncoder};
 use crate::platform::{
-    Accessibility as _, Clipboard as _, Input as _, Platform, Screen as _, Settings as _,
-    Windows as _,
+    Accessibility as _, Clipboard as _, Device as _, Input as _, Platform, Screen as _,
+    Settings as _, Windows as _,
 };
 use crate::subsystem::{Sub, in_thread};
 use crate::{exec, fs, processes};
+use pincer_shared::android::AndroidAnswer;
 use pincer_shared::handshake::GuestInfo;
 use pincer_shared::identity::Token;
 use pincer_shared::limits::MAX_BATCH;
@@ -55,6 +56,7 @@ pub struct Guest<P: Platform> {
     clipboard: Sub<P::Clipboard>,
     accessibility: tokio::sync::Mutex<P::Accessibility>,
     settings: P::Settings,
+    device: P::Device,
     /// The screen geometry last read, for handshakes that cannot wait for the display.
     last_screen: Arc<Mutex<Option<ScreenInfo>>>,
     started: Instant,
@@ -100,6 +102,7 @@ impl<P: Platform> Guest<P> {
             clipboard: Sub::new("clipboard", platform.clipboard()),
             accessibility: tokio::sync::Mutex::new(platform.accessibility()),
             settings: platform.settings(),
+            device: platform.device(),
             last_screen: Arc::default(),
             started: Instant::now(),
             os: platform.os(),
@@ -324,6 +327,22 @@ impl<P: Platform> Guest<P> {
                 .get(&schema, &key)
                 .await
                 .map(ProbeReply::Gsettings),
+            Probe::Android(q) => {
+                q.validate()
+                    .map_err(|message| WireError::InvalidArgument { message })?;
+                let answer = self.device.query(&q).await?;
+                if let (Some(b), AndroidAnswer::Rows(rows)) = (&budget, &answer) {
+                    let size: usize = rows
+                        .iter()
+                        .flat_map(|r| r.iter())
+                        .map(|(k, v)| k.len() + v.as_ref().map_or(0, String::len))
+                        .sum();
+                    if !b.reserve(size as u64) {
+                        return Err(batch_full("content rows", size as u64));
+                    }
+                }
+                Ok(ProbeReply::Android(answer))
+            }
         }
     }
 
@@ -358,6 +377,11 @@ impl<P: Platform> Guest<P> {
                 .run(move |w| w.apply(id, op))
                 .await
                 .map(|()| Response::Done),
+            Setup::Android(step) => {
+                step.validate()
+                    .map_err(|message| WireError::InvalidArgument { message })?;
+                self.device.setup(&step).await.map(|()| Response::Done)
+            }
         }
     }
 }

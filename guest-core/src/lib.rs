@@ -17,6 +17,7 @@ mod guest;
 pub mod platform;
 pub mod processes;
 pub mod server;
+pub mod startup;
 mod subsystem;
 #[cfg(test)]
 mod testutil;

@@ -1,5 +1,5 @@
 //! What a guest's platform plugs into the core: one trait per capability (input, screen, UI
-//! tree, windows or apps, clipboard, settings) and [`Platform`], which names a platform's
+//! tree, windows or apps, clipboard, settings, a phone's own state) and [`Platform`], which names a platform's
 //! implementations and makes them. The core owns everything around them: it checks requests
 //! before they reach a capability, serialises each blocking one on a thread of its own, and
 //! turns their panics into errors.
@@ -14,6 +14,7 @@
 use crate::encode::FrameEncoder;
 use pincer_shared::WireError;
 use pincer_shared::action::{Action, Point};
+use pincer_shared::android::{AndroidAnswer, AndroidQuery, AndroidSetup};
 use pincer_shared::observe::{ScreenInfo, ScreenshotMeta, ScreenshotRequest, TreeRequest};
 use pincer_shared::probe::WindowInfo;
 use pincer_shared::setup::WindowOp;
@@ -37,6 +38,8 @@ pub trait Platform: Send + Sync + 'static {
     type Accessibility: Accessibility;
     /// Settings read by name.
     type Settings: Settings;
+    /// A device's own state and setup (Android's settings, content providers, apps).
+    type Device: Device;
 
     /// The platform's name in the handshake (`linux`, `android`).
     const NAME: &'static str;
@@ -60,6 +63,8 @@ pub trait Platform: Send + Sync + 'static {
     fn accessibility(&self) -> Self::Accessibility;
     /// Makes the settings reader.
     fn settings(&self) -> Self::Settings;
+    /// Makes the device's own reader and changer.
+    fn device(&self) -> Self::Device;
 }
 
 /// Input injection. Actions arrive validated ([`Action::validate`]).
@@ -127,6 +132,18 @@ pub trait Settings: Send + Sync + Debug + 'static {
     ) -> impl Future<Output = Result<Option<String>, WireError>> + Send;
 }
 
+/// A phone's own state and setup, read and changed with the device's own commands
+/// ([`AndroidQuery`], [`AndroidSetup`]): arguments arrive validated.
+pub trait Device: Send + Sync + Debug + 'static {
+    /// Reads `query`.
+    fn query(
+        &self,
+        query: &AndroidQuery,
+    ) -> impl Future<Output = Result<AndroidAnswer, WireError>> + Send;
+    /// Carries out `step`.
+    fn setup(&self, step: &AndroidSetup) -> impl Future<Output = Result<(), WireError>> + Send;
+}
+
 /// A capability the platform does not have: every call answers `Unsupported`, naming it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Lacking;
@@ -190,6 +207,16 @@ impl Clipboard for Lacking {
 impl Accessibility for Lacking {
     async fn tree(&mut self, _: &TreeRequest, _: Option<u32>) -> Result<UiTree, WireError> {
         Self::refuse("a UI tree")
+    }
+}
+
+impl Device for Lacking {
+    async fn query(&self, _: &AndroidQuery) -> Result<AndroidAnswer, WireError> {
+        Self::refuse("Android state")
+    }
+
+    async fn setup(&self, _: &AndroidSetup) -> Result<(), WireError> {
+        Self::refuse("Android setup")
     }
 }
 

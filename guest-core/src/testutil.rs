@@ -94,6 +94,7 @@ impl Platform for Fake {
     type Clipboard = Lacking;
     type Accessibility = Lacking;
     type Settings = Lacking;
+    type Device = Lacking;
 
     const NAME: &'static str = "test";
     const CAPABILITIES: &'static [&'static str] = &[capability::SCREENSHOT, capability::PROBE];
@@ -125,6 +126,9 @@ impl Platform for Fake {
     }
 
     fn settings(&self) -> Lacking {
+        Lacking
+    }
+    fn device(&self) -> Lacking {
         Lacking
     }
 }

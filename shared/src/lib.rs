@@ -7,6 +7,7 @@
 //! the host use.
 
 pub mod action;
+pub mod android;
 pub mod codec;
 pub mod handshake;
 pub mod identity;

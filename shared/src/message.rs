@@ -96,7 +96,13 @@ impl Request {
 
     /// The first protocol version that carries this request.
     pub fn since(&self) -> ProtocolVersion {
-        ProtocolVersion::V1
+        let android = |p: &Probe| matches!(p, Probe::Android(_));
+        match self {
+            Self::Probe(p) if android(p) => ProtocolVersion::V2,
+            Self::Batch(probes) if probes.iter().any(android) => ProtocolVersion::V2,
+            Self::Setup(Setup::Android(_)) => ProtocolVersion::V2,
+            _ => ProtocolVersion::V1,
+        }
     }
 
     /// A short name for logs and errors.
@@ -307,6 +313,28 @@ pub mod capability {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn android_requests_need_protocol_v2_wherever_they_are() {
+        use crate::android::{AndroidQuery, AndroidSetup};
+        let q = Probe::Android(AndroidQuery::Foreground);
+        assert_eq!(Request::Probe(q.clone()).since(), ProtocolVersion::V2);
+        assert_eq!(
+            Request::Batch(vec![Probe::Windows, q].into()).since(),
+            ProtocolVersion::V2
+        );
+        let stop = Setup::Android(AndroidSetup::ForceStop {
+            package: "com.x".into(),
+        });
+        assert_eq!(Request::Setup(stop.clone()).since(), ProtocolVersion::V2);
+        assert_eq!(Request::Setup(stop).class(), RequestClass::Setup);
+        assert_eq!(Request::Probe(Probe::Windows).since(), ProtocolVersion::V1);
+        // Android probes read state: read-only guests serve them.
+        assert_eq!(
+            Request::Probe(Probe::Android(AndroidQuery::Battery)).class(),
+            RequestClass::Probe
+        );
+    }
 
     #[test]
     fn command_probes_need_setup_trust() {

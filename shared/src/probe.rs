@@ -62,6 +62,10 @@ pub enum Probe {
         /// Key ("color-scheme").
         key: String,
     },
+    /// Android's state (protocol v2): a setting, content rows, the app in front, the
+    /// packages, a property, the battery or the radios. Runs only Android's own command for
+    /// it, with checked arguments, so read-only guests allow it.
+    Android(crate::android::AndroidQuery),
 }
 
 /// What a path is.
@@ -179,4 +183,6 @@ pub enum ProbeReply {
     UiTree(Box<UiTree>),
     /// For [`Probe::Gsettings`]; `None` when the schema or key does not exist.
     Gsettings(Option<String>),
+    /// For [`Probe::Android`].
+    Android(crate::android::AndroidAnswer),
 }

@@ -52,6 +52,9 @@ pub enum Setup {
         /// What to do with it.
         op: WindowOp,
     },
+    /// Change an Android device's state (protocol v2): start or stop an app, clear its
+    /// data, put a setting, insert or delete content rows.
+    Android(crate::android::AndroidSetup),
 }
 
 /// Window-manager operations for task setup (bring an app forward, give it the screen).

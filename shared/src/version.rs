@@ -13,13 +13,16 @@ pub const ALPN: &[u8] = b"pincer/1";
 pub enum ProtocolVersion {
     /// The first version: actions, observations, probes, batches and setup.
     V1 = 1,
+    /// Android's typed probes and setup steps ([`Probe::Android`](crate::probe::Probe::Android),
+    /// [`Setup::Android`](crate::setup::Setup::Android)).
+    V2 = 2,
 }
 
 impl ProtocolVersion {
     /// Every version this build speaks, oldest first.
-    pub const ALL: &'static [Self] = &[Self::V1];
+    pub const ALL: &'static [Self] = &[Self::V1, Self::V2];
     /// The newest version this build speaks.
-    pub const CURRENT: Self = Self::V1;
+    pub const CURRENT: Self = Self::V2;
 
     /// The number carried in the handshake.
     pub fn number(self) -> u16 {

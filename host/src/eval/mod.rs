@@ -191,6 +191,9 @@ pub fn prefetchable(p: &Probe) -> bool {
         Probe::Gsettings { .. } => false,
         // An AT-SPI walk: from a fraction of a second to seconds.
         Probe::UiTree(_) => false,
+        // Starts one of Android's commands, each a Java process on the phone (tens to
+        // hundreds of milliseconds).
+        Probe::Android(_) => false,
     }
 }
 
@@ -208,6 +211,7 @@ impl Hash for Key {
             }
             Probe::Command { argv, .. } => argv.hash(h),
             Probe::EnvVar { name } => name.hash(h),
+            Probe::Android(q) => q.hash(h),
             Probe::Gsettings { schema, key } => {
                 schema.hash(h);
                 key.hash(h);

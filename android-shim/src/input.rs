@@ -1,0 +1,317 @@
+//! Touch and keys on a phone. Through `/dev/uinput` when the shell user may open it (a
+//! virtual touchscreen and keyboard, events written directly: microseconds), else through
+//! `input` commands (each starts a Java process on the phone: tens to hundreds of
+//! milliseconds). Mouse actions map onto touch where they mean the same (a click is a tap,
+//! a drag a swipe, a scroll a swipe by notches); pointer-only ones are refused with a
+//! reason. Text is typed with `input text`, which takes ASCII only: other text is refused
+//! with a typed error rather than typed wrongly.
+
+use crate::android::InputRoute;
+use crate::commands::run_blocking;
+use crate::uinput::{self, Sink};
+use pincer_shared::WireError;
+use pincer_shared::action::{Action, Gesture, Point, SystemKey};
+use pincer_shared::key::{Key, NamedKey};
+use std::time::Duration;
+
+const INPUT_TIME: Duration = Duration::from_secs(20);
+
+/// Where touches and keys go once the route is decided.
+enum Route {
+    /// Not decided yet (the screen size is read on first use).
+    Undecided,
+    /// Virtual devices: the touchscreen and the keyboard.
+    Devices {
+        touch: Box<dyn Sink>,
+        keys: Box<dyn Sink>,
+    },
+    /// `input` commands.
+    Commands,
+}
+
+/// The phone's input.
+pub(crate) struct PhoneInput {
+    want: InputRoute,
+    route: Route,
+    /// The next touch's tracking id.
+    tracking: i32,
+}
+
+impl std::fmt::Debug for PhoneInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PhoneInput")
+            .field("want", &self.want)
+            .finish_non_exhaustive()
+    }
+}
+
+fn unsupported(what: &str) -> WireError {
+    WireError::Unsupported {
+        what: format!("{what} on a phone"),
+    }
+}
+
+impl PhoneInput {
+    /// Input as `want` says, decided on first use.
+    pub(crate) fn new(want: InputRoute) -> Self {
+        Self {
+            want,
+            route: Route::Undecided,
+            tracking: 1,
+        }
+    }
+
+    /// Opens the virtual devices, or settles for `input` commands.
+    fn route(&mut self) -> &mut Route {
+        if matches!(self.route, Route::Undecided) {
+            self.route = match &self.want {
+                InputRoute::Commands => Route::Commands,
+                InputRoute::Log(path) => match std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                {
+                    Ok(f) => match f.try_clone() {
+                        Ok(g) => Route::Devices {
+                            touch: Box::new(f),
+                            keys: Box::new(g),
+                        },
+                        Err(_) => Route::Commands,
+                    },
+                    Err(e) => {
+                        tracing::warn!("cannot open the input log {}: {e}", path.display());
+                        Route::Commands
+                    }
+                },
+                InputRoute::Uinput(node) => Self::devices(node).unwrap_or_else(|e| {
+                    tracing::info!(
+                        "no virtual input devices through {} ({e}): using `input` commands",
+                        node.display()
+                    );
+                    Route::Commands
+                }),
+            };
+        }
+        &mut self.route
+    }
+
+    #[cfg(target_os = "linux")]
+    fn devices(node: &std::path::Path) -> Result<Route, String> {
+        let size = run_blocking(&["wm", "size"], INPUT_TIME).map_err(|e| e.to_string())?;
+        let (w, h) = crate::device::wm_size(&size.text()).map_err(|e| e.to_string())?;
+        let path = node.display().to_string();
+        let touch = uinput::device::touchscreen(&path, w, h).map_err(|e| e.to_string())?;
+        let keys = uinput::device::keyboard(&path).map_err(|e| e.to_string())?;
+        Ok(Route::Devices {
+            touch: Box::new(touch),
+            keys: Box::new(keys),
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn devices(_: &std::path::Path) -> Result<Route, String> {
+        Err("uinput exists on Linux only".into())
+    }
+
+    fn next_id(&mut self) -> i32 {
+        self.tracking = self.tracking % 65_000 + 1;
+        self.tracking
+    }
+
+    fn input(args: &[&str]) -> Result<(), WireError> {
+        let mut argv = vec!["input"];
+        argv.extend_from_slice(args);
+        run_blocking(&argv, INPUT_TIME).map(drop)
+    }
+
+    fn tap(&mut self, at: Point) -> Result<(), WireError> {
+        let id = self.next_id();
+        match self.route() {
+            Route::Devices { touch, .. } => {
+                touch.send(&uinput::stroke(&[(at.x, at.y)], id)).map_err(io)
+            }
+            _ => Self::input(&["tap", &at.x.to_string(), &at.y.to_string()]),
+        }
+    }
+
+    fn swipe(&mut self, from: Point, to: Point, duration_ms: u32) -> Result<(), WireError> {
+        let id = self.next_id();
+        match self.route() {
+            Route::Devices { touch, .. } => {
+                // One move every 10 ms, as a finger reports.
+                let steps = (duration_ms / 10).clamp(1, 200);
+                let points = uinput::line((from.x, from.y), (to.x, to.y), steps);
+                let pause = Duration::from_millis(u64::from(duration_ms) / u64::from(steps));
+                let stroke = uinput::stroke(&points, id);
+                let (down, rest) = stroke.split_at(6 * uinput::EVENT_SIZE);
+                let (moves, up) = rest.split_at(rest.len() - 3 * uinput::EVENT_SIZE);
+                touch.send(down).map_err(io)?;
+                for m in moves.chunks(3 * uinput::EVENT_SIZE) {
+                    std::thread::sleep(pause);
+                    touch.send(m).map_err(io)?;
+                }
+                touch.send(up).map_err(io)
+            }
+            _ => Self::input(&[
+                "swipe",
+                &from.x.to_string(),
+                &from.y.to_string(),
+                &to.x.to_string(),
+                &to.y.to_string(),
+                &duration_ms.max(1).to_string(),
+            ]),
+        }
+    }
+
+    fn long_press(&mut self, at: Point, duration_ms: u32) -> Result<(), WireError> {
+        let id = self.next_id();
+        match self.route() {
+            Route::Devices { touch, .. } => {
+                let stroke = uinput::stroke(&[(at.x, at.y)], id);
+                let (down, up) = stroke.split_at(6 * uinput::EVENT_SIZE);
+                touch.send(down).map_err(io)?;
+                std::thread::sleep(Duration::from_millis(u64::from(duration_ms.max(500))));
+                touch.send(up).map_err(io)
+            }
+            _ => {
+                let (x, y) = (at.x.to_string(), at.y.to_string());
+                Self::input(&["swipe", &x, &y, &x, &y, &duration_ms.max(500).to_string()])
+            }
+        }
+    }
+
+    fn key(&mut self, keycode: &str, linux: Option<u16>) -> Result<(), WireError> {
+        match (self.route(), linux) {
+            (Route::Devices { keys, .. }, Some(code)) => keys.send(&uinput::key(code)).map_err(io),
+            _ => Self::input(&["keyevent", keycode]),
+        }
+    }
+
+    fn text(&mut self, text: &str) -> Result<(), WireError> {
+        if !text.is_ascii() {
+            return Err(WireError::Unsupported {
+                what: "typing text that is not ASCII: Android's `input text` takes ASCII only, and no other way is open to the shell user".into(),
+            });
+        }
+        // Lines are typed one at a time with Enter between them; `input text` reads `%s` as
+        // a space, so spaces are written that way (and a literal `%s` cannot be typed).
+        for (i, line) in text.split('\n').enumerate() {
+            if i > 0 {
+                self.key("KEYCODE_ENTER", Some(uinput::KEY_ENTER))?;
+            }
+            if !line.is_empty() {
+                Self::input(&["text", &line.replace(' ', "%s")])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn io(e: std::io::Error) -> WireError {
+    WireError::Io {
+        message: format!("writing touch events: {e}"),
+    }
+}
+
+/// An Android key code and the Linux key of the virtual keyboard, for a system key.
+fn system_key(k: SystemKey) -> (&'static str, Option<u16>) {
+    match k {
+        SystemKey::Home => ("KEYCODE_HOME", Some(uinput::KEY_HOMEPAGE)),
+        SystemKey::Back => ("KEYCODE_BACK", Some(uinput::KEY_BACK)),
+        SystemKey::AppSwitch => ("KEYCODE_APP_SWITCH", Some(uinput::KEY_APPSELECT)),
+        SystemKey::Enter => ("KEYCODE_ENTER", Some(uinput::KEY_ENTER)),
+        SystemKey::Delete => ("KEYCODE_DEL", Some(uinput::KEY_BACKSPACE)),
+        SystemKey::VolumeUp => ("KEYCODE_VOLUME_UP", None),
+        SystemKey::VolumeDown => ("KEYCODE_VOLUME_DOWN", None),
+        SystemKey::Power => ("KEYCODE_POWER", None),
+        SystemKey::Menu => ("KEYCODE_MENU", None),
+        SystemKey::Search => ("KEYCODE_SEARCH", None),
+    }
+}
+
+/// An Android key code for a keyboard key.
+fn keyboard_key(k: &Key) -> Option<&'static str> {
+    Some(match k {
+        Key::Named(n) => match n {
+            NamedKey::Return => "KEYCODE_ENTER",
+            NamedKey::Backspace => "KEYCODE_DEL",
+            NamedKey::Delete => "KEYCODE_FORWARD_DEL",
+            NamedKey::Tab => "KEYCODE_TAB",
+            NamedKey::Escape => "KEYCODE_ESCAPE",
+            NamedKey::Space => "KEYCODE_SPACE",
+            NamedKey::Left => "KEYCODE_DPAD_LEFT",
+            NamedKey::Right => "KEYCODE_DPAD_RIGHT",
+            NamedKey::Up => "KEYCODE_DPAD_UP",
+            NamedKey::Down => "KEYCODE_DPAD_DOWN",
+            NamedKey::Home => "KEYCODE_MOVE_HOME",
+            NamedKey::End => "KEYCODE_MOVE_END",
+            NamedKey::PageUp => "KEYCODE_PAGE_UP",
+            NamedKey::PageDown => "KEYCODE_PAGE_DOWN",
+            NamedKey::Menu => "KEYCODE_MENU",
+            _ => return None,
+        },
+        Key::Char(_) => return None,
+    })
+}
+
+impl pincer_guest_core::platform::Input for PhoneInput {
+    fn perform(&mut self, action: &Action) -> Result<(), WireError> {
+        match action {
+            Action::Touch(Gesture::Tap { at }) => self.tap(*at),
+            Action::Touch(Gesture::LongPress { at, duration_ms }) => {
+                self.long_press(*at, *duration_ms)
+            }
+            Action::Touch(Gesture::Swipe {
+                from,
+                to,
+                duration_ms,
+            })
+            | Action::Drag {
+                from,
+                to,
+                duration_ms,
+                ..
+            } => self.swipe(*from, *to, (*duration_ms).max(100)),
+            Action::Touch(Gesture::Pinch { .. }) => Err(unsupported("a pinch (two fingers)")),
+            Action::SystemKey(k) => {
+                let (code, linux) = system_key(*k);
+                self.key(code, linux)
+            }
+            Action::Click {
+                at: Some(at),
+                count,
+                ..
+            } => {
+                for _ in 0..*count {
+                    self.tap(*at)?;
+                }
+                Ok(())
+            }
+            Action::Click { at: None, .. } => Err(unsupported(
+                "a click without a position (there is no pointer)",
+            )),
+            Action::Scroll { at, dx, dy } => {
+                // A notch is a tenth of the screen; scrolling down swipes up.
+                let at = at.unwrap_or(Point::new(540, 1200));
+                let to = Point::new(at.x - dx * 100, at.y - dy * 150);
+                self.swipe(at, to, 300)
+            }
+            Action::TypeText { text } => self.text(text),
+            Action::KeyPress { key } => match (key, keyboard_key(key)) {
+                (_, Some(code)) => self.key(code, None),
+                (Key::Char(c), None) => self.text(&c.to_string()),
+                (k, None) => Err(unsupported(&format!("the key {k:?}"))),
+            },
+            Action::MouseMove { .. } | Action::MouseDown { .. } | Action::MouseUp { .. } => {
+                Err(unsupported("a pointer action (there is no pointer)"))
+            }
+            Action::KeyDown { .. } | Action::KeyUp { .. } | Action::Hotkey { .. } => {
+                Err(unsupported("holding keys down"))
+            }
+        }
+    }
+
+    fn cursor(&mut self) -> Result<Point, WireError> {
+        Err(unsupported("a pointer position"))
+    }
+}
