@@ -1,12 +1,13 @@
 //! The pincer host: environments reached over authenticated QUIC ([`env`]), local X11
 //! desktops ([`desktop`]), VM images built from recipes ([`image`]) and QEMU VMs reset
-//! from their golden state ([`vm`]), tasks ([`task`]), the graph evaluator ([`eval`]), agents
+//! from their golden state ([`vm`]), Android devices through adb ([`android`]), tasks ([`task`]), the graph evaluator ([`eval`]), agents
 //! ([`agent`]) and what they are shown ([`observe`]), the benchmark runner ([`run`]), its
 //! reports ([`report`]) and latency benchmarks ([`bench`]). The modules are layered as
 //! `ARCHITECTURE.md` lists them (a test holds them to it). The `pincer` binary is a thin CLI
 //! over this library.
 
 pub mod agent;
+pub mod android;
 pub mod bench;
 pub mod compose;
 pub mod crab;

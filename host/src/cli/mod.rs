@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Each command group lives in its own module; this one
 //! holds the global options and the shared helpers (connecting to `--env`, printing errors).
 
+mod android;
 mod demo;
 mod desktop;
 mod envs;
@@ -45,6 +46,9 @@ enum Command {
     /// QEMU VMs from images, reset from a snapshot.
     #[command(subcommand)]
     Vm(vm::VmCmd),
+    /// Android devices through adb: list, connect (push and start the shim), doctor.
+    #[command(subcommand)]
+    Android(android::AndroidCmd),
     /// Save a screenshot.
     Screenshot(observe::ScreenshotArgs),
     /// Print the accessibility tree.
@@ -149,6 +153,7 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
         | Command::Env(_)
         | Command::Image(_)
         | Command::Vm(_)
+        | Command::Android(_)
         | Command::Screenshot(_)
         | Command::Tree(_)
         | Command::Act(_)
@@ -167,6 +172,7 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
         Command::Env(c) => envs::run(c, &reg).await,
         Command::Image(c) => image::run(c).await,
         Command::Vm(c) => vm::run(c, &reg).await,
+        Command::Android(c) => android::run(c, &reg).await,
         Command::Screenshot(a) => observe::screenshot(a, &reg).await,
         Command::Tree(a) => observe::tree(a, &reg).await,
         Command::Act(a) => ops::act(a, &reg).await,

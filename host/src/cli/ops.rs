@@ -5,7 +5,8 @@ use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
 use pincer::env::registry::Registry;
 use pincer_shared::Action;
-use pincer_shared::action::{MouseButton, Point};
+use pincer_shared::action::{Gesture, MouseButton, Point, SystemKey};
+use pincer_shared::android::{AndroidAnswer, AndroidQuery, Namespace};
 use pincer_shared::key::parse_combo;
 use pincer_shared::probe::{Probe, ProbeReply};
 use pincer_shared::setup::ExecRequest;
@@ -75,6 +76,63 @@ pub(crate) enum ActCmd {
     Key { combo: String },
     /// Type text.
     Type { text: String },
+    /// Tap X Y (touch screens).
+    Tap { x: i32, y: i32 },
+    /// Touch and hold X Y (touch screens).
+    LongPress {
+        x: i32,
+        y: i32,
+        /// How long to hold, ms.
+        #[arg(long, default_value_t = 800)]
+        duration: u32,
+    },
+    /// Swipe from X1 Y1 to X2 Y2 (touch screens).
+    Swipe {
+        x1: i32,
+        y1: i32,
+        x2: i32,
+        y2: i32,
+        /// Duration of the stroke, ms.
+        #[arg(long, default_value_t = 300)]
+        duration: u32,
+    },
+    /// Press a phone's system key: home, back, app-switch, enter, delete, volume-up,
+    /// volume-down, power, menu, search.
+    System {
+        #[arg(value_enum)]
+        key: SystemKeyArg,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum SystemKeyArg {
+    Home,
+    Back,
+    AppSwitch,
+    Enter,
+    Delete,
+    VolumeUp,
+    VolumeDown,
+    Power,
+    Menu,
+    Search,
+}
+
+impl From<SystemKeyArg> for SystemKey {
+    fn from(k: SystemKeyArg) -> Self {
+        match k {
+            SystemKeyArg::Home => Self::Home,
+            SystemKeyArg::Back => Self::Back,
+            SystemKeyArg::AppSwitch => Self::AppSwitch,
+            SystemKeyArg::Enter => Self::Enter,
+            SystemKeyArg::Delete => Self::Delete,
+            SystemKeyArg::VolumeUp => Self::VolumeUp,
+            SystemKeyArg::VolumeDown => Self::VolumeDown,
+            SystemKeyArg::Power => Self::Power,
+            SystemKeyArg::Menu => Self::Menu,
+            SystemKeyArg::Search => Self::Search,
+        }
+    }
 }
 
 fn parse_point(s: &str) -> Result<Point, String> {
@@ -124,6 +182,25 @@ pub(crate) async fn act(a: ActArgs, reg: &Registry) -> anyhow::Result<()> {
             }
         }
         ActCmd::Type { text } => Action::TypeText { text },
+        ActCmd::Tap { x, y } => Action::Touch(Gesture::Tap {
+            at: Point::new(x, y),
+        }),
+        ActCmd::LongPress { x, y, duration } => Action::Touch(Gesture::LongPress {
+            at: Point::new(x, y),
+            duration_ms: duration,
+        }),
+        ActCmd::Swipe {
+            x1,
+            y1,
+            x2,
+            y2,
+            duration,
+        } => Action::Touch(Gesture::Swipe {
+            from: Point::new(x1, y1),
+            to: Point::new(x2, y2),
+            duration_ms: duration,
+        }),
+        ActCmd::System { key } => Action::SystemKey(key.into()),
     };
     let env = a.env.connect(reg).await?;
     let t = std::time::Instant::now();
@@ -162,6 +239,70 @@ pub(crate) enum ProbeCmd {
     Processes,
     /// Clipboard text.
     Clipboard,
+    /// A phone's state (Android environments).
+    #[command(subcommand)]
+    Android(AndroidProbeCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum AndroidProbeCmd {
+    /// A setting (`settings get`).
+    Setting {
+        /// system, secure or global.
+        namespace: Namespace,
+        key: String,
+    },
+    /// Rows of a content provider (`content query`).
+    Content {
+        /// `content://sms/inbox`.
+        uri: String,
+        /// A column to read (repeat; all when none).
+        #[arg(long = "column", value_name = "COLUMN")]
+        columns: Vec<String>,
+        /// An SQL WHERE clause.
+        #[arg(long = "where", value_name = "CLAUSE")]
+        selection: Option<String>,
+        /// An SQL ORDER BY.
+        #[arg(long, value_name = "ORDER")]
+        sort: Option<String>,
+    },
+    /// The app in front and its activity.
+    Foreground,
+    /// Installed packages and their version codes.
+    Packages,
+    /// A system property (`getprop`).
+    Property { name: String },
+    /// Charge and charger.
+    Battery,
+    /// Wi-Fi and airplane mode.
+    Radios,
+    /// Screen size, density and rotation.
+    Display,
+}
+
+impl From<AndroidProbeCmd> for AndroidQuery {
+    fn from(c: AndroidProbeCmd) -> Self {
+        match c {
+            AndroidProbeCmd::Setting { namespace, key } => Self::Setting { namespace, key },
+            AndroidProbeCmd::Content {
+                uri,
+                columns,
+                selection,
+                sort,
+            } => Self::Content {
+                uri,
+                projection: columns,
+                selection,
+                sort,
+            },
+            AndroidProbeCmd::Foreground => Self::Foreground,
+            AndroidProbeCmd::Packages => Self::Packages,
+            AndroidProbeCmd::Property { name } => Self::Property { name },
+            AndroidProbeCmd::Battery => Self::Battery,
+            AndroidProbeCmd::Radios => Self::Radios,
+            AndroidProbeCmd::Display => Self::Display,
+        }
+    }
 }
 
 pub(crate) async fn probe(a: ProbeArgs, reg: &Registry) -> anyhow::Result<()> {
@@ -172,6 +313,7 @@ pub(crate) async fn probe(a: ProbeArgs, reg: &Registry) -> anyhow::Result<()> {
         ProbeCmd::Window => Probe::ActiveWindow,
         ProbeCmd::Processes => Probe::Processes,
         ProbeCmd::Clipboard => Probe::Clipboard,
+        ProbeCmd::Android(q) => Probe::Android(q.into()),
     };
     let path = match &p {
         Probe::ReadFile { path, .. } | Probe::ListDir { path } => path.clone(),
@@ -245,9 +387,55 @@ pub(crate) async fn probe(a: ProbeArgs, reg: &Registry) -> anyhow::Result<()> {
         }
         ProbeReply::Clipboard(None) => println!("(the clipboard holds no text)"),
         ProbeReply::Clipboard(Some(t)) => println!("{t}"),
+        ProbeReply::Android(a) => print_android(&a),
         other => println!("{other:?}"),
     }
     Ok(())
+}
+
+fn print_android(a: &AndroidAnswer) {
+    match a {
+        AndroidAnswer::Setting(None) => println!("null (not set)"),
+        AndroidAnswer::Setting(Some(v)) | AndroidAnswer::Property(v) => println!("{v}"),
+        AndroidAnswer::Rows(rows) if rows.is_empty() => println!("no rows"),
+        AndroidAnswer::Rows(rows) => {
+            for (i, row) in rows.iter().enumerate() {
+                let cols: Vec<String> = row
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_deref().unwrap_or("NULL")))
+                    .collect();
+                println!("Row: {i} {}", cols.join(", "));
+            }
+        }
+        AndroidAnswer::Foreground(None) => println!("no app is in front"),
+        AndroidAnswer::Foreground(Some(f)) => match &f.activity {
+            Some(a) => println!("{}/{a}", f.package),
+            None => println!("{}", f.package),
+        },
+        AndroidAnswer::Packages(ps) => {
+            for p in ps {
+                match p.version_code {
+                    Some(v) => println!("{} {v}", p.name),
+                    None => println!("{}", p.name),
+                }
+            }
+        }
+        AndroidAnswer::Battery(b) => println!(
+            "level {}/{}, {}",
+            b.level,
+            b.scale,
+            if b.plugged { "charging" } else { "on battery" }
+        ),
+        AndroidAnswer::Radios(r) => println!(
+            "wifi {}, airplane mode {}",
+            if r.wifi { "on" } else { "off" },
+            if r.airplane { "on" } else { "off" }
+        ),
+        AndroidAnswer::Display(d) => println!(
+            "{}x{} at {} dpi, rotation {}",
+            d.width, d.height, d.density, d.rotation
+        ),
+    }
 }
 
 fn reply_json(r: &ProbeReply) -> serde_json::Value {

@@ -4,11 +4,13 @@
 
 use crate::env::{ClientError, Environment};
 use base64::Engine as _;
+use pincer_shared::android::{AndroidSetup, ContentValue};
 use pincer_shared::probe::{Probe, ProbeReply, WindowInfo};
 use pincer_shared::setup::{ExecRequest, ExitStatus, Setup, WindowOp};
 use pincer_shared::{Request, WireError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// One setup or teardown step.
@@ -89,6 +91,45 @@ pub enum Step {
     SetClipboard {
         /// The text.
         text: String,
+    },
+    /// Android: start an activity (`am start -n`) and wait for it to be shown.
+    StartApp {
+        /// `PACKAGE/ACTIVITY` (`com.android.settings/.Settings`).
+        component: String,
+    },
+    /// Android: stop an app (`am force-stop`).
+    StopApp {
+        /// The package.
+        package: String,
+    },
+    /// Android: clear an app's data, as after installing it (`pm clear`).
+    ClearAppData {
+        /// The package.
+        package: String,
+    },
+    /// Android: put a setting (`settings put`).
+    PutSetting {
+        /// system, secure or global.
+        namespace: String,
+        /// The key (`bluetooth_name`).
+        key: String,
+        /// The value.
+        value: String,
+    },
+    /// Android: insert a row into a content provider (`content insert`).
+    InsertRow {
+        /// The provider (`content://sms/inbox`).
+        uri: String,
+        /// Column to value: a string, an integer or a boolean.
+        values: BTreeMap<String, serde_json::Value>,
+    },
+    /// Android: delete rows of a content provider (`content delete`).
+    DeleteRows {
+        /// The provider.
+        uri: String,
+        /// Which rows, as an SQL WHERE clause (all when absent).
+        #[serde(default, rename = "where", skip_serializing_if = "Option::is_none")]
+        selection: Option<String>,
     },
 }
 
@@ -178,7 +219,72 @@ impl Step {
             }
             Self::Sleep { ms } => format!("sleep {ms} ms"),
             Self::SetClipboard { .. } => "set clipboard".into(),
+            Self::StartApp { component } => format!("start {component}"),
+            Self::StopApp { package } => format!("stop {package}"),
+            Self::ClearAppData { package } => format!("clear the data of {package}"),
+            Self::PutSetting {
+                namespace,
+                key,
+                value,
+            } => format!("put setting {namespace} {key}={value}"),
+            Self::InsertRow { uri, .. } => format!("insert a row into {uri}"),
+            Self::DeleteRows { uri, .. } => format!("delete rows of {uri}"),
         }
+    }
+
+    /// The Android setup request of an Android step.
+    fn android(&self) -> Option<Result<AndroidSetup, String>> {
+        let setup = match self {
+            Self::StartApp { component } => AndroidSetup::StartActivity {
+                component: component.clone(),
+            },
+            Self::StopApp { package } => AndroidSetup::ForceStop {
+                package: package.clone(),
+            },
+            Self::ClearAppData { package } => AndroidSetup::ClearData {
+                package: package.clone(),
+            },
+            Self::PutSetting {
+                namespace,
+                key,
+                value,
+            } => match namespace.parse() {
+                Ok(namespace) => AndroidSetup::PutSetting {
+                    namespace,
+                    key: key.clone(),
+                    value: value.clone(),
+                },
+                Err(e) => return Some(Err(e)),
+            },
+            Self::InsertRow { uri, values } => {
+                let mut typed = Vec::new();
+                for (col, v) in values {
+                    let value = match v {
+                        serde_json::Value::String(s) => ContentValue::Text(s.clone()),
+                        serde_json::Value::Bool(b) => ContentValue::Bool(*b),
+                        serde_json::Value::Number(n) if n.as_i64().is_some() => {
+                            ContentValue::Integer(n.as_i64().unwrap_or_default())
+                        }
+                        other => {
+                            return Some(Err(format!(
+                                "insert_row: the value of '{col}' is {other}: give a string, an integer or a boolean"
+                            )));
+                        }
+                    };
+                    typed.push((col.clone(), value));
+                }
+                AndroidSetup::ContentInsert {
+                    uri: uri.clone(),
+                    values: typed,
+                }
+            }
+            Self::DeleteRows { uri, selection } => AndroidSetup::ContentDelete {
+                uri: uri.clone(),
+                selection: selection.clone(),
+            },
+            _ => return None,
+        };
+        Some(setup.validate().map(|()| setup))
     }
 
     /// Checks what can be checked without an environment (base64, modes, empty argv).
@@ -221,7 +327,7 @@ impl Step {
                     })
                     .collect::<String>()
             )),
-            _ => Ok(()),
+            _ => self.android().transpose().map(drop),
         }
     }
 
@@ -324,6 +430,17 @@ impl Step {
             }
             Self::Sleep { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
             Self::SetClipboard { text } => env.set_clipboard(text).await?,
+            Self::StartApp { .. }
+            | Self::StopApp { .. }
+            | Self::ClearAppData { .. }
+            | Self::PutSetting { .. }
+            | Self::InsertRow { .. }
+            | Self::DeleteRows { .. } => {
+                if let Some(setup) = self.android().transpose().map_err(StepError::Invalid)? {
+                    let req = Request::Setup(Setup::Android(setup));
+                    env.call(&req, None, env.deadlines().call).await?;
+                }
+            }
         }
         Ok(())
     }
@@ -444,6 +561,77 @@ pub async fn run_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn android_steps_become_typed_setup_and_bad_ones_are_named() {
+        let step = |v: serde_json::Value| serde_json::from_value::<Step>(v).unwrap();
+        let insert = step(
+            serde_json::json!({"do": "insert_row", "uri": "content://sms/inbox",
+            "values": {"address": "5550142", "read": 0, "seen": true}}),
+        );
+        assert_eq!(
+            insert.android().unwrap().unwrap(),
+            AndroidSetup::ContentInsert {
+                uri: "content://sms/inbox".into(),
+                values: vec![
+                    ("address".into(), ContentValue::Text("5550142".into())),
+                    ("read".into(), ContentValue::Integer(0)),
+                    ("seen".into(), ContentValue::Bool(true)),
+                ],
+            }
+        );
+        let delete = step(
+            serde_json::json!({"do": "delete_rows", "uri": "content://sms/inbox", "where": "read=1"}),
+        );
+        assert!(matches!(
+            delete.android().unwrap().unwrap(),
+            AndroidSetup::ContentDelete { selection: Some(w), .. } if w == "read=1"
+        ));
+        for (bad, says) in [
+            (
+                serde_json::json!({"do": "put_setting", "namespace": "vendor", "key": "k", "value": "v"}),
+                "use system, secure or global",
+            ),
+            (
+                serde_json::json!({"do": "put_setting", "namespace": "secure", "key": "a b", "value": "v"}),
+                "is not a key",
+            ),
+            (
+                serde_json::json!({"do": "start_app", "component": "com.android.settings"}),
+                "PACKAGE/ACTIVITY",
+            ),
+            (
+                serde_json::json!({"do": "stop_app", "package": "rm -rf"}),
+                "not a package",
+            ),
+            (
+                serde_json::json!({"do": "insert_row", "uri": "content://sms", "values": {"body": 1.5}}),
+                "a string, an integer or a boolean",
+            ),
+            (
+                serde_json::json!({"do": "insert_row", "uri": "http://x", "values": {"a": "b"}}),
+                "content:// URI",
+            ),
+            (
+                serde_json::json!({"do": "insert_row", "uri": "content://sms", "values": {}}),
+                "at least one value",
+            ),
+        ] {
+            let e = step(bad.clone()).validate().unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        // Desktop steps have no Android request.
+        assert!(
+            step(serde_json::json!({"do": "sleep", "ms": 1}))
+                .android()
+                .is_none()
+        );
+        assert_eq!(
+            step(serde_json::json!({"do": "clear_app_data", "package": "com.android.contacts"}))
+                .describe(),
+            "clear the data of com.android.contacts"
+        );
+    }
 
     #[test]
     fn steps_parse_and_validate() {

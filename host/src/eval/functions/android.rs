@@ -1,49 +1,35 @@
 //! Android: the foreground app, settings and content providers read through the Android
-//! shim's command probes, and the UI hierarchy through its UI-tree probe. These functions
-//! are declared ahead of the shim; their judges are tested on hand-made replies that
-//! follow the formats real devices print.
+//! shim's typed probes (`Probe::Android`), and the UI hierarchy through its UI-tree probe.
+//! The shim runs Android's own commands and parses their output across Android versions,
+//! so these checks judge typed answers, never `dumpsys` or `content` text; and as typed
+//! probes are reads, read-only guests (phones people own) serve them.
 //!
 //! The shim's contract, which these checks rely on:
-//! - `Probe::Command` runs the argv as the `shell` user (as `adb shell` would), so
-//!   `dumpsys`, `content` and `settings` answer as they do over adb.
+//! - `AndroidQuery::Foreground` names the resumed app, with its activity when one is
+//!   named; `Setting` answers `None` for an unset key; `Content` answers one map per row,
+//!   column to value, `None` for SQL NULL. A command that fails is a probe error.
 //! - `Probe::UiTree` returns the hierarchy `uiautomator dump` shows, in document order,
-//!   one [`UiNode`] per `<node>`: `name` = `content-desc`, `text` = `text` (`None` when
-//!   empty), and `attributes` `resource-id`, `class` and `package` copied verbatim.
+//!   one [`UiNode`] per `<node>`: `name` = `content-desc` when it is not empty, else
+//!   `text`; `text` = `text` (`None` when empty); `attributes` `resource-id`, `class` and
+//!   `package` copied verbatim, and `content-desc` verbatim only when it is not empty.
+//!   The name mixes the two, so checks read the `content-desc` attribute, not the name.
 
 use super::{Library, Reads, clip, count, judge_text, quoted};
 use crate::eval::text::TextMatch;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
 use crate::task::Platform;
+use pincer_shared::android::{AndroidAnswer, AndroidQuery, Namespace};
 use pincer_shared::observe::TreeRequest;
 use pincer_shared::probe::{Probe, ProbeReply};
-use pincer_shared::setup::ExecOutput;
 use pincer_shared::tree::UiNode;
 use schemars::JsonSchema;
 use serde::Deserialize;
+use std::collections::BTreeMap;
 
 const ANDROID: &[Platform] = &[Platform::Android];
 
-/// Most bytes kept of a command's output (`dumpsys activity activities` runs to ~100 KiB
-/// with many tasks).
-const MAX_OUTPUT: u64 = 1024 * 1024;
-
-fn command(argv: &[&str]) -> Probe {
-    Probe::Command {
-        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
-        timeout_ms: 15_000,
-        max_output: MAX_OUTPUT,
-    }
-}
-
 fn tree_probe() -> Probe {
     Probe::UiTree(TreeRequest::default())
-}
-
-fn command_output<'a>(r: &'a ProbeResult, what: &str) -> Result<&'a ExecOutput, EvalError> {
-    match reply(r, what)? {
-        ProbeReply::Command(o) => Ok(o),
-        other => Err(unexpected(what, other)),
-    }
 }
 
 fn tree(r: &ProbeResult) -> Result<&UiNode, EvalError> {
@@ -63,9 +49,9 @@ fn class(n: &UiNode) -> &str {
     n.attributes.get("class").map_or("", String::as_str)
 }
 
-/// A node's `content-desc`.
+/// A node's `content-desc` (the shim keeps the attribute only when it is not empty).
 fn desc(n: &UiNode) -> &str {
-    &n.name
+    n.attributes.get("content-desc").map_or("", String::as_str)
 }
 
 /// A node's `text`.
@@ -95,57 +81,35 @@ struct Foreground {
     package: String,
 }
 
-/// The argv of the foreground-activity probe.
-const DUMPSYS_ACTIVITIES: &[&str] = &["dumpsys", "activity", "activities"];
-
-/// Components (`package/activity`) of the resumed activities `dumpsys activity activities`
-/// lists: `mResumedActivity:` (Android 10 and 11), `ResumedActivity:` and
-/// `topResumedActivity=` (Android 12 and later).
-fn resumed_components(dump: &str) -> Vec<&str> {
-    let mut out: Vec<&str> = dump
-        .lines()
-        .filter(|l| l.contains("ResumedActivity"))
-        .filter_map(|l| {
-            let record = &l[l.find("ActivityRecord{")? + "ActivityRecord{".len()..];
-            let record = &record[..record.find('}').unwrap_or(record.len())];
-            record.split_whitespace().find(|t| t.contains('/'))
-        })
-        .collect();
-    out.dedup();
-    out
-}
-
 impl Check for Foreground {
     fn probes(&self) -> Vec<Probe> {
-        vec![command(DUMPSYS_ACTIVITIES)]
+        vec![Probe::Android(AndroidQuery::Foreground)]
     }
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
-        let out = command_output(r[0], "dumpsys activity activities")?;
-        if !out.status.success() {
-            return Err(EvalError::Unexpected {
-                probe: "dumpsys activity activities".into(),
-                got: format!(
-                    "{} ({})",
-                    clip(&String::from_utf8_lossy(&out.stderr), 100),
-                    out.status
-                ),
-            });
-        }
-        let dump = String::from_utf8_lossy(&out.stdout);
-        let resumed = resumed_components(&dump);
+        let front = match reply(r[0], "foreground app")? {
+            ProbeReply::Android(AndroidAnswer::Foreground(f)) => f,
+            other => return Err(unexpected("foreground app", other)),
+        };
         let pkg = &self.package;
         let want = format!("an activity whose component contains '{pkg}'");
-        Ok(match resumed.iter().find(|c| c.contains(pkg.as_str())) {
-            Some(c) => Verdict::pass(format!("the foreground activity is {c}")),
-            None if resumed.is_empty() => {
-                Verdict::fail(format!("no activity is resumed, expected {want}"))
-            }
-            None => Verdict::fail(format!(
-                "the foreground activity is {}, expected {want}",
-                clip(&resumed.join(", "), 160)
-            )),
-        })
+        let Some(app) = front else {
+            return Ok(Verdict::fail(format!(
+                "no app is in front, expected {want}"
+            )));
+        };
+        // CRAB matched substrings of the `package/activity` component; a device that names
+        // no activity leaves the package alone to match.
+        let (seen, component) = match &app.activity {
+            Some(act) => ("activity", format!("{}/{act}", app.package)),
+            None => ("app", app.package.clone()),
+        };
+        let shown = format!("the foreground {seen} is {}", clip(&component, 160));
+        Ok(Verdict::when(
+            component.contains(pkg.as_str()),
+            shown.clone(),
+            format!("{shown}, expected {want}"),
+        ))
     }
 }
 
@@ -416,55 +380,50 @@ struct ContactSaved {
     a: ContactSavedArgs,
 }
 
-/// The argv of the contacts-email query.
-const CONTACT_EMAILS: &[&str] = &[
-    "content",
-    "query",
-    "--uri",
-    "content://com.android.contacts/data/emails",
-    "--projection",
-    "display_name:data1",
-];
+/// The contacts provider's email rows, each with its contact's display name joined in.
+const CONTACT_EMAILS: &str = "content://com.android.contacts/data/emails";
 
-/// (display name, address) rows of `content query` output for [`CONTACT_EMAILS`]. The tool
-/// prints `Row: <n> display_name=<v>, data1=<v>` per row (`NULL` for nulls) and
-/// `No result found.` when there are none.
-fn email_rows(out: &str) -> Vec<(&str, &str)> {
-    out.lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("Row: ")?;
-            let rest = rest.split_once(' ')?.1.strip_prefix("display_name=")?;
-            rest.rsplit_once(", data1=")
-        })
-        .collect()
+/// Every email row, not a `selection` on the name: the feedback lists what is saved, and
+/// the name would otherwise have to be quoted into SQL.
+fn contact_emails() -> AndroidQuery {
+    AndroidQuery::Content {
+        uri: CONTACT_EMAILS.to_owned(),
+        projection: vec!["display_name".to_owned(), "data1".to_owned()],
+        selection: None,
+        sort: None,
+    }
+}
+
+/// A row's column; NULL and a column the row lacks both read as `None`.
+fn column<'a>(row: &'a BTreeMap<String, Option<String>>, name: &str) -> Option<&'a str> {
+    row.get(name).and_then(Option::as_deref)
 }
 
 impl Check for ContactSaved {
     fn probes(&self) -> Vec<Probe> {
-        vec![command(CONTACT_EMAILS)]
+        vec![Probe::Android(contact_emails())]
     }
 
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
-        let out = command_output(r[0], "content query contacts")?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        if !out.status.success() || stdout.contains("Error while accessing provider") {
-            return Err(EvalError::Unexpected {
-                probe: "content query contacts".into(),
-                got: clip(
-                    &format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)),
-                    120,
-                ),
-            });
-        }
-        let rows = email_rows(&stdout);
-        let (name, mail) = (&self.a.name, &self.a.mail);
-        let hit = rows
+        let rows = match reply(r[0], "contacts' email rows")? {
+            ProbeReply::Android(AndroidAnswer::Rows(rows)) => rows,
+            other => return Err(unexpected("contacts' email rows", other)),
+        };
+        let rows: Vec<(Option<&str>, Option<&str>)> = rows
             .iter()
-            .any(|(n, m)| n.trim() == name.trim() && m.trim().eq_ignore_ascii_case(mail.trim()));
+            .map(|row| (column(row, "display_name"), column(row, "data1")))
+            .collect();
+        let (name, mail) = (&self.a.name, &self.a.mail);
+        let hit = rows.iter().any(|row| match *row {
+            (Some(n), Some(m)) => {
+                n.trim() == name.trim() && m.trim().eq_ignore_ascii_case(mail.trim())
+            }
+            _ => false,
+        });
         let seen = clip(
             &rows
                 .iter()
-                .map(|(n, m)| format!("{n} <{m}>"))
+                .map(|(n, m)| format!("{} <{}>", n.unwrap_or("(no name)"), m.unwrap_or("")))
                 .collect::<Vec<_>>()
                 .join(", "),
             100,
@@ -658,52 +617,44 @@ struct SettingArgs {
 /// An Android setting (`settings get NAMESPACE KEY`).
 #[derive(Debug)]
 struct Setting {
-    namespace: String,
+    namespace: Namespace,
     key: String,
     value: TextMatch,
 }
 
-impl Check for Setting {
-    fn probes(&self) -> Vec<Probe> {
-        vec![command(&["settings", "get", &self.namespace, &self.key])]
-    }
-
-    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
-        let what = format!("settings get {} {}", self.namespace, self.key);
-        let out = command_output(r[0], &what)?;
-        if !out.status.success() {
-            return Err(EvalError::Unexpected {
-                probe: what,
-                got: format!(
-                    "{} ({})",
-                    clip(&String::from_utf8_lossy(&out.stderr), 100),
-                    out.status
-                ),
-            });
+impl Setting {
+    fn query(&self) -> AndroidQuery {
+        AndroidQuery::Setting {
+            namespace: self.namespace,
+            key: self.key.clone(),
         }
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let got = stdout.trim_end_matches(['\n', '\r']);
-        let setting = format!("setting {} {}", self.namespace, self.key);
-        if got == "null" {
-            return Ok(Verdict::fail(format!(
-                "{setting} is not set, expected text {}",
-                self.value
-            )));
-        }
-        Ok(judge_text(&setting, got, &self.value))
     }
 }
 
-fn setting_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+impl Check for Setting {
+    fn probes(&self) -> Vec<Probe> {
+        vec![Probe::Android(self.query())]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let setting = format!("setting {} {}", self.namespace.as_str(), self.key);
+        match reply(r[0], &setting)? {
+            ProbeReply::Android(AndroidAnswer::Setting(Some(got))) => {
+                Ok(judge_text(&setting, got, &self.value))
+            }
+            ProbeReply::Android(AndroidAnswer::Setting(None)) => Ok(Verdict::fail(format!(
+                "{setting} is not set, expected text {}",
+                self.value
+            ))),
+            other => Err(unexpected(&setting, other)),
+        }
+    }
 }
 
 pub(super) fn register(lib: &mut Library) {
     lib.add(
         "android_foreground_app",
-        "The resumed (foreground) activity's component contains the package name (`dumpsys activity activities`).",
+        "The app in front: its `package/activity` component contains the text (a substring, as CRAB matches).",
         Reads::Env(ANDROID),
         r#"{"package": "com.google.android.deskclock"}"#,
         |a: ForegroundArgs, _| {
@@ -761,7 +712,7 @@ pub(super) fn register(lib: &mut Library) {
     );
     lib.add(
         "android_contact_saved",
-        "The contacts provider holds a contact with the name and the email address (`content query`).",
+        "The contacts provider holds a contact with the name and the email address.",
         Reads::Env(ANDROID),
         r#"{"name": "John Haruhimiya", "mail": "abcdcly@qq.com"}"#,
         |a: ContactSavedArgs, _| {
@@ -813,39 +764,36 @@ pub(super) fn register(lib: &mut Library) {
         Reads::Env(ANDROID),
         r#"{"namespace": "secure", "key": "bluetooth_name", "value": {"contains": "Sydney"}}"#,
         |a: SettingArgs, _| {
-            if !matches!(a.namespace.as_str(), "system" | "secure" | "global") {
-                return Err(format!(
-                    "`namespace` '{}' is not system, secure or global",
-                    a.namespace
-                ));
-            }
-            if !setting_name(&a.key) {
-                return Err(format!(
-                    "`key` '{}' is not a setting name (letters, digits, '_', '.', '-')",
-                    a.key
-                ));
-            }
-            Ok(Setting {
-                value: a.value,
-                namespace: a.namespace,
+            let namespace = a
+                .namespace
+                .parse()
+                .map_err(|e| format!("`namespace`: {e}"))?;
+            let setting = Setting {
+                namespace,
                 key: a.key,
-            })
+                value: a.value,
+            };
+            // Refused here rather than by the guest, before the task runs.
+            setting
+                .query()
+                .validate()
+                .map_err(|e| format!("`key`: {e}"))?;
+            Ok(setting)
         },
     );
 }
 
 #[cfg(test)]
 mod tests {
-    //! The replies below are synthetic stand-ins for a device: hand-written in the formats
-    //! an Android 11 (API 30) emulator prints for these commands and that `uiautomator dump`
-    //! describes, cut to the lines the checks read.
+    //! The replies below are synthetic stand-ins for a device: typed answers as the shim
+    //! gives them, and UI trees built the way the shim maps a `uiautomator dump` (as an
+    //! Android 11, API 30, emulator writes one), cut to the nodes the checks read.
 
     use super::*;
     use crate::eval::functions::Library;
-    use pincer_shared::WireError;
-    use pincer_shared::setup::ExitStatus;
+    use pincer_shared::android::ForegroundApp;
     use pincer_shared::tree::UiTree;
-    use std::collections::BTreeMap;
+    use pincer_shared::{Request, RequestClass, WireError};
 
     fn run(name: &str, args: serde_json::Value, reply: ProbeResult) -> Verdict {
         let lib = Library::standard();
@@ -854,26 +802,25 @@ mod tests {
         check.judge(&[&reply], &AgentLog::default()).unwrap()
     }
 
-    fn stdout(text: &str) -> ProbeResult {
-        Ok(ProbeReply::Command(ExecOutput {
-            status: ExitStatus::Exited(0),
-            stdout: text.as_bytes().to_vec(),
-            stderr: Vec::new(),
-            truncated: false,
-            elapsed_ms: 12,
-        }))
+    fn android(answer: AndroidAnswer) -> ProbeResult {
+        Ok(ProbeReply::Android(answer))
     }
 
-    /// A uiautomator node: class, resource id, text, content-desc, children.
+    /// A uiautomator node as the shim maps it: class, resource id, text, content-desc,
+    /// children. The name is the content-desc, else the text; the content-desc is kept as
+    /// an attribute only when it is not empty.
     fn n(class: &str, id: &str, text: &str, desc: &str, children: Vec<UiNode>) -> UiNode {
         let mut attributes = BTreeMap::new();
         attributes.insert("class".to_owned(), class.to_owned());
         attributes.insert("resource-id".to_owned(), id.to_owned());
         let package = id.split(':').next().unwrap_or_default();
         attributes.insert("package".to_owned(), package.to_owned());
+        if !desc.is_empty() {
+            attributes.insert("content-desc".to_owned(), desc.to_owned());
+        }
         UiNode {
             role: class.rsplit('.').next().unwrap_or_default().to_lowercase(),
-            name: desc.to_owned(),
+            name: if desc.is_empty() { text } else { desc }.to_owned(),
             text: (!text.is_empty()).then(|| text.to_owned()),
             attributes,
             children,
@@ -893,105 +840,137 @@ mod tests {
 
     const TEXT: &str = "android.widget.TextView";
 
-    /// `dumpsys activity activities` on an API 30 emulator with Clock in front.
-    const DUMPSYS_API30: &str = "\
-ACTIVITY MANAGER ACTIVITIES (dumpsys activity activities)
-Display #0 (activities from top to bottom):
+    /// The shim's answer with `package/activity` in front (`None`: no app is).
+    fn front(component: Option<&str>) -> ProbeResult {
+        android(AndroidAnswer::Foreground(component.map(|c| {
+            let (package, activity) = c.split_once('/').unwrap_or((c, ""));
+            ForegroundApp {
+                package: package.to_owned(),
+                activity: (!activity.is_empty()).then(|| activity.to_owned()),
+            }
+        })))
+    }
 
-  Stack #23: type=standard mode=fullscreen
-  isSleeping=false
-  mBounds=Rect(0, 0 - 0, 0)
-    Task id #23
-    mBounds=Rect(0, 0 - 0, 0)
-    mMinWidth=-1
-    * TaskRecord{5c3a0e1 #23 A=com.google.android.deskclock U=0 StackId=23 sz=1}
-      affinity=com.google.android.deskclock
-      intent={act=android.intent.action.MAIN cat=[android.intent.category.LAUNCHER] flg=0x10200000 cmp=com.google.android.deskclock/com.android.deskclock.DeskClock}
-      * Hist #0: ActivityRecord{8a1f2c4 u0 com.google.android.deskclock/com.android.deskclock.DeskClock t23}
-          packageName=com.google.android.deskclock processName=com.google.android.deskclock
-
-    Running activities (most recent first):
-      TaskRecord{5c3a0e1 #23 A=com.google.android.deskclock U=0 StackId=23 sz=1}
-        Run #0: ActivityRecord{8a1f2c4 u0 com.google.android.deskclock/com.android.deskclock.DeskClock t23}
-
-    mResumedActivity: ActivityRecord{8a1f2c4 u0 com.google.android.deskclock/com.android.deskclock.DeskClock t23}
-
-  Stack #0: type=home mode=fullscreen
-    * Hist #0: ActivityRecord{1b7e9f0 u0 com.google.android.apps.nexuslauncher/.NexusLauncherActivity t22}
-    mLastPausedActivity: ActivityRecord{1b7e9f0 u0 com.google.android.apps.nexuslauncher/.NexusLauncherActivity t22}
-
- ResumedActivity:ActivityRecord{8a1f2c4 u0 com.google.android.deskclock/com.android.deskclock.DeskClock t23}
- mFocusedStack=ActivityStack{d3a45b7 stackId=23 type=standard mode=fullscreen visible=true translucent=false size=1}
-";
-
-    /// The same on Android 13 (API 33): `topResumedActivity=` and no `mResumedActivity`.
-    const DUMPSYS_API33: &str = "\
-ACTIVITY MANAGER ACTIVITIES (dumpsys activity activities)
-Display #0 (activities from top to bottom):
-  * Task{2c4e8b1 #41 type=standard A=10131:com.android.contacts U=0 visible=true visibleRequested=true mode=fullscreen translucent=false sz=1}
-    topResumedActivity=ActivityRecord{9e0d6c2 u0 com.android.contacts/.activities.PeopleActivity t41}
-    * Hist #0: ActivityRecord{9e0d6c2 u0 com.android.contacts/.activities.PeopleActivity t41}
-  Resumed activities in task display areas (from top to bottom):
-    ResumedActivity: ActivityRecord{9e0d6c2 u0 com.android.contacts/.activities.PeopleActivity t41}
-";
+    const CLOCK: &str = "com.google.android.deskclock/com.android.deskclock.DeskClock";
+    const PEOPLE: &str = "com.android.contacts/.activities.PeopleActivity";
 
     #[test]
-    fn the_foreground_app_is_read_from_dumpsys() {
-        assert_eq!(
-            resumed_components(DUMPSYS_API30),
-            vec!["com.google.android.deskclock/com.android.deskclock.DeskClock"]
-        );
-        let pass = |pkg: &str, dump: &str| {
+    fn the_foreground_app_is_the_shims_answer() {
+        let fg = |pkg: &str, reply| {
             run(
                 "android_foreground_app",
                 serde_json::json!({"package": pkg}),
-                stdout(dump),
+                reply,
             )
         };
-        assert!(pass("com.google.android.deskclock", DUMPSYS_API30).passed);
-        // The launcher is listed, but paused, not resumed.
-        let v = pass("com.google.android.apps.nexuslauncher", DUMPSYS_API30);
+        let v = fg("com.google.android.deskclock", front(Some(CLOCK)));
+        assert!(v.passed, "{}", v.feedback);
+        assert_eq!(v.feedback, format!("the foreground activity is {CLOCK}"));
+        // The launcher is behind the clock, not in front.
+        let v = fg("com.google.android.apps.nexuslauncher", front(Some(CLOCK)));
         assert!(
             !v.passed && v.feedback.contains("deskclock"),
             "{}",
             v.feedback
         );
-        // CRAB's substring match: the package without its final "s" still matches.
-        assert!(pass("com.android.contact", DUMPSYS_API33).passed);
-        assert!(!pass("com.android.dialer", DUMPSYS_API33).passed);
-        let none = pass("com.android.dialer", "ACTIVITY MANAGER ACTIVITIES\n");
-        assert!(
-            !none.passed && none.feedback.contains("no activity"),
-            "{}",
-            none.feedback
+        // CRAB's substring match: the package without its final "s" still matches, and so
+        // does a part of the activity.
+        assert!(fg("com.android.contact", front(Some(PEOPLE))).passed);
+        assert!(fg("PeopleActivity", front(Some(PEOPLE))).passed);
+        assert!(!fg("com.android.dialer", front(Some(PEOPLE))).passed);
+        // A device that names no activity: the package alone is matched and shown.
+        let v = fg("com.android.contacts", front(Some("com.android.contacts")));
+        assert!(v.passed, "{}", v.feedback);
+        assert_eq!(v.feedback, "the foreground app is com.android.contacts");
+        let none = fg("com.android.dialer", front(None));
+        assert_eq!(
+            none.feedback,
+            "no app is in front, expected an activity whose component contains 'com.android.dialer'"
         );
+        assert!(!none.passed);
+    }
+
+    /// A check of `name` with `args` judging `reply`: an error, not a verdict.
+    fn judge_err(name: &str, args: serde_json::Value, reply: ProbeResult) -> EvalError {
+        let check = Library::standard().build(name, &args).unwrap();
+        check
+            .judge(&[&reply], &AgentLog::default())
+            .expect_err("an evaluator error, not a verdict")
+    }
+
+    /// The three functions that read Android's state, with arguments.
+    fn state_checks() -> [(&'static str, serde_json::Value); 3] {
+        [
+            (
+                "android_foreground_app",
+                serde_json::json!({"package": "x"}),
+            ),
+            (
+                "android_contact_saved",
+                serde_json::json!({"name": "John Haruhimiya", "mail": "abcdcly@qq.com"}),
+            ),
+            (
+                "android_setting",
+                serde_json::json!({"namespace": "secure", "key": "bluetooth_name", "value": {"contains": "Sydney"}}),
+            ),
+        ]
     }
 
     #[test]
-    fn a_failing_dumpsys_is_an_evaluator_error_not_a_verdict() {
+    fn failed_or_misshapen_android_probes_are_evaluator_errors_not_verdicts() {
+        for (name, args) in state_checks() {
+            // The shim could not run or parse Android's command.
+            let failed: ProbeResult = Err(WireError::Io {
+                message: "dumpsys activity: Can't find service: activity".into(),
+            });
+            assert!(
+                matches!(
+                    judge_err(name, args.clone(), failed),
+                    EvalError::Probe { .. }
+                ),
+                "{name}"
+            );
+            // A guest without the shim.
+            let unsupported: ProbeResult = Err(WireError::Unsupported {
+                what: "android probes".into(),
+            });
+            assert!(
+                matches!(
+                    judge_err(name, args.clone(), unsupported),
+                    EvalError::Probe { .. }
+                ),
+                "{name}"
+            );
+            // An answer to another query: no check reads a battery.
+            let battery = android(AndroidAnswer::Battery(pincer_shared::android::Battery {
+                level: 50,
+                scale: 100,
+                plugged: false,
+            }));
+            assert!(
+                matches!(judge_err(name, args, battery), EvalError::Unexpected { .. }),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn android_state_is_read_with_typed_probes_read_only_guests_serve() {
         let lib = Library::standard();
-        let check = lib
-            .build(
-                "android_foreground_app",
-                &serde_json::json!({"package": "x"}),
-            )
-            .unwrap();
-        let failed: ProbeResult = Ok(ProbeReply::Command(ExecOutput {
-            status: ExitStatus::Exited(255),
-            stdout: Vec::new(),
-            stderr: b"Can't find service: activity".to_vec(),
-            truncated: false,
-            elapsed_ms: 3,
-        }));
-        assert!(check.judge(&[&failed], &AgentLog::default()).is_err());
-        let refused: ProbeResult = Err(WireError::Forbidden {
-            class: pincer_shared::RequestClass::Setup,
-            reason: "started with --read-only".into(),
-        });
-        assert!(matches!(
-            check.judge(&[&refused], &AgentLog::default()),
-            Err(EvalError::Probe { .. })
-        ));
+        let probes: Vec<Probe> = state_checks()
+            .into_iter()
+            .flat_map(|(name, args)| lib.build(name, &args).unwrap().probes())
+            .collect();
+        assert_eq!(probes.len(), 3);
+        for p in &probes {
+            let Probe::Android(q) = p else {
+                panic!("{p:?} is not an Android probe");
+            };
+            // What the guest would refuse is refused when the check is built.
+            assert_eq!(q.validate(), Ok(()), "{q:?}");
+            assert_eq!(Request::Probe(p.clone()).class(), RequestClass::Probe);
+        }
+        assert_eq!(Request::Batch(probes.into()).class(), RequestClass::Probe);
     }
 
     /// Messages' conversation with 98801234 after sending a message.
@@ -1054,6 +1033,8 @@ Display #0 (activities from top to bottom):
             "{}",
             v.feedback
         );
+        // The shim names a node without a content-desc by its text; that is no content-desc.
+        assert!(!node(serde_json::json!({"resource_id": format!("{m}conversation_title"), "content_desc": {"equals": "98801234"}})).passed);
         // Case-sensitive, as CRAB compares.
         assert!(!node(serde_json::json!({"resource_id": format!("{m}message_text"), "text": {"contains": "10AM"}})).passed);
         assert!(
@@ -1242,40 +1223,70 @@ Display #0 (activities from top to bottom):
         assert!(!shown(screen(vec![])).passed);
     }
 
-    /// `content query --uri content://com.android.contacts/data/emails --projection
-    /// display_name:data1` with two contacts.
-    const CONTACT_ROWS: &str = "\
-Row: 0 display_name=John Lauphin, data1=john.lauphin@gmail.com
-Row: 1 display_name=Wei, Karoon, data1=karroonw@gmail.com
-Row: 2 display_name=John Haruhimiya, data1=ABCDCLY@qq.com
-";
+    /// An email row: display name and address (`None`: NULL).
+    fn email_row(name: Option<&str>, mail: &str) -> BTreeMap<String, Option<String>> {
+        BTreeMap::from([
+            ("display_name".to_owned(), name.map(str::to_owned)),
+            ("data1".to_owned(), Some(mail.to_owned())),
+        ])
+    }
+
+    /// The email rows of the contacts provider with three contacts.
+    fn contact_rows() -> ProbeResult {
+        android(AndroidAnswer::Rows(vec![
+            email_row(Some("John Lauphin"), "john.lauphin@gmail.com"),
+            email_row(Some("Wei, Karoon"), "karroonw@gmail.com"),
+            email_row(Some("John Haruhimiya"), "ABCDCLY@qq.com"),
+        ]))
+    }
 
     #[test]
     fn saved_contacts_are_read_from_the_provider() {
+        let args = |name: &str, mail: &str| serde_json::json!({"name": name, "mail": mail});
+        let check = Library::standard()
+            .build("android_contact_saved", &args("x", "y"))
+            .unwrap();
         assert_eq!(
-            email_rows(CONTACT_ROWS)[1],
-            ("Wei, Karoon", "karroonw@gmail.com")
+            check.probes(),
+            vec![Probe::Android(AndroidQuery::Content {
+                uri: "content://com.android.contacts/data/emails".into(),
+                projection: vec!["display_name".into(), "data1".into()],
+                selection: None,
+                sort: None,
+            })]
         );
-        let saved = |name: &str, mail: &str, out: &str| {
-            run(
-                "android_contact_saved",
-                serde_json::json!({"name": name, "mail": mail}),
-                stdout(out),
-            )
-            .passed
-        };
-        assert!(saved("John Haruhimiya", "abcdcly@qq.com", CONTACT_ROWS));
-        assert!(saved("Wei, Karoon", "karroonw@gmail.com", CONTACT_ROWS));
-        assert!(!saved(
-            "John Haruhimiya",
-            "john.lauphin@gmail.com",
-            CONTACT_ROWS
-        ));
-        assert!(!saved(
+        let saved =
+            |name: &str, mail: &str, rows| run("android_contact_saved", args(name, mail), rows);
+        // Addresses compare ignoring case; names hold commas as they are.
+        assert!(saved("John Haruhimiya", "abcdcly@qq.com", contact_rows()).passed);
+        assert!(saved("Wei, Karoon", "karroonw@gmail.com", contact_rows()).passed);
+        let v = saved("John Haruhimiya", "john.lauphin@gmail.com", contact_rows());
+        assert!(
+            !v.passed && v.feedback.contains("John Lauphin <john.lauphin@gmail.com>"),
+            "{}",
+            v.feedback
+        );
+        // A row whose name is NULL is no one's, and says so.
+        let nameless = android(AndroidAnswer::Rows(vec![email_row(
+            None,
+            "anon@example.com",
+        )]));
+        let v = saved("Anon", "anon@example.com", nameless);
+        assert_eq!(
+            v.feedback,
+            "the contacts with email addresses are (no name) <anon@example.com>, expected Anon <anon@example.com>"
+        );
+        assert!(!v.passed);
+        let none = saved(
             "John Haruhimiya",
             "abcdcly@qq.com",
-            "No result found.\n"
-        ));
+            android(AndroidAnswer::Rows(vec![])),
+        );
+        assert_eq!(
+            none.feedback,
+            "no contact has an email address, expected John Haruhimiya <abcdcly@qq.com>"
+        );
+        assert!(!none.passed);
     }
 
     fn photos_details(first_label: &str) -> ProbeResult {
@@ -1403,43 +1414,51 @@ Row: 2 display_name=John Haruhimiya, data1=ABCDCLY@qq.com
     }
 
     #[test]
-    fn settings_are_read_with_settings_get() {
+    fn settings_are_read_with_typed_setting_probes() {
         let lib = Library::standard();
         let args = serde_json::json!({"namespace": "secure", "key": "bluetooth_name", "value": {"contains": "Sydney"}});
         let check = lib.build("android_setting", &args).unwrap();
         assert_eq!(
             check.probes(),
-            vec![command(&["settings", "get", "secure", "bluetooth_name"])]
+            vec![Probe::Android(AndroidQuery::Setting {
+                namespace: Namespace::Secure,
+                key: "bluetooth_name".into(),
+            })]
         );
-        assert!(run("android_setting", args.clone(), stdout("Sydney\n")).passed);
+        let value = |v: &str| android(AndroidAnswer::Setting(Some(v.to_owned())));
+        let v = run("android_setting", args.clone(), value("Sydney's Pixel"));
+        assert!(v.passed, "{}", v.feedback);
+        assert!(!run("android_setting", args.clone(), value("sdk_gphone_x86_64")).passed);
+        // An empty value is set, and judged as text.
+        let empty = run("android_setting", args.clone(), value(""));
         assert!(
-            !run(
-                "android_setting",
-                args.clone(),
-                stdout("sdk_gphone_x86_64\n")
-            )
-            .passed
-        );
-        let unset = run("android_setting", args, stdout("null\n"));
-        assert!(
-            !unset.passed && unset.feedback.contains("not set"),
+            !empty.passed && empty.feedback.contains("is empty"),
             "{}",
-            unset.feedback
+            empty.feedback
+        );
+        let unset = run(
+            "android_setting",
+            args,
+            android(AndroidAnswer::Setting(None)),
+        );
+        assert_eq!(
+            unset.feedback,
+            "setting secure bluetooth_name is not set, expected text containing 'Sydney'"
+        );
+        assert!(!unset.passed);
+        let refused =
+            |args: serde_json::Value| lib.build("android_setting", &args).unwrap_err().to_string();
+        let e = refused(
+            serde_json::json!({"namespace": "vendor", "key": "k", "value": {"equals": "v"}}),
         );
         assert!(
-            lib.build(
-                "android_setting",
-                &serde_json::json!({"namespace": "vendor", "key": "k", "value": {"equals": "v"}})
-            )
-            .is_err()
+            e.contains("`namespace`") && e.contains("system, secure or global"),
+            "{e}"
         );
-        assert!(
-            lib.build(
-                "android_setting",
-                &serde_json::json!({"namespace": "secure", "key": "a b", "value": {"equals": "v"}})
-            )
-            .is_err()
+        let e = refused(
+            serde_json::json!({"namespace": "secure", "key": "a b", "value": {"equals": "v"}}),
         );
+        assert!(e.contains("`key`") && e.contains("'a b'"), "{e}");
     }
 
     #[test]

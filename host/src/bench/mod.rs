@@ -19,6 +19,8 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod android;
+
 /// Latency summary of one operation.
 #[derive(Debug, Clone, Serialize)]
 pub struct Stats {
@@ -108,6 +110,9 @@ pub async fn run(
     opts: &BenchOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<Stats>, ClientError> {
+    if env.info().is_some_and(|i| i.platform == "android") {
+        return android::run(env, opts, progress).await;
+    }
     let n = opts.iterations.max(5);
     let few = (n / 5).max(5);
     let mut out = Vec::new();
