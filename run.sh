@@ -6,10 +6,13 @@
 #                    (expect ~0%), with their HTML reports
 #   ./run.sh test    install what is missing, build, run every test
 #   ./run.sh deps    only install the Debian packages
+#   ./run.sh shim    build the Android shim for phones and emulators (static aarch64 and
+#                    x86_64 musl binaries, linked with zig), for `pincer android connect`
 #   ./run.sh bench   build release binaries and measure what the README's Speed section
 #                    shows: `pincer bench` on a fresh 1920x1080 desktop with
 #                    gtk3-widget-factory open, the UI trees of zenity and LibreOffice
-#                    Calc, the 10,000-screenshot soak, the evaluator, a VM
+#                    Calc, the 10,000-screenshot soak, the evaluator, a VM, the
+#                    Android shim on a stand-in phone
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -27,6 +30,11 @@ RUN_PKGS="xvfb xauth dbus dbus-x11 at-spi2-core libatk-adaptor libgail-common op
 # VMs and images: mmdebstrap builds, QEMU runs (qemu-system-x86 and qemu-utils must come
 # from one suite: see vm_deps), mkfs.ext4 makes file systems, podman imports container images.
 VM_PKGS="mmdebstrap e2fsprogs podman runc"
+
+# Android: adb (its server, for `pincer android`), qemu-user-static (tests run the aarch64
+# shim under it), python3-venv (zig and cargo-zigbuild come from PyPI into a venv).
+ANDROID_PKGS="adb qemu-user-static python3-venv"
+SHIM_TARGETS="aarch64-unknown-linux-musl x86_64-unknown-linux-musl"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
@@ -70,8 +78,36 @@ vm_deps() {
   fi
 }
 
+# The shim as phones run it: static musl binaries, linked by zig (no Android NDK needed).
+# $1: "" for a debug build (tests), --release for phones.
+shims() {
+  if ! command -v rustup >/dev/null; then
+    echo "rustup not found: the shim's musl targets come from rustup (https://rustup.rs)" >&2
+    exit 1
+  fi
+  local installed t venv=target/tools/zig
+  installed=$(rustup target list --installed)
+  for t in $SHIM_TARGETS; do
+    grep -qx "$t" <<<"$installed" || rustup target add "$t"
+  done
+  if [ ! -x "$venv/bin/cargo-zigbuild" ]; then
+    log "installing zig and cargo-zigbuild from PyPI into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q ziglang cargo-zigbuild
+  fi
+  for t in $SHIM_TARGETS; do
+    log "building pincer-shim for $t"
+    PATH="$PWD/$venv/bin:$PATH" cargo zigbuild -p pincer-shim --target "$t" ${1:+"$1"}
+  done
+}
+
 case "${1:-}" in
-  deps) deps $XCAP_PKGS $VM_PKGS; vm_deps ;;
+  deps) deps $XCAP_PKGS $VM_PKGS $ANDROID_PKGS; vm_deps ;;
+  shim)
+    deps $ANDROID_PKGS
+    shims --release
+    for t in $SHIM_TARGETS; do ls -l "target/$t/release/pincer-shim"; done
+    ;;
   demo)
     deps
     log "building release binaries (first build takes a few minutes)"
@@ -112,19 +148,33 @@ case "${1:-}" in
     log "a VM of debian-12-minimal: up, reset, every call (builds the image first if needed)"
     "$P" image build debian-12-minimal
     "$P" vm bench --image debian-12-minimal
+    log "the Android shim on a stand-in phone (Android's commands replayed): its overhead per call"
+    phone_bin=$(./target/release/standin-phone)
+    shim_dir="$PINCER_STATE_DIR/standin-phone"
+    rm -rf "$shim_dir"
+    PATH="$phone_bin:$PATH" ./target/release/pincer-shim --listen 127.0.0.1:0 --name phone \
+      --state-dir "$shim_dir" --ready-file "$shim_dir/ready.json" --no-uinput 2>/dev/null &
+    shim_pid=$!
+    trap '"$P" desktop down bench; kill $shim_pid' EXIT
+    for _ in $(seq 100); do [ -s "$shim_dir/ready.json" ] && break; sleep 0.1; done
+    addr=$(sed 's/.*"addr":"\([^"]*\)".*/\1/' "$shim_dir/ready.json")
+    "$P" env remove standin-phone >/dev/null 2>&1 || true
+    "$P" env add standin-phone "$addr" --platform android --token-file "$shim_dir/token" --trust
+    "$P" bench --env standin-phone "${@:2}"
     ;;
   test)
-    deps $XCAP_PKGS $VM_PKGS
+    deps $XCAP_PKGS $VM_PKGS $ANDROID_PKGS
     vm_deps
     log "building"
     cargo build --workspace --bins --tests
+    shims ""
     log "checking the agent with its optional xcap capture (Wayland)"
     cargo check -p pincer-agent --features xcap
     log "running tests"
     cargo test --workspace "${@:2}"
     ;;
   *)
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

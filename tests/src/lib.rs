@@ -2,6 +2,8 @@
 //! real local desktops (Xvfb, D-Bus, AT-SPI, openbox) and real GTK apps, each test in its
 //! own state directory and envs file so tests run in parallel without seeing each other.
 
+pub mod adb;
+pub mod android;
 pub mod cases;
 pub mod routes;
 

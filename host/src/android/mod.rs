@@ -157,6 +157,12 @@ pub struct Connected {
     pub fingerprint: String,
 }
 
+/// The line the shim's log ends with when it exits (followed by its status).
+const EXITED: &str = "pincer-shim-exited:";
+
+/// How long a started shim has to write its ready file.
+const START_WAIT: Duration = Duration::from_secs(15);
+
 /// Quotes a word for the device's shell.
 fn q(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
@@ -238,13 +244,16 @@ pub async fn connect(
     if opts.read_only {
         start.push_str(" --read-only");
     }
-    // Detached from adb's shell: it outlives this command and the USB session.
+    // Detached from adb's shell: it outlives this command and the USB session. Its log
+    // ends with a line saying so when it exits, so a shim that cannot start is reported
+    // at once rather than after the wait.
     let log = format!("{state}/shim.log");
+    let supervised = format!("{start}; echo \"{EXITED} $?\"");
     adb.shell(
         &serial,
         &format!(
             "(setsid sh -c {} </dev/null >{} 2>&1 &) ; echo started",
-            q(&start),
+            q(&supervised),
             q(&log)
         ),
     )
@@ -252,23 +261,23 @@ pub async fn connect(
     let t = Instant::now();
     let ready_text = loop {
         let out = adb
-            .shell(&serial, &format!("cat {} 2>/dev/null", q(&ready)))
+            .shell(
+                &serial,
+                &format!("cat {} 2>/dev/null || tail -n 20 {}", q(&ready), q(&log)),
+            )
             .await?;
-        if out.status == 0 && !out.stdout.is_empty() {
-            break out.text();
+        let text = out.text();
+        if out.status == 0 && text.starts_with('{') {
+            break text;
         }
-        if t.elapsed() > Duration::from_secs(15) {
-            let why = adb
-                .shell(&serial, &format!("tail -n 20 {} 2>&1", q(&log)))
-                .await
-                .map(|o| o.text())
-                .unwrap_or_default();
+        let exited = text.contains(EXITED);
+        if exited || t.elapsed() > START_WAIT {
             return Err(AndroidError::Start {
                 serial,
-                why: if why.is_empty() {
-                    "no ready file within 15 s and no log".into()
-                } else {
-                    why
+                why: match (exited, text.is_empty()) {
+                    (true, _) => text.replace(EXITED, "the shim exited with status"),
+                    (false, true) => format!("no ready file within {START_WAIT:?} and no log"),
+                    (false, false) => format!("no ready file within {START_WAIT:?}: {text}"),
                 },
             });
         }

@@ -4,7 +4,7 @@
 //! call takes beyond the command. Read-only phones refuse exec: their calls are measured
 //! without the comparison.
 
-use super::{BenchOptions, Stats, measure};
+use super::{BenchOptions, Stats, measure, ping};
 use crate::env::{ClientError, Environment};
 use pincer_shared::Action;
 use pincer_shared::action::{Gesture, Point};
@@ -17,7 +17,8 @@ use std::time::Duration;
 /// The shim's overhead per call it is held to, beyond the command's time.
 const OVERHEAD_TARGET_MS: f64 = 2.0;
 
-/// How long `command` takes on the phone, once, in the phone's own clock.
+/// How long `command` takes on the phone, once, in the phone's own clock, with the second
+/// `date` included (see [`Clock`]).
 async fn command_time(env: &Environment, command: &str) -> Result<Duration, ClientError> {
     let script =
         format!("a=$(date +%s%N); {command} >/dev/null 2>&1; b=$(date +%s%N); echo $((b-a))");
@@ -35,52 +36,83 @@ async fn command_time(env: &Environment, command: &str) -> Result<Duration, Clie
     Ok(Duration::from_nanos(ns))
 }
 
+/// The phone's clock as the bench reads it: `date` itself takes a millisecond or two to
+/// start, so what a command takes is what it is timed at minus what nothing (`:`) is.
+struct Clock {
+    nothing: Duration,
+}
+
+impl Clock {
+    async fn calibrate(env: &Environment, n: usize) -> Result<Self, ClientError> {
+        let (s, _) = measure(n, || command_time(env, ":")).await?;
+        Ok(Self { nothing: median(s) })
+    }
+
+    /// The median time of `command` alone.
+    async fn time(
+        &self,
+        env: &Environment,
+        n: usize,
+        command: &str,
+    ) -> Result<Duration, ClientError> {
+        let (s, _) = measure(n, || command_time(env, command)).await?;
+        Ok(median(s).saturating_sub(self.nothing))
+    }
+}
+
 /// Median of samples.
 fn median(mut s: Vec<Duration>) -> Duration {
     s.sort();
     s[s.len() / 2]
 }
 
-/// Measures the call's samples, and when the phone allows exec, the command alone and the
-/// difference (the shim's overhead row).
+/// One call to measure: its name, the Android command it runs, and the target for the
+/// shim's overhead beyond that command (screenshots have none: their encoding is work the
+/// shim is asked to do, reported as such).
+struct Call<'a> {
+    name: &'a str,
+    command: &'a str,
+    target_ms: Option<f64>,
+}
+
+/// Measures the call's samples, and with a clock (phones that allow exec) the command
+/// alone and the difference: the shim's overhead row.
 async fn compare<F, Fut, T>(
     env: &Environment,
     n: usize,
-    name: &str,
-    command: &str,
-    timed: bool,
-    call: F,
+    call: Call<'_>,
+    clock: Option<&Clock>,
+    f: F,
     out: &mut Vec<Stats>,
 ) -> Result<(), ClientError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ClientError>>,
 {
-    let (calls, _) = measure(n, call).await?;
-    if !timed {
+    let (calls, _) = measure(n, f).await?;
+    let Some(clock) = clock else {
         out.push(Stats::from_samples(
-            name,
+            call.name,
             calls,
             None,
             None,
-            format!("runs `{command}`"),
+            format!("runs `{}`", call.command),
         ));
         return Ok(());
-    }
-    let (alone, _) = measure(n, || command_time(env, command)).await?;
-    let alone_p50 = median(alone);
+    };
+    let alone = clock.time(env, n, call.command).await?;
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     out.push(Stats::from_samples(
-        name,
+        call.name,
         calls.clone(),
         None,
         None,
-        format!("runs `{command}`: {:.2} ms alone (p50)", ms(alone_p50)),
+        format!("runs `{}`: {:.2} ms alone (p50)", call.command, ms(alone)),
     ));
     out.push(Stats::from_samples(
-        &format!("  shim overhead: {name}"),
-        calls.iter().map(|c| c.saturating_sub(alone_p50)).collect(),
-        Some(OVERHEAD_TARGET_MS),
+        &format!("  beyond the command: {}", call.name),
+        calls.iter().map(|c| c.saturating_sub(alone)).collect(),
+        call.target_ms,
         None,
         "the call minus the command's median time".into(),
     ));
@@ -95,52 +127,59 @@ pub(super) async fn run(
 ) -> Result<Vec<Stats>, ClientError> {
     let n = opts.iterations.max(5);
     let few = (n / 5).max(5);
-    let timed = env.info().is_some_and(|i| !i.read_only);
-    if !timed {
-        progress("read-only phone: calls are measured without the command alone");
-    }
+    let read_only = env.info().is_some_and(|i| i.read_only);
+    let clock = if read_only {
+        progress("read-only phone: calls are measured without their commands alone");
+        None
+    } else {
+        progress("the phone's clock");
+        Some(Clock::calibrate(env, n).await?)
+    };
+    let clock = clock.as_ref();
     let mut out = Vec::new();
     let screen = env.screen_info().await?;
 
     progress("ping");
-    let (s, _) = measure(n, || env.ping()).await?;
-    out.push(Stats::from_samples(
-        "ping",
-        s,
-        Some(0.3),
-        None,
-        String::new(),
-    ));
+    out.push(ping(env, n).await?);
 
-    progress("tap");
-    let corner = Point::new(
+    let (x, y) = (
         screen.width.saturating_sub(1) as i32,
         screen.height.saturating_sub(1) as i32,
     );
-    let tap = Action::Touch(Gesture::Tap { at: corner });
-    let (s, _) = measure(n, || env.act(tap.clone())).await?;
-    out.push(Stats::from_samples(
-        "tap",
-        s,
-        None,
-        None,
-        format!(
-            "at ({}, {}): a virtual touchscreen where /dev/uinput opens, else `input tap`",
-            corner.x, corner.y
-        ),
-    ));
+    let tap = Action::Touch(Gesture::Tap {
+        at: Point::new(x, y),
+    });
+    let command = format!("input tap {x} {y}");
+    progress("tap");
+    compare(
+        env,
+        n,
+        Call {
+            name: "tap (input route)",
+            command: &command,
+            target_ms: Some(OVERHEAD_TARGET_MS),
+        },
+        clock,
+        || env.act(tap.clone()),
+        &mut out,
+    )
+    .await?;
 
     let probe = |q: AndroidQuery| {
         let p = Probe::Android(q);
         move || env.probe(p.clone())
     };
+    let small = |name, command| Call {
+        name,
+        command,
+        target_ms: Some(OVERHEAD_TARGET_MS),
+    };
     progress("setting");
     compare(
         env,
         n,
-        "setting",
-        "settings get global airplane_mode_on",
-        timed,
+        small("setting", "settings get global airplane_mode_on"),
+        clock,
         probe(AndroidQuery::Setting {
             namespace: Namespace::Global,
             key: "airplane_mode_on".into(),
@@ -152,9 +191,8 @@ pub(super) async fn run(
     compare(
         env,
         n,
-        "property",
-        "getprop ro.build.version.sdk",
-        timed,
+        small("property", "getprop ro.build.version.sdk"),
+        clock,
         probe(AndroidQuery::Property {
             name: "ro.build.version.sdk".into(),
         }),
@@ -165,9 +203,11 @@ pub(super) async fn run(
     compare(
         env,
         n,
-        "content rows",
-        "content query --uri content://settings/system --projection name:value",
-        timed,
+        small(
+            "content rows",
+            "content query --uri content://settings/system --projection name:value",
+        ),
+        clock,
         probe(AndroidQuery::Content {
             uri: "content://settings/system".into(),
             projection: vec!["name".into(), "value".into()],
@@ -181,9 +221,8 @@ pub(super) async fn run(
     compare(
         env,
         n,
-        "app in front",
-        "dumpsys activity activities",
-        timed,
+        small("app in front", "dumpsys activity activities"),
+        clock,
         probe(AndroidQuery::Foreground),
         &mut out,
     )
@@ -192,17 +231,16 @@ pub(super) async fn run(
     compare(
         env,
         few,
-        "UI tree",
-        "uiautomator dump /dev/null",
-        timed,
+        small("UI tree", "uiautomator dump /dev/null"),
+        clock,
         || env.tree(TreeRequest::default()),
         &mut out,
     )
     .await?;
     for (name, format) in [
-        ("screenshot raw", ImageFormat::Raw { zstd: None }),
         ("screenshot raw+zstd", ImageFormat::Raw { zstd: Some(1) }),
         ("screenshot PNG", ImageFormat::Png),
+        ("screenshot raw", ImageFormat::Raw { zstd: None }),
     ] {
         progress(name);
         let req = ScreenshotRequest {
@@ -212,9 +250,12 @@ pub(super) async fn run(
         compare(
             env,
             few,
-            name,
-            "screencap",
-            timed,
+            Call {
+                name,
+                command: "screencap",
+                target_ms: None,
+            },
+            clock,
             || env.screenshot(req),
             &mut out,
         )

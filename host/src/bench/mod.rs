@@ -104,6 +104,18 @@ where
     Ok((out, last))
 }
 
+/// The round trip of a ping: the transport and the guest's dispatch, nothing else.
+async fn ping(env: &Environment, n: usize) -> Result<Stats, ClientError> {
+    let (s, _) = measure(n, || env.ping()).await?;
+    Ok(Stats::from_samples(
+        "ping",
+        s,
+        Some(0.3),
+        None,
+        String::new(),
+    ))
+}
+
 /// Runs every measurement; operations the guest refuses (read-only) are skipped with a note.
 pub async fn run(
     env: &Environment,
@@ -123,14 +135,7 @@ pub async fn run(
     );
 
     progress("ping");
-    let (s, _) = measure(n, || env.ping()).await?;
-    out.push(Stats::from_samples(
-        "ping",
-        s,
-        Some(0.3),
-        None,
-        String::new(),
-    ));
+    out.push(ping(env, n).await?);
 
     progress("click");
     let click = Action::Click {

@@ -1,0 +1,311 @@
+//! A stand-in Android device (no Android can run on this machine: no binder, no
+//! emulator-capable KVM, no system image): a directory of scripts named like Android's own
+//! commands (`screencap`, `input`, `uiautomator`, `settings`, `content`, `dumpsys`, `cmd`,
+//! `am`, `pm`, `getprop`, `wm`), put first on `PATH`, that replay outputs recorded from real
+//! devices (`fixtures/android/`) and keep the device's state in files a test can change:
+//! which app is in front, what the screen shows, the settings, content-provider rows. What
+//! the shim sends to `input` is logged, so a test sees every tap.
+
+use std::path::{Path, PathBuf};
+
+/// The recorded outputs.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/android")
+}
+
+/// A stand-in device: its command scripts and its state.
+#[derive(Debug)]
+pub struct Phone {
+    /// The scripts (first on `PATH`).
+    pub bin: PathBuf,
+    /// The state the scripts read and write.
+    pub state: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// One script: `#!/bin/sh`, the state directory in `$S`, then `body`.
+fn script(bin: &Path, state: &Path, name: &str, body: &str) {
+    let text = format!(
+        "#!/bin/sh\n# pincer test stand-in for Android's `{name}`: replays recorded outputs.\nS='{}'\n{body}\n",
+        state.display()
+    );
+    let p = bin.join(name);
+    std::fs::write(&p, text).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+impl Phone {
+    /// A phone showing `screen` (a uiautomator dump) with `foreground` in front.
+    pub fn new(screen: &str, foreground: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("pincer-phone-")
+            .tempdir()
+            .unwrap();
+        let (bin, state) = (dir.path().join("bin"), dir.path().join("state"));
+        for d in [
+            &bin,
+            &state,
+            &state.join("settings"),
+            &state.join("content"),
+        ] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let phone = Self {
+            bin,
+            state,
+            _dir: dir,
+        };
+        phone.set_screen(screen);
+        phone.set_foreground(foreground);
+        phone.write(
+            "getprop.txt",
+            "[ro.build.version.release]: [14]\n[ro.build.version.sdk]: [34]\n[ro.product.cpu.abi]: [x86_64]\n[ro.product.model]: [pincer stand-in]\n",
+        );
+        phone.write(
+            "wm-size.txt",
+            &format!("Physical size: {}x{}\n", SIZE.0, SIZE.1),
+        );
+        phone.write("wm-density.txt", "Physical density: 420\n");
+        phone.write(
+            "battery.txt",
+            "Current Battery Service state:\n  AC powered: false\n  USB powered: true\n  Wireless powered: false\n  status: 2\n  level: 85\n  scale: 100\n",
+        );
+        phone.write(
+            "packages.txt",
+            "package:com.android.settings versionCode:34\npackage:com.android.contacts versionCode:34\npackage:com.google.android.apps.messaging versionCode:1001\n",
+        );
+        let (b, s) = (&phone.bin, &phone.state);
+        script(
+            b,
+            s,
+            "screencap",
+            "if [ \"$1\" = -p ]; then echo 'PNG capture is not recorded' >&2; exit 1; fi\ncat \"$S/screen.raw\"",
+        );
+        script(
+            b,
+            s,
+            "uiautomator",
+            "[ \"$1\" = dump ] || { echo \"unknown command $1\" >&2; exit 1; }\nout=${2:-/sdcard/window_dump.xml}\nif [ -f \"$S/dump-error.txt\" ]; then cat \"$S/dump-error.txt\"; exit 0; fi\ncp \"$S/screen.xml\" \"$out\" && echo \"UI hierchary dumped to: $out\"",
+        );
+        script(b, s, "input", "echo \"$*\" >> \"$S/input.log\"");
+        script(
+            b,
+            s,
+            "settings",
+            "case \"$1\" in\n  get) f=\"$S/settings/$2.$3\"; if [ -f \"$f\" ]; then cat \"$f\"; else echo null; fi ;;\n  put) printf '%s\\n' \"$4\" > \"$S/settings/$2.$3\" ;;\n  *) echo \"Invalid command: $1\" >&2; exit 255 ;;\nesac",
+        );
+        script(
+            b,
+            s,
+            "content",
+            "uri=$3\nf=\"$S/content/$(echo \"$uri\" | tr -c 'a-zA-Z0-9\\n' _)\"\nif [ -f \"$f.err\" ]; then cat \"$f.err\" >&2; exit 0; fi\ncase \"$1\" in\n  insert|delete) echo \"$*\" >> \"$S/content.log\"; exit 0 ;;\n  query) ;;\n  *) echo \"content $1 is not recorded\" >&2; exit 1 ;;\nesac\nif [ -f \"$f\" ]; then cat \"$f\"; else echo 'No result found.'; fi",
+        );
+        script(
+            b,
+            s,
+            "dumpsys",
+            "case \"$1\" in\n  activity) cat \"$S/activities.txt\" ;;\n  window) cat \"$S/window.txt\" 2>/dev/null ;;\n  battery) cat \"$S/battery.txt\" ;;\n  *) echo \"Can't find service: $1\" ;;\nesac",
+        );
+        script(
+            b,
+            s,
+            "getprop",
+            "if [ -z \"$1\" ]; then cat \"$S/getprop.txt\"; else grep -F \"[$1]:\" \"$S/getprop.txt\" | sed 's/.*]: \\[\\(.*\\)\\]/\\1/'; fi",
+        );
+        script(
+            b,
+            s,
+            "wm",
+            "case \"$1\" in size) cat \"$S/wm-size.txt\" ;; density) cat \"$S/wm-density.txt\" ;; *) exit 1 ;; esac",
+        );
+        script(
+            b,
+            s,
+            "am",
+            "echo \"$*\" >> \"$S/am.log\"\ncase \"$1\" in\n  start) case \"$4\" in *Missing*) echo \"Error: Activity class {$4} does not exist.\" ;; *) echo \"Starting: Intent { cmp=$4 }\" ;; esac ;;\n  force-stop) ;;\n  *) echo \"Error: unknown command '$1'\"; exit 1 ;;\nesac",
+        );
+        script(
+            b,
+            s,
+            "pm",
+            "case \"$1\" in\n  list) cat \"$S/packages.txt\" ;;\n  clear) echo \"$2\" >> \"$S/pm-clear.log\"; echo Success ;;\n  *) exit 1 ;;\nesac",
+        );
+        script(
+            b,
+            s,
+            "cmd",
+            "echo \"$*\" >> \"$S/cmd.log\"\necho \"cmd $1 is not recorded\" >&2\nexit 1",
+        );
+        phone
+    }
+
+    /// Keeps the phone's directory after the phone is dropped, and returns it (for the
+    /// `standin-phone` tool).
+    pub fn keep(self) -> PathBuf {
+        self._dir.keep()
+    }
+
+    /// Writes a state file.
+    pub fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.state.join(name), text).unwrap();
+    }
+
+    /// What the screen shows: a uiautomator dump, and a raw capture to match.
+    /// The capture is as large as `wm size` says (1080x2400): a colour per row, so a test
+    /// can tell rows apart in a screenshot ([`Phone::pixel`]).
+    pub fn set_screen(&self, xml: &str) {
+        self.write("screen.xml", xml);
+        let (w, h) = SIZE;
+        let rgb: Vec<u8> = (0..h)
+            .flat_map(|y| (0..w).flat_map(move |_| Self::pixel(y)))
+            .collect();
+        let raw = pincer_screencap(w, h, &rgb);
+        std::fs::write(self.state.join("screen.raw"), raw).unwrap();
+    }
+
+    /// The colour of row `y` of the screen.
+    pub fn pixel(y: u32) -> [u8; 3] {
+        [(y % 251) as u8, (y / 10 % 256) as u8, 200]
+    }
+
+    /// What a logged command (`am`, `pm-clear`, `content`, `cmd`) was asked, one line per call.
+    pub fn log(&self, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.state.join(format!("{name}.log")))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Which activity is in front (`pkg/.Activity`), as `dumpsys activity activities`
+    /// prints it on Android 14 (`topResumedActivity=` and `ResumedActivity:`).
+    pub fn set_foreground(&self, component: &str) {
+        self.write(
+            "activities.txt",
+            &format!(
+                "ACTIVITY MANAGER ACTIVITIES (dumpsys activity activities)\nDisplay #0 (activities from top to bottom):\n  * Task{{1a2b #57 type=standard A=10123:{pkg} U=0 visible=true}}\n    topResumedActivity=ActivityRecord{{d9b8281 u0 {component} t57}}\n      ResumedActivity: ActivityRecord{{d9b8281 u0 {component} t57}}\n",
+                pkg = component.split('/').next().unwrap_or_default()
+            ),
+        );
+    }
+
+    /// A setting's value (`settings put`).
+    pub fn set_setting(&self, namespace: &str, key: &str, value: &str) {
+        self.write(
+            &format!("settings/{namespace}.{key}"),
+            &format!("{value}\n"),
+        );
+    }
+
+    /// The rows `content query --uri URI` prints.
+    pub fn set_rows(&self, uri: &str, rows: &str) {
+        let name: String = uri
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        self.write(&format!("content/{name}"), rows);
+    }
+
+    /// What `input` was asked, one line per call.
+    pub fn inputs(&self) -> Vec<String> {
+        std::fs::read_to_string(self.state.join("input.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// The stand-in's display: `wm size` and the capture.
+pub const SIZE: (u32, u32) = (1080, 2400);
+
+/// A node of a uiautomator dump made for a test: one app's screen as the Android 14
+/// uiautomator writes it (every attribute, in its order; see fixtures/android/NOTES.md).
+#[derive(Debug, Clone, Default)]
+pub struct Node {
+    /// `resource-id`.
+    pub id: &'static str,
+    /// `text`.
+    pub text: String,
+    /// `content-desc`.
+    pub desc: String,
+    /// `class` (`android.widget.TextView` when empty).
+    pub class: &'static str,
+    /// `bounds`, as x1, y1, x2, y2.
+    pub bounds: [u32; 4],
+}
+
+impl Node {
+    /// A text view with this id and text.
+    pub fn text(id: &'static str, text: &str) -> Self {
+        Self {
+            id,
+            text: text.into(),
+            bounds: [0, 200, 1080, 300],
+            ..Self::default()
+        }
+    }
+
+    /// A view described (`content-desc`) as `desc`.
+    pub fn described(id: &'static str, desc: &str) -> Self {
+        Self {
+            id,
+            desc: desc.into(),
+            class: "android.view.ViewGroup",
+            bounds: [0, 300, 1080, 500],
+            ..Self::default()
+        }
+    }
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A one-line raw dump of `package`'s screen holding `nodes` under one frame.
+pub fn dump(package: &str, nodes: &[Node]) -> String {
+    let node = |i: usize, n: &Node, close: &str| {
+        let [x1, y1, x2, y2] = n.bounds;
+        format!(
+            "<node index=\"{i}\" text=\"{}\" resource-id=\"{}\" class=\"{}\" package=\"{package}\" content-desc=\"{}\" checkable=\"false\" checked=\"false\" clickable=\"true\" enabled=\"true\" focusable=\"true\" focused=\"false\" scrollable=\"false\" long-clickable=\"false\" password=\"false\" selected=\"false\" bounds=\"[{x1},{y1}][{x2},{y2}]\"{close}",
+            xml_escape(&n.text),
+            n.id,
+            if n.class.is_empty() {
+                "android.widget.TextView"
+            } else {
+                n.class
+            },
+            xml_escape(&n.desc),
+        )
+    };
+    let frame = Node {
+        class: "android.widget.FrameLayout",
+        bounds: [0, 0, SIZE.0, SIZE.1],
+        ..Node::default()
+    };
+    let mut out = String::from(
+        "<?xml version='1.0' encoding='UTF-8' standalone='yes' ?><hierarchy rotation=\"0\">",
+    );
+    out.push_str(&node(0, &frame, ">"));
+    for (i, n) in nodes.iter().enumerate() {
+        out.push_str(&node(i, n, " />"));
+    }
+    out.push_str("</node></hierarchy>");
+    out
+}
+
+/// A raw `screencap` frame (16-byte header, RGBA_8888).
+fn pincer_screencap(width: u32, height: u32, rgb: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in [width, height, 1, 1] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    for p in rgb.chunks_exact(3) {
+        out.extend_from_slice(&[p[0], p[1], p[2], 0xff]);
+    }
+    out
+}
