@@ -1448,8 +1448,7 @@ async fn crab_phone_tasks_pass_on_done_states_and_fail_on_near_misses() {
     use pincer::eval::{AgentEvent, AgentLog};
     use std::sync::Arc;
 
-    let fixtures =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/crab-benchmark-v0");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/crab-benchmark-v0");
     let lib = Library::standard();
     let report = pincer::crab::import_dir(&fixtures, &Catalogue::bundled().unwrap(), &lib).unwrap();
     let sb = Sandbox::new();
@@ -1575,4 +1574,68 @@ fn the_real_adb_server_is_started_when_none_runs() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("apt install adb"), "{err}");
+}
+
+/// A phone on Wi-Fi behind NAT dials the host, as `pincer-agent --connect` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_phone_behind_nat_dials_the_host() {
+    use pincer::env::listener::{Listener, TrustPolicy};
+    use pincer_shared::identity::{Identity, Token};
+
+    let sb = Sandbox::new();
+    let phone = Phone::new(&gmail(), "com.android.settings/.Settings");
+    let host = Identity::generate("host").unwrap();
+    let token_file = sb.path().join("host.token");
+    let token = Token::load_or_create(&token_file).unwrap();
+    let policy = TrustPolicy {
+        accept_new: true,
+        ..Default::default()
+    };
+    let listener = Listener::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        &host,
+        token,
+        policy,
+        Deadlines::default(),
+    )
+    .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut child = Command::new(bin("pincer-shim"))
+        .args(["--connect", &format!("127.0.0.1:{port}"), "--name", "pixel"])
+        .arg("--token-file")
+        .arg(&token_file)
+        .arg("--host-fingerprint")
+        .arg(host.fingerprint().to_string())
+        .arg("--state-dir")
+        .arg(sb.path().join("shim"))
+        .arg("--no-uinput")
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                phone.bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let arrival = tokio::time::timeout(Duration::from_secs(20), listener.next())
+        .await
+        .expect("the phone dials in")
+        .unwrap();
+    let env = arrival.env;
+    assert_eq!(env.name(), "pixel");
+    assert_eq!(env.info().unwrap().platform, "android");
+    let AndroidAnswer::Foreground(Some(f)) = ask(&env, AndroidQuery::Foreground).await.unwrap()
+    else {
+        panic!("no app in front")
+    };
+    assert_eq!(f.package, "com.android.settings");
+    env.act(Action::SystemKey(SystemKey::Back)).await.unwrap();
+    assert_eq!(phone.inputs(), ["keyevent KEYCODE_BACK"]);
+    let _ = child.kill();
+    let _ = child.wait();
 }
