@@ -16,6 +16,36 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+/// A host listening on loopback for guests that dial in (`--connect`), trusting each
+/// guest's certificate on first use: the listener, the host's identity (guests pin its
+/// fingerprint) and the token file guests need a copy of, made in `dir`.
+pub fn dial_in_host(
+    dir: &Path,
+) -> (
+    pincer::env::listener::Listener,
+    pincer_shared::identity::Identity,
+    PathBuf,
+) {
+    use pincer::env::listener::{Listener, TrustPolicy};
+    use pincer_shared::identity::{Identity, Token};
+    let host = Identity::generate("host").unwrap();
+    let token_file = dir.join("host.token");
+    let token = Token::load_or_create(&token_file).unwrap();
+    let policy = TrustPolicy {
+        accept_new: true,
+        ..Default::default()
+    };
+    let listener = Listener::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        &host,
+        token,
+        policy,
+        Deadlines::default(),
+    )
+    .unwrap();
+    (listener, host, token_file)
+}
+
 /// A workspace binary (`pincer`, `pincer-agent`) next to the test executable's profile dir.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");

@@ -1579,26 +1579,9 @@ fn the_real_adb_server_is_started_when_none_runs() {
 /// A phone on Wi-Fi behind NAT dials the host, as `pincer-agent --connect` does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_phone_behind_nat_dials_the_host() {
-    use pincer::env::listener::{Listener, TrustPolicy};
-    use pincer_shared::identity::{Identity, Token};
-
     let sb = Sandbox::new();
     let phone = Phone::new(&gmail(), "com.android.settings/.Settings");
-    let host = Identity::generate("host").unwrap();
-    let token_file = sb.path().join("host.token");
-    let token = Token::load_or_create(&token_file).unwrap();
-    let policy = TrustPolicy {
-        accept_new: true,
-        ..Default::default()
-    };
-    let listener = Listener::bind(
-        "127.0.0.1:0".parse().unwrap(),
-        &host,
-        token,
-        policy,
-        Deadlines::default(),
-    )
-    .unwrap();
+    let (listener, host, token_file) = pincer_tests::dial_in_host(sb.path());
     let port = listener.local_addr().unwrap().port();
     let mut child = Command::new(bin("pincer-shim"))
         .args(["--connect", &format!("127.0.0.1:{port}"), "--name", "pixel"])

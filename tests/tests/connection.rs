@@ -1,11 +1,10 @@
 //! The connection layer against real agents: authentication, pinning, misbehaving peers,
 //! read-only guests, agent restarts, guests that dial in, and clean teardown.
 
-use pincer::env::listener::{Listener, TrustPolicy};
 use pincer::env::{ClientError, Deadlines, EnvSpec, Environment};
 use pincer_shared::codec;
 use pincer_shared::handshake::{self, HandshakeError, ServerHello};
-use pincer_shared::identity::{Fingerprint, Identity, Token};
+use pincer_shared::identity::{Fingerprint, Token};
 use pincer_shared::limits::{MAX_HELLO, MAX_RESPONSE_HEADER};
 use pincer_shared::probe::Probe;
 use pincer_shared::setup::ExecRequest;
@@ -393,21 +392,7 @@ async fn every_command_works_through_a_tcp_tunnel_to_the_same_agent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guests_can_dial_in_and_come_back() {
     let dir = tempfile::tempdir().unwrap();
-    let host_id = Identity::generate("host").unwrap();
-    let token_file = dir.path().join("token");
-    let token = Token::load_or_create(&token_file).unwrap();
-    let policy = TrustPolicy {
-        accept_new: true,
-        ..Default::default()
-    };
-    let listener = Listener::bind(
-        "127.0.0.1:0".parse().unwrap(),
-        &host_id,
-        token,
-        policy,
-        Deadlines::default(),
-    )
-    .unwrap();
+    let (listener, host_id, token_file) = pincer_tests::dial_in_host(dir.path());
     let port = listener.local_addr().unwrap().port();
     let spawn_agent = || {
         Command::new(bin("pincer-agent"))
