@@ -211,7 +211,8 @@ pub fn agent_binary() -> Result<PathBuf, DesktopError> {
     which("pincer-agent").ok_or(DesktopError::NoAgent)
 }
 
-fn which(program: &str) -> Option<PathBuf> {
+/// A program on `PATH`, if it is there.
+pub(crate) fn which(program: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?
         .split(':')

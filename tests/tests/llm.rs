@@ -1283,6 +1283,7 @@ async fn run_zenity(
         seed: 0,
         out: out.clone(),
         resume: false,
+        shard: None,
         observation: ObservationConfig::default(),
         cancel: Arc::new(AtomicBool::new(false)),
     })

@@ -85,6 +85,7 @@ pub(crate) async fn run(cmd: ImageCmd) -> anyhow::Result<()> {
                 mirror,
                 keyring,
                 agent: agent.unwrap_or_else(default_agent),
+                pincer: std::env::current_exe().ok(),
                 container,
                 rebuild,
             };

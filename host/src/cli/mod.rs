@@ -9,6 +9,7 @@ mod image;
 mod observe;
 mod ops;
 mod run;
+mod scale;
 mod task;
 mod vm;
 
@@ -68,7 +69,7 @@ enum Command {
     #[command(subcommand)]
     Task(task::TaskCmd),
     /// Run a benchmark: tasks x agent over environment sets.
-    Run(run::RunArgs),
+    Run(Box<run::RunCmd>),
     /// Write the Markdown and HTML report of a run directory.
     Report {
         /// The run directory.
@@ -182,7 +183,7 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
         Command::File(c) => ops::file(c, &reg).await,
         Command::Bench(a) => observe::bench(a, &reg).await,
         Command::Task(c) => task::run(c, &reg).await,
-        Command::Run(a) => run::run(a, &reg).await,
+        Command::Run(a) => run::run(*a, &reg).await,
         Command::Report { dir } => {
             let p = pincer::report::write(&dir)?;
             println!("{}\n{}", p.html.display(), p.markdown.display());

@@ -4,74 +4,135 @@ use anyhow::{Context, bail};
 use pincer::agent::{Agent, ObservationConfig, Oracle, RandomAgent};
 use pincer::env::registry::Registry;
 use pincer::run::sets::{self, Made, VmPlan};
+use pincer::run::shard::Shard;
 use pincer::run::{self, AgentFactory, RunConfig};
 use pincer::task::{self, Task};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// `pincer run ...` or `pincer run status DIR`.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct RunCmd {
+    #[command(subcommand)]
+    sub: Option<RunSub>,
+    #[command(flatten)]
+    args: RunArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum RunSub {
+    /// Progress of a run from its directory: per shard (host, finished, SR, state) and
+    /// overall, whether it runs here, on Slurm or on Kubernetes.
+    Status {
+        /// The run directory.
+        dir: PathBuf,
+    },
+}
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct RunArgs {
     /// Task file, directory or bundled suite (e.g. `demo`).
-    #[arg(long)]
-    tasks: String,
+    #[arg(long, required = true)]
+    pub(super) tasks: Option<String>,
     /// Only these task ids (repeatable).
     #[arg(long = "task")]
-    only: Vec<String>,
+    pub(super) only: Vec<String>,
     /// Only tasks with this tag (repeatable; any matches).
     #[arg(long = "tag")]
-    tags: Vec<String>,
+    pub(super) tags: Vec<String>,
     /// The agent: oracle, random, human, or an LLM as PROVIDER:MODEL
     /// (anthropic:claude-sonnet-5-5, gemini:gemini-3.8-flash, openai:gpt-6.1-terra).
-    #[arg(long)]
-    agent: String,
+    #[arg(long, required = true)]
+    pub(super) agent: Option<String>,
     /// LLM agent options KEY=VALUE: base_url, api_key_env, structure=single|planner|per-env,
     /// history=N, mode=tools|json, temperature, max_tokens, timeout_s, retries, api_version
     /// (anthropic-version; repeatable).
     #[arg(long = "agent-opt", value_name = "KEY=VALUE")]
-    agent_opts: Vec<String>,
+    pub(super) agent_opts: Vec<String>,
     /// An environment set as ROLE=ENV,ROLE=ENV with names from the envs file (repeatable:
     /// one worker per set). Without any, local desktops are started for the run. Roles
     /// played by pincer VMs are reset before every task.
     #[arg(long = "set", value_name = "ROLE=ENV,...", conflicts_with = "vm")]
-    sets: Vec<String>,
+    pub(super) sets: Vec<String>,
     /// Run on VMs of this image (`pincer image list`) instead of local desktops, each reset
     /// to the image's golden state before every task.
     #[arg(long, value_name = "IMAGE")]
-    vm: Option<String>,
+    pub(super) vm: Option<String>,
     /// Guest memory of --vm VMs, MiB.
     #[arg(long, default_value_t = 1024, requires = "vm")]
-    vm_memory: u32,
+    pub(super) vm_memory: u32,
     /// Virtual CPUs of --vm VMs.
     #[arg(long, default_value_t = 2, requires = "vm")]
-    vm_cpus: u32,
+    pub(super) vm_cpus: u32,
     /// Environment sets to run in parallel when pincer starts local desktops or VMs.
     #[arg(long, default_value_t = 1)]
-    parallel: usize,
+    pub(super) parallel: usize,
     /// Run each task this many times (seeds seed, seed+1, ...).
     #[arg(long, default_value_t = 1)]
-    repeat: u32,
+    pub(super) repeat: u32,
     /// Base seed.
     #[arg(long, default_value_t = 0)]
-    seed: u64,
+    pub(super) seed: u64,
     /// Run directory for results, trajectories and the report.
     #[arg(long)]
-    out: Option<PathBuf>,
+    pub(super) out: Option<PathBuf>,
     /// Continue an interrupted run in --out, skipping finished task runs.
     #[arg(long)]
-    resume: bool,
+    pub(super) resume: bool,
     /// What agents see: comma-separated marks, screenshot, tree.
     #[arg(long, default_value = "marks")]
-    observe: String,
+    pub(super) observe: String,
     /// Downscale observation images to fit WxH.
     #[arg(long, value_parser = super::desktop::parse_size)]
-    max_size: Option<(u32, u32)>,
+    pub(super) max_size: Option<(u32, u32)>,
     /// Screen size of local desktops.
     #[arg(long, default_value = "1920x1080", value_parser = super::desktop::parse_size)]
-    size: (u32, u32),
+    pub(super) size: (u32, u32),
     /// Do not write the HTML/Markdown report at the end.
     #[arg(long)]
-    no_report: bool,
+    pub(super) no_report: bool,
+    /// Run only shard K of N (K from 0): the task runs i with i % N == K, into the run
+    /// directory --out that the other shards share. --slurm and --kubernetes start these.
+    #[arg(long, value_name = "K/N", conflicts_with_all = ["slurm", "kubernetes"])]
+    pub(super) shard: Option<Shard>,
+    /// Split the run into N shards, each on its own machine (with --slurm or --kubernetes).
+    #[arg(long, value_name = "N")]
+    pub(super) shards: Option<u32>,
+    /// Submit the shards as a Slurm job array (sbatch), follow it, resubmit shards whose
+    /// node failed, then merge and report. --out must be on a file system every node
+    /// shares, at the same path, and so must this pincer binary.
+    #[arg(long, conflicts_with_all = ["kubernetes", "sets"])]
+    pub(super) slurm: bool,
+    /// An sbatch option for the job script, e.g. --partition=gpu (repeatable).
+    #[arg(
+        long = "slurm-opt",
+        value_name = "OPTION",
+        requires = "slurm",
+        allow_hyphen_values = true
+    )]
+    pub(super) slurm_opts: Vec<String>,
+    /// Times a failed shard is tried again (Slurm: resubmitted; Kubernetes: its pod
+    /// recreated).
+    #[arg(long, default_value_t = 2)]
+    pub(super) retries: u32,
+    /// Run the shards as a Kubernetes Indexed Job (one pod per shard) in --image, writing
+    /// to the volume --claim mounted at /runs.
+    #[arg(long, requires = "image", conflicts_with = "sets")]
+    pub(super) kubernetes: bool,
+    /// The pods' container image (`pincer image build RECIPE --container` makes one).
+    #[arg(long, value_name = "IMAGE", requires = "kubernetes")]
+    pub(super) image: Option<String>,
+    /// The Kubernetes namespace.
+    #[arg(long, default_value = "default", requires = "kubernetes")]
+    pub(super) namespace: String,
+    /// The ReadWriteMany PersistentVolumeClaim that holds run directories.
+    #[arg(long, default_value = "pincer-runs", requires = "kubernetes")]
+    pub(super) claim: String,
+    /// Print the Kubernetes manifest instead of creating it.
+    #[arg(long, requires = "kubernetes")]
+    pub(super) dry_run: bool,
 }
 
 fn observation(spec: &str, max_size: Option<(u32, u32)>) -> anyhow::Result<ObservationConfig> {
@@ -132,8 +193,22 @@ fn select(mut tasks: Vec<Task>, only: &[String], tags: &[String]) -> anyhow::Res
     Ok(tasks)
 }
 
-pub(crate) async fn run(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
-    let set = task::load_path(&a.tasks)?;
+pub(crate) async fn run(c: RunCmd, reg: &Registry) -> anyhow::Result<()> {
+    match c.sub {
+        Some(RunSub::Status { dir }) => {
+            println!("{}", run::status::read(&dir)?);
+            Ok(())
+        }
+        None => benchmark(c.args, reg).await,
+    }
+}
+
+async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
+    // clap requires both unless a subcommand is given.
+    let (Some(tasks_spec), Some(agent_spec)) = (a.tasks.clone(), a.agent.clone()) else {
+        bail!("--tasks and --agent are required");
+    };
+    let set = task::load_path(&tasks_spec)?;
     let tasks = select(
         set.tasks.into_iter().map(|(t, _)| t).collect(),
         &a.only,
@@ -141,7 +216,7 @@ pub(crate) async fn run(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
     )?;
     // Validate before starting anything.
     run::prepare(&tasks, &pincer::eval::functions::Library::standard())?;
-    let (agent, agent_name) = agent_factory(&a.agent, &a.agent_opts)?;
+    let (agent, agent_name) = agent_factory(&agent_spec, &a.agent_opts)?;
     let observation = observation(&a.observe, a.max_size)?;
     let out = a.out.clone().unwrap_or_else(|| {
         let stamp = std::time::SystemTime::now()
@@ -149,13 +224,43 @@ pub(crate) async fn run(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
             .map_or(0, |d| d.as_secs());
         PathBuf::from("runs").join(format!(
             "{}-{}-{stamp}",
-            task::sanitize(&a.tasks),
-            task::sanitize(&a.agent)
+            task::sanitize(&tasks_spec),
+            task::sanitize(&agent_spec)
         ))
     });
+    if a.slurm || a.kubernetes {
+        let Some(n) = a.shards.filter(|n| *n > 0) else {
+            bail!("--slurm and --kubernetes need --shards N (N at least 1)");
+        };
+        return if a.slurm {
+            super::scale::on_slurm(&a, &tasks_spec, &tasks, &agent_name, &observation, out, n).await
+        } else {
+            super::scale::on_kubernetes(&a, &tasks_spec, out, n).await
+        };
+    }
+    if a.shards.is_some() {
+        bail!(
+            "--shards N goes with --slurm or --kubernetes; to run one shard yourself, give --shard K/N"
+        );
+    }
+    if a.shard.is_some() && !a.sets.is_empty() {
+        bail!(
+            "--shard with --set: every shard needs environments of its own, and --set names environments of one machine; let each shard start local desktops or --vm VMs"
+        );
+    }
 
-    // Refuse a used run directory before starting anything.
-    run::check_out(&out, a.resume)?;
+    // Refuse a used run directory, or another run's, before starting anything.
+    let (_, identity) = run::header(
+        &agent_name,
+        &tasks,
+        a.repeat,
+        a.seed,
+        a.shard.map(|s| s.count),
+        &observation,
+        &[],
+    );
+    run::check_out(&out, a.resume, a.shard, &identity)?;
+    run::shard::check_free(&out, a.shard)?;
 
     let cancel = Arc::new(AtomicBool::new(false));
     let made = Made::default();
@@ -248,6 +353,7 @@ pub(crate) async fn run(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
         seed: a.seed,
         out: out.clone(),
         resume: a.resume,
+        shard: a.shard,
         observation,
         cancel: cancel.clone(),
     })
@@ -255,7 +361,10 @@ pub(crate) async fn run(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
     made.stop(reg).await;
     let records = result?;
     println!("\n{}", run::summary_table(&records));
-    println!("results: {}", run::results_file(&out).display());
+    println!(
+        "results: {}",
+        run::shard::results_path(&out, a.shard).display()
+    );
     if !a.no_report {
         let paths = pincer::report::write(&out).context("writing the report")?;
         println!("report:  {}", paths.html.display());
@@ -267,5 +376,49 @@ pub(crate) async fn run(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
             out.display()
         );
     }
+    if let Some(s) = a.shard
+        && !run::shard::dir(&out, s.index).join("done.json").is_file()
+    {
+        bail!(
+            "shard {s} did not finish its share (see above); run it again with --resume to finish it"
+        );
+    }
     Ok(())
+}
+
+/// The `pincer run` arguments that make one shard of this run (without `--shard`): the
+/// same tasks, agent, observation and seeds, into `out`, resuming what the shard finished.
+pub(crate) fn shard_args(a: &RunArgs, tasks: &str, out: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = vec!["run".into(), "--tasks".into(), tasks.into()];
+    let mut push = |k: &str, val: String| {
+        v.push(k.into());
+        v.push(val);
+    };
+    push("--agent", a.agent.clone().unwrap_or_default());
+    for t in &a.only {
+        push("--task", t.clone());
+    }
+    for t in &a.tags {
+        push("--tag", t.clone());
+    }
+    for o in &a.agent_opts {
+        push("--agent-opt", o.clone());
+    }
+    if let Some(image) = &a.vm {
+        push("--vm", image.clone());
+        push("--vm-memory", a.vm_memory.to_string());
+        push("--vm-cpus", a.vm_cpus.to_string());
+    }
+    push("--parallel", a.parallel.to_string());
+    push("--repeat", a.repeat.to_string());
+    push("--seed", a.seed.to_string());
+    push("--observe", a.observe.clone());
+    if let Some((w, h)) = a.max_size {
+        push("--max-size", format!("{w}x{h}"));
+    }
+    push("--size", format!("{}x{}", a.size.0, a.size.1));
+    push("--out", out.display().to_string());
+    v.push("--resume".into());
+    v.push("--no-report".into());
+    v
 }

@@ -22,7 +22,7 @@ static GUEST: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/../images/guest");
 
 /// Bumped whenever what pincer adds to every image changes in a way the guest files do not
 /// show (packages, hooks), so that images built before are rebuilt.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 /// Packages pincer's session and agent need, whatever the recipe says.
 fn session_packages(loaded: &Loaded) -> Vec<String> {
@@ -65,6 +65,9 @@ pub struct Options {
     pub keyring: Option<PathBuf>,
     /// The agent binary to build into the image.
     pub agent: PathBuf,
+    /// The `pincer` binary to build into the image (`/usr/local/bin/pincer`), so that the
+    /// image can run shards of a run (`pincer run --shard`), as a Kubernetes pod does.
+    pub pincer: Option<PathBuf>,
     /// Also export the root file system as a container image with podman.
     pub container: bool,
     /// Build even if an image with the same recipe hash exists.
@@ -572,12 +575,18 @@ fn stage(loaded: &Loaded, opts: &Options, overlay: &Path) -> Result<(), ImageErr
     for (path, text, mode) in files {
         write(overlay, &path, text.as_bytes(), mode)?;
     }
-    let agent = overlay.join("usr/local/bin/pincer-agent");
     let bin = overlay.join("usr/local/bin");
     std::fs::create_dir_all(&bin).map_err(io(format!("creating {}", bin.display())))?;
-    std::fs::copy(&opts.agent, &agent).map_err(io(format!("copying {}", opts.agent.display())))?;
-    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))
-        .map_err(io("setting the agent's mode"))?;
+    for (from, name) in [
+        (Some(&opts.agent), "pincer-agent"),
+        (opts.pincer.as_ref(), "pincer"),
+    ] {
+        let Some(from) = from else { continue };
+        let to = bin.join(name);
+        std::fs::copy(from, &to).map_err(io(format!("copying {}", from.display())))?;
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
+            .map_err(io(format!("setting the mode of {}", to.display())))?;
+    }
     Ok(())
 }
 
@@ -831,6 +840,7 @@ mod tests {
             mirror: None,
             keyring: None,
             agent,
+            pincer: Some(dir.path().join("agent")),
             container: false,
             rebuild: false,
         };
@@ -840,6 +850,13 @@ mod tests {
         assert!(read("etc/systemd/user/pincer-xvfb.service").contains("-screen 0 1920x1080x24"));
         assert!(read("etc/systemd/user/pincer-wm.service").contains("ExecStart=/usr/bin/openbox"));
         assert!(read("etc/systemd/user/pincer-agent.service").contains("--listen 0.0.0.0:7000"));
+        for bin in ["usr/local/bin/pincer-agent", "usr/local/bin/pincer"] {
+            assert_eq!(
+                std::fs::read(overlay.join(bin)).unwrap(),
+                b"\x7fELF",
+                "{bin}"
+            );
+        }
         assert_eq!(read("etc/locale.gen"), "en_US.UTF-8 UTF-8\n");
         assert!(overlay.join("var/lib/systemd/linger/pincer").exists());
         let mode = std::fs::metadata(overlay.join("usr/local/sbin/pincer-clock"))

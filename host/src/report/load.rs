@@ -70,15 +70,15 @@ pub(crate) struct NodeSpec {
 }
 
 impl RunDir {
-    /// Reads a run directory; fails only if it is not one (no `results.jsonl`).
+    /// Reads a run directory, every shard's results merged; fails only if it is not one
+    /// (no results file).
     pub(crate) fn read(dir: &Path) -> Result<Self, ReportError> {
-        let results = crate::run::results_file(dir);
-        if !results.is_file() {
+        if crate::run::shard::results_files(dir).is_empty() {
             return Err(ReportError::NotARun(dir.to_owned()));
         }
-        let all = record::read_results(&results).map_err(|source| ReportError::Io {
+        let all = crate::run::shard::read_all(dir).map_err(|source| ReportError::Io {
             what: "reading",
-            path: results.clone(),
+            path: dir.to_owned(),
             source,
         })?;
         let meta = read_meta(&dir.join("run.json"));

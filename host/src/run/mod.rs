@@ -3,8 +3,12 @@
 //! that finishes the current step and records `aborted`, progress bars with live SR/CR, and
 //! a summary table at the end.
 
+pub mod kube;
 pub mod record;
 pub mod sets;
+pub mod shard;
+pub mod slurm;
+pub mod status;
 pub mod task;
 
 use crate::agent::observe::ObservationConfig;
@@ -37,6 +41,22 @@ pub enum RunError {
     /// The run directory has results and `--resume` was not given.
     #[error("{} already holds results: pass --resume to continue that run, or choose another --out", .0.display())]
     OutExists(PathBuf),
+    /// The run directory belongs to another run.
+    #[error("{} holds another run ({diff}): choose another --out", .dir.display())]
+    OtherRun {
+        /// The run directory.
+        dir: PathBuf,
+        /// How that run differs from this one.
+        diff: String,
+    },
+    /// Another process writes the same results.
+    #[error("{what} is being run by another process{by}: wait for it, or stop it first")]
+    Busy {
+        /// The run or shard.
+        what: String,
+        /// Who holds it, if known.
+        by: String,
+    },
     /// No environment set can run a task.
     #[error("no environment set has the roles task '{task}' needs ({})", roles.join(", "))]
     NoSetFits {
@@ -116,7 +136,7 @@ pub enum RunError {
 }
 
 /// Maps an OS error to [`RunError::Io`] saying what was being written.
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
     let what = what.into();
     move |source| RunError::Io { what, source }
 }
@@ -137,8 +157,10 @@ pub struct RunConfig {
     pub seed: u64,
     /// Run directory.
     pub out: PathBuf,
-    /// Skip task runs already in `results.jsonl`.
+    /// Skip task runs already finished (by any shard).
     pub resume: bool,
+    /// Run only this shard's share of the task runs.
+    pub shard: Option<shard::Shard>,
     /// What agents see.
     pub observation: ObservationConfig,
     /// Set on Ctrl-C.
@@ -311,37 +333,154 @@ pub fn prepare(tasks: &[Task], lib: &Library) -> Result<Vec<Arc<Graph>>, RunErro
     Ok(graphs)
 }
 
-/// Refuses a run directory that already holds results unless resuming: call it before
-/// starting environments, so a mistake costs nothing.
-pub fn check_out(out: &Path, resume: bool) -> Result<(), RunError> {
-    if !resume && results_file(out).exists() {
-        return Err(RunError::OutExists(out.to_owned()));
+/// A run's header (`run.json`) and the identity in it.
+pub fn header(
+    agent: &str,
+    tasks: &[Task],
+    repeat: u32,
+    seed: u64,
+    shards: Option<u32>,
+    observation: &ObservationConfig,
+    sets: &[(String, Vec<String>)],
+) -> (serde_json::Value, shard::Identity) {
+    let identity = shard::Identity {
+        agent: agent.to_owned(),
+        seed,
+        shards,
+        tasks: tasks.iter().map(|t| t.id.clone()).collect(),
+        repeat,
+    };
+    let mut meta = serde_json::json!({
+        "agent": agent,
+        "tasks": identity.tasks,
+        "repeat": repeat,
+        "seed": seed,
+        "sets": sets,
+        "observation": observation,
+    });
+    if let Some(n) = shards {
+        meta["shards"] = n.into();
+    }
+    (meta, identity)
+}
+
+fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), RunError> {
+    serde_json::to_string_pretty(value)
+        .map_err(std::io::Error::from)
+        .and_then(|text| std::fs::write(path, text))
+        .map_err(io(format!("writing {}", path.display())))
+}
+
+/// Writes `tasks.json`, from which the report draws each task's checkpoint graph (`after`
+/// edges); a shard leaves one that is there (the run's identity says it is the same).
+fn write_tasks(out: &Path, tasks: &[Task], overwrite: bool) -> Result<(), RunError> {
+    let path = out.join("tasks.json");
+    if overwrite || !path.exists() {
+        write_json(&path, &tasks)?;
     }
     Ok(())
 }
 
-/// Runs everything; returns every record of the run directory (earlier ones included when
-/// resuming).
+/// Lays out a sharded run for its shards to join: the header and the tasks, written once
+/// (checked against the directory's run when resuming), before any shard is submitted.
+pub fn found(
+    out: &Path,
+    resume: bool,
+    meta: &serde_json::Value,
+    identity: &shard::Identity,
+    tasks: &[Task],
+) -> Result<(), RunError> {
+    check_out(out, resume, None, identity)?;
+    std::fs::create_dir_all(out).map_err(io(format!("creating {}", out.display())))?;
+    shard::claim(out, meta, identity)?;
+    write_tasks(out, tasks, false)
+}
+
+/// Refuses a run directory that already holds results unless resuming (a shard: its own
+/// results; other shards' are the run it joins), and one that holds another run: call it
+/// before starting environments, so a mistake costs nothing.
+pub fn check_out(
+    out: &Path,
+    resume: bool,
+    shard: Option<shard::Shard>,
+    me: &shard::Identity,
+) -> Result<(), RunError> {
+    if !resume {
+        let used = match shard {
+            Some(_) => shard::results_path(out, shard).exists(),
+            None => shard::is_run(out),
+        };
+        if used {
+            return Err(RunError::OutExists(out.to_owned()));
+        }
+    }
+    if (resume || shard.is_some())
+        && let Some(theirs) = shard::read_identity(out)?
+        && let Some(diff) = theirs.difference(me)
+    {
+        return Err(RunError::OtherRun {
+            dir: out.to_owned(),
+            diff,
+        });
+    }
+    Ok(())
+}
+
+/// Runs everything (or one shard's share); returns every record of this run's (or shard's)
+/// results file, earlier ones included when resuming.
 pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
-    check_out(&cfg.out, cfg.resume)?;
     std::fs::create_dir_all(&cfg.out).map_err(io(format!("creating {}", cfg.out.display())))?;
-    let results_path = results_file(&cfg.out);
+    let results_path = shard::results_path(&cfg.out, cfg.shard);
+    let sets: Vec<(String, Vec<String>)> = cfg
+        .sets
+        .iter()
+        .map(|s| (s.name.clone(), s.envs.keys().cloned().collect()))
+        .collect();
+    let (meta, identity) = header(
+        &cfg.agent_name,
+        &cfg.tasks,
+        cfg.repeat,
+        cfg.seed,
+        cfg.shard.map(|s| s.count),
+        &cfg.observation,
+        &sets,
+    );
+    check_out(&cfg.out, cfg.resume, cfg.shard, &identity)?;
+    // A shard writes the header only if it is the first; a resumed run must be this run.
+    if cfg.shard.is_some() || cfg.resume {
+        shard::claim(&cfg.out, &meta, &identity)?;
+    }
+    let hold = shard::Hold::take(&cfg.out, cfg.shard)?;
+    if cfg.shard.is_none() {
+        write_json(&cfg.out.join("run.json"), &meta)?;
+    }
+    write_tasks(&cfg.out, &cfg.tasks, cfg.shard.is_none())?;
     let previous = if cfg.resume {
         record::read_results(&results_path)
             .map_err(io(format!("reading {}", results_path.display())))?
     } else {
         Vec::new()
     };
-    // Aborted runs are redone on resume; everything else that finished stays.
-    let done: BTreeSet<(String, u32)> = previous
-        .iter()
-        .filter(|r| r.termination != Termination::Aborted)
-        .map(|r| (r.task.clone(), r.repeat))
-        .collect();
+    // Aborted runs are redone on resume; everything else that finished, by any shard, stays.
+    let done = if cfg.resume {
+        shard::finished(
+            &shard::read_all(&cfg.out).map_err(io(format!("reading {}", cfg.out.display())))?,
+        )
+    } else {
+        BTreeSet::new()
+    };
     let graphs = prepare(&cfg.tasks, &Library::standard())?;
     let mut queue: VecDeque<(usize, u32)> = VecDeque::new();
+    let mut share = 0;
+    let mut nth = 0;
     for r in 0..cfg.repeat.max(1) {
         for (i, t) in cfg.tasks.iter().enumerate() {
+            let mine = cfg.shard.is_none_or(|s| s.owns(nth));
+            nth += 1;
+            if !mine {
+                continue;
+            }
+            share += 1;
             if !done.contains(&(t.id.clone(), r)) {
                 queue.push_back((i, r));
             }
@@ -356,31 +495,13 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
             });
         }
     }
-    let skipped = done.len();
+    let skipped = share - queue.len();
     if skipped > 0 {
         eprintln!(
             "resuming: {skipped} task runs already finished, {} to go",
             queue.len()
         );
     }
-    let meta = serde_json::json!({
-        "agent": cfg.agent_name,
-        "tasks": cfg.tasks.iter().map(|t| &t.id).collect::<Vec<_>>(),
-        "repeat": cfg.repeat,
-        "seed": cfg.seed,
-        "sets": cfg.sets.iter().map(|s| (s.name.clone(), s.envs.keys().cloned().collect::<Vec<_>>())).collect::<Vec<_>>(),
-        "observation": cfg.observation,
-    });
-    let write_json = |name: &str, value: serde_json::Result<String>| {
-        let path = cfg.out.join(name);
-        value
-            .map_err(std::io::Error::from)
-            .and_then(|text| std::fs::write(&path, text))
-            .map_err(io(format!("writing {}", path.display())))
-    };
-    write_json("run.json", serde_json::to_string_pretty(&meta))?;
-    // The report draws each task's checkpoint graph (`after` edges) from these.
-    write_json("tasks.json", serde_json::to_string_pretty(&cfg.tasks))?;
 
     let display = Arc::new(Display::new(queue.len() as u64, &cfg.sets));
     let queue = Arc::new(Mutex::new(queue));
@@ -458,13 +579,18 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
         return Err(e);
     }
     let left = queue.lock().unwrap_or_else(|e| e.into_inner()).len();
-    if left > 0 && !cfg.cancel.load(Ordering::SeqCst) {
+    let cancelled = cfg.cancel.load(Ordering::SeqCst);
+    if left > 0 && !cancelled {
         eprintln!(
             "{left} task runs were not run: every environment set that could run them failed; fix the environments and continue with --resume"
         );
     }
-    let all = all.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    Ok(latest(all))
+    let all = latest(all.lock().unwrap_or_else(|e| e.into_inner()).clone());
+    let finished = shard::finished(&all).len();
+    if finished >= share && !cancelled {
+        hold.done(finished)?;
+    }
+    Ok(all)
 }
 
 /// One record per task run: when a run was aborted and redone on resume, the redo.
