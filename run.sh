@@ -12,7 +12,8 @@
 #                    shows: `pincer bench` on a fresh 1920x1080 desktop with
 #                    gtk3-widget-factory open, the UI trees of zenity and LibreOffice
 #                    Calc, the 10,000-screenshot soak, the evaluator, a VM, the
-#                    Android shim on a stand-in phone
+#                    Android shim on a stand-in phone, the bundled suite sharded over a
+#                    local three-node Slurm cluster against one machine
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -34,6 +35,10 @@ VM_PKGS="mmdebstrap e2fsprogs podman runc"
 # Android: adb (its server, for `pincer android`), qemu-user-static (tests run the aarch64
 # shim under it), python3-venv (zig and cargo-zigbuild come from PyPI into a venv).
 ANDROID_PKGS="adb qemu-user-static python3-venv"
+
+# Many machines: a real Slurm cluster (controller, three nodes, munge) that the tests start
+# on this machine in a temporary directory.
+SLURM_PKGS="slurm-wlm slurm-client munge bc"
 SHIM_TARGETS="aarch64-unknown-linux-musl x86_64-unknown-linux-musl"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
@@ -102,7 +107,7 @@ shims() {
 }
 
 case "${1:-}" in
-  deps) deps $XCAP_PKGS $VM_PKGS $ANDROID_PKGS; vm_deps ;;
+  deps) deps $XCAP_PKGS $VM_PKGS $ANDROID_PKGS $SLURM_PKGS; vm_deps ;;
   shim)
     deps $ANDROID_PKGS
     shims --release
@@ -122,7 +127,7 @@ case "${1:-}" in
     log "reports: runs/demo-oracle-$stamp/report.html and runs/demo-random-$stamp/report.html"
     ;;
   bench)
-    deps $VM_PKGS
+    deps $VM_PKGS $SLURM_PKGS
     vm_deps
     cargo build --release --workspace --bins
     P=./target/release/pincer
@@ -161,9 +166,23 @@ case "${1:-}" in
     "$P" env remove standin-phone >/dev/null 2>&1 || true
     "$P" env add standin-phone "$addr" --platform android --token-file "$shim_dir/token" --trust
     "$P" bench --env standin-phone "${@:2}"
+    log "the bundled suite with the oracle: one machine, then 3 shards on a local Slurm cluster"
+    runs="$PINCER_STATE_DIR/runs-$(date +%s)"
+    start=$(date +%s.%N)
+    "$P" run --tasks demo --agent oracle --out "$runs/one" --no-report | tail -n 4
+    one=$(echo "$(date +%s.%N) - $start" | bc)
+    coproc CLUSTER { ./target/release/slurm-cluster; }
+    read -r conf <&"${CLUSTER[0]}"
+    start=$(date +%s.%N)
+    SLURM_CONF="$conf" "$P" run --tasks demo --agent oracle --out "$runs/slurm" --slurm --shards 3 \
+      --no-report | tail -n 6
+    three=$(echo "$(date +%s.%N) - $start" | bc)
+    exec {CLUSTER[1]}>&-
+    wait "$CLUSTER_PID" 2>/dev/null || true
+    printf 'the bundled suite: one machine %.1f s, 3 Slurm nodes on this machine %.1f s\n' "$one" "$three"
     ;;
   test)
-    deps $XCAP_PKGS $VM_PKGS $ANDROID_PKGS
+    deps $XCAP_PKGS $VM_PKGS $ANDROID_PKGS $SLURM_PKGS
     vm_deps
     log "building"
     cargo build --workspace --bins --tests

@@ -6,6 +6,7 @@ pub mod adb;
 pub mod android;
 pub mod cases;
 pub mod routes;
+pub mod slurm;
 
 use pincer::env::registry::Registry;
 use pincer::env::{Deadlines, Environment};
@@ -273,4 +274,84 @@ pub fn processes() -> Vec<ProcessEntry> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A suite of `n` terminal tasks; each oracle idles `sleep_ms` before typing its command.
+pub fn terminal_suite(dir: &Path, n: usize, sleep_ms: u64) -> PathBuf {
+    let tasks = dir.join("suite");
+    std::fs::create_dir_all(&tasks).unwrap();
+    for i in 0..n {
+        let kill = serde_json::json!({"do": "exec", "argv": ["pkill", "-s", "0", "-x", "xfce4-terminal"], "check": false});
+        let t = serde_json::json!({
+            "id": format!("t{i}"),
+            "instruction": format!("Write done{i} into ~/out{i}.txt using the terminal."),
+            "envs": {"desktop": {"platform": "linux"}},
+            "setup": {"desktop": [
+                {"do": "remove", "path": format!("~/out{i}.txt")},
+                kill,
+                {"do": "launch", "argv": ["xfce4-terminal", "--disable-server"]},
+                {"do": "wait_window", "title_contains": "Terminal"}
+            ]},
+            "teardown": {"desktop": [kill]},
+            "checkpoints": [
+                {"id": "written", "env": "desktop", "check": "file_contains", "args": {"path": format!("~/out{i}.txt"), "text": format!("done{i}")}}
+            ],
+            "oracle": [
+                {"do": "sleep", "ms": sleep_ms},
+                {"do": "type", "text": format!("echo done{i} > ~/out{i}.txt\n"), "target": {"role": "terminal"}},
+                {"do": "sleep", "ms": 300}
+            ]
+        });
+        std::fs::write(
+            tasks.join(format!("t{i}.json")),
+            serde_json::to_string_pretty(&t).unwrap(),
+        )
+        .unwrap();
+    }
+    tasks
+}
+
+/// Builds the image of `recipe` with its container image (a no-op when the image cache
+/// holds it) and returns the container image's tag.
+pub fn container_image(sb: &Sandbox, recipe: &str) -> String {
+    let out = sb.pincer(&["image", "build", recipe, "--container"]);
+    assert!(
+        out.status.success(),
+        "image build failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            pincer::paths::image_cache_dir()
+                .join(recipe)
+                .join("manifest.json"),
+        )
+        .expect("the image's manifest"),
+    )
+    .expect("a JSON manifest");
+    manifest["container"]
+        .as_str()
+        .expect("a container image")
+        .to_owned()
+}
+
+/// `podman run --rm` as this machine allows it: runc, cgroupfs, and resource limits below
+/// its own (it grants no CAP_SYS_RESOURCE).
+pub fn podman_run() -> Command {
+    let mut cmd = Command::new("podman");
+    cmd.args([
+        "run",
+        "--rm",
+        "--runtime",
+        "runc",
+        "--cgroup-manager=cgroupfs",
+    ])
+    .args([
+        "--ulimit",
+        "nofile=16384:16384",
+        "--ulimit",
+        "nproc=32768:32768",
+    ]);
+    cmd
 }

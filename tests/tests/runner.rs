@@ -2,46 +2,11 @@
 //! after the runner was killed, an environment dying mid-task, and an agent restart the
 //! host rides out.
 
-use pincer_tests::{Sandbox, bin};
+use pincer_tests::{Sandbox, bin, terminal_suite as suite};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A suite of `n` terminal tasks; each oracle idles `sleep_ms` before typing its command.
-fn suite(dir: &Path, n: usize, sleep_ms: u64) -> PathBuf {
-    let tasks = dir.join("suite");
-    std::fs::create_dir_all(&tasks).unwrap();
-    for i in 0..n {
-        let kill = json!({"do": "exec", "argv": ["pkill", "-s", "0", "-x", "xfce4-terminal"], "check": false});
-        let t = json!({
-            "id": format!("t{i}"),
-            "instruction": format!("Write done{i} into ~/out{i}.txt using the terminal."),
-            "envs": {"desktop": {"platform": "linux"}},
-            "setup": {"desktop": [
-                {"do": "remove", "path": format!("~/out{i}.txt")},
-                kill,
-                {"do": "launch", "argv": ["xfce4-terminal", "--disable-server"]},
-                {"do": "wait_window", "title_contains": "Terminal"}
-            ]},
-            "teardown": {"desktop": [kill]},
-            "checkpoints": [
-                {"id": "written", "env": "desktop", "check": "file_contains", "args": {"path": format!("~/out{i}.txt"), "text": format!("done{i}")}}
-            ],
-            "oracle": [
-                {"do": "sleep", "ms": sleep_ms},
-                {"do": "type", "text": format!("echo done{i} > ~/out{i}.txt\n"), "target": {"role": "terminal"}},
-                {"do": "sleep", "ms": 300}
-            ]
-        });
-        std::fs::write(
-            tasks.join(format!("t{i}.json")),
-            serde_json::to_string_pretty(&t).unwrap(),
-        )
-        .unwrap();
-    }
-    tasks
-}
 
 fn results(out: &Path) -> Vec<Value> {
     std::fs::read_to_string(out.join("results.jsonl"))

@@ -178,27 +178,15 @@ fn the_image_is_also_a_container_image_with_the_agent_inside() {
     image(&sb);
     let list = sb.pincer_ok(&["image", "list"]);
     assert!(list.contains(IMAGE), "{list}");
-    let manifest: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            pincer::paths::image_cache_dir()
-                .join(IMAGE)
-                .join("manifest.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let tag = manifest["container"].as_str().expect("a container image");
+    let tag = pincer_tests::container_image(&sb, IMAGE);
     assert!(
         tag.starts_with("localhost/pincer/debian-12-minimal:"),
         "{tag}"
     );
-    // Real podman with runc; this machine grants no CAP_SYS_RESOURCE, so the limits stay
-    // below its own.
-    let out = std::process::Command::new("podman")
-        .args(["run", "--rm", "--runtime", "runc", "--cgroup-manager=cgroupfs"])
-        .args(["--ulimit", "nofile=16384:16384", "--ulimit", "nproc=32768:32768"])
-        .arg(tag)
-        .args(["sh", "-c", "cat /etc/debian_version && /usr/local/bin/pincer-agent --version && grep ExecStart /etc/systemd/user/pincer-agent.service"])
+    // Real podman with runc; the image also carries pincer, to run shards as pods.
+    let out = pincer_tests::podman_run()
+        .arg(&tag)
+        .args(["sh", "-c", "cat /etc/debian_version && /usr/local/bin/pincer-agent --version && /usr/local/bin/pincer --version && grep ExecStart /etc/systemd/user/pincer-agent.service"])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -209,6 +197,7 @@ fn the_image_is_also_a_container_image_with_the_agent_inside() {
     );
     assert!(text.starts_with("12."), "{text}");
     assert!(text.contains("pincer-agent "), "{text}");
+    assert!(text.contains("\npincer "), "{text}");
     assert!(text.contains("--listen 0.0.0.0:7000"), "{text}");
 }
 
