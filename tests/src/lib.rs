@@ -5,6 +5,7 @@
 pub mod adb;
 pub mod android;
 pub mod cases;
+pub mod kube;
 pub mod routes;
 pub mod slurm;
 

@@ -175,9 +175,23 @@ fn shards_started_by_hand_share_one_run_and_refuse_another() {
 fn a_shard_is_run_by_one_process_at_a_time() {
     let sb = Sandbox::new();
     let out = sb.path().join("run");
-    let tasks = ["settings-dark-mode"];
-    let mut args = run_args(&out, &tasks);
-    args.extend(["--shard", "0/1", "--no-report"]);
+    // One task whose oracle idles 5 s, long enough for the second process to find the
+    // first at work.
+    let suite = terminal_suite(sb.path(), 1, 5000);
+    let base = |extra: &[&'static str]| {
+        let mut a = vec![
+            "run",
+            "--tasks",
+            suite.to_str().unwrap(),
+            "--agent",
+            "oracle",
+        ];
+        a.extend(["--out", out.to_str().unwrap()]);
+        a.extend_from_slice(extra);
+        a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let args = base(&["--shard", "0/1", "--no-report"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut first = sb
         .pincer_command(&args)
         .stdout(Stdio::null())
@@ -189,8 +203,8 @@ fn a_shard_is_run_by_one_process_at_a_time() {
     while !started.exists() && t.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut second = run_args(&out, &tasks);
-    second.extend(["--shard", "0/1", "--resume"]);
+    let second = base(&["--shard", "0/1", "--resume"]);
+    let second: Vec<&str> = second.iter().map(String::as_str).collect();
     let e = text(&sb.pincer(&second));
     assert!(
         e.contains("is being run by another process") && e.contains(&format!("pid {}", first.id())),
@@ -332,6 +346,72 @@ fn a_shard_cancelled_mid_run_is_resubmitted_and_every_task_run_is_recorded_once(
         "{status}"
     );
     assert!(!status.contains("more than once"), "{status}");
+}
+
+#[test]
+fn a_shard_someone_else_is_running_is_waited_for_not_run_twice() {
+    let sb = Sandbox::new();
+    // The cluster first: the by-hand shard must still run when Slurm's starts.
+    let c = cluster();
+    let suite = terminal_suite(sb.path(), 6, 5000);
+    let out = sb.path().join("run");
+    let args = |extra: &[&'static str]| {
+        let mut a: Vec<String> = [
+            "run",
+            "--tasks",
+            suite.to_str().unwrap(),
+            "--agent",
+            "oracle",
+            "--out",
+            out.to_str().unwrap(),
+            "--no-report",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    // Shard 1 started by hand (an earlier submission still running, as far as the run
+    // directory can tell).
+    let by_hand_args = args(&["--shard", "1/3"]);
+    let by_hand_args: Vec<&str> = by_hand_args.iter().map(String::as_str).collect();
+    let mut by_hand = sb
+        .pincer_command(&by_hand_args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = out.join("shards/1/started.json");
+    let t = Instant::now();
+    while !started.exists() && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let slurm_args = args(&["--slurm", "--shards", "3", "--resume"]);
+    let slurm_args: Vec<&str> = slurm_args.iter().map(String::as_str).collect();
+    let o = slurm_run(&sb, &c, &slurm_args).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}\n{}", c.logs());
+    assert!(
+        t.contains(&format!(
+            "shard 1: another process runs it (pid {} on ",
+            by_hand.id()
+        )),
+        "{t}"
+    );
+    let all = records(&out);
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &all {
+        *seen
+            .entry(r["task"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+    // Shard 1's task runs are the by-hand process's, which finished its share.
+    assert!(by_hand.wait().unwrap().success());
+    let shard1 = std::fs::read_to_string(out.join("shards/1/results.jsonl")).unwrap();
+    assert_eq!(shard1.lines().count(), 2);
 }
 
 #[test]
@@ -489,6 +569,72 @@ fn the_kubernetes_job_is_an_indexed_job_of_the_api_types() {
     let e = text(&o);
     assert!(!o.status.success());
     assert!(e.contains("no Kubernetes cluster configured"), "{e}");
+}
+
+/// `pincer run ... --kubernetes` against a stand-in API server.
+fn kube_run(sb: &Sandbox, api: &pincer_tests::kube::ApiServer, name: &str) -> Output {
+    let out = sb.path().join(name);
+    let mut args = run_args(&out, &["settings-dark-mode"]);
+    args.extend([
+        "--kubernetes",
+        "--shards",
+        "3",
+        "--image",
+        "localhost/pincer/x:1",
+    ]);
+    sb.pincer_command(&args)
+        .env("KUBECONFIG", api.kubeconfig(sb.path()))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_job_is_created_and_followed_through_the_api_of_a_stand_in_server() {
+    use serde_json::json;
+    let sb = Sandbox::new();
+    // The Job controller's statuses, as a real one reports them.
+    let api = pincer_tests::kube::ApiServer::start(vec![
+        json!({"active": 3}),
+        json!({"active": 1, "succeeded": 2, "completedIndexes": "0,2"}),
+        json!({"succeeded": 3, "completedIndexes": "0-2",
+               "conditions": [{"type": "Complete", "status": "True"}]}),
+    ]);
+    let o = kube_run(&sb, &api, "k8s-run");
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("created Job default/k8s-run (3 pods"), "{t}");
+    assert!(t.contains("shards done 2/3, running 1"), "{t}");
+    assert!(t.contains("shards done 3/3"), "{t}");
+    assert!(
+        t.contains("the run directory is k8s-run/ on the volume pincer-runs"),
+        "{t}"
+    );
+    // What was created is exactly the manifest --dry-run prints.
+    let mut sent = api.job().expect("a Job was created");
+    sent["metadata"].as_object_mut().unwrap().remove("uid");
+    assert_eq!(sent, manifest(&sb, "k8s-run", &["settings-dark-mode"], "3"));
+    let reqs = api.requests();
+    assert_eq!(reqs[0].0, "POST");
+    assert!(
+        reqs[1..]
+            .iter()
+            .all(|(m, p)| m == "GET" && p.ends_with("/jobs/k8s-run")),
+        "{reqs:?}"
+    );
+
+    // A Job whose shard ran out of retries fails the run, naming the shard.
+    let api = pincer_tests::kube::ApiServer::start(vec![json!({
+        "failed": 3, "succeeded": 2, "completedIndexes": "0,2", "failedIndexes": "1",
+        "conditions": [{"type": "Failed", "status": "True", "reason": "FailedIndexes"}]
+    })]);
+    let o = kube_run(&sb, &api, "k8s-fail");
+    let e = text(&o);
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains("the Job k8s-fail failed (FailedIndexes); failed shards: 1"),
+        "{e}"
+    );
+    assert!(e.contains("--resume"), "{e}");
 }
 
 #[test]

@@ -286,8 +286,12 @@ pub struct Hold {
 /// Refuses a shard (or run) another process is running now: before starting environments.
 pub fn check_free(out: &Path, shard: Option<Shard>) -> Result<(), RunError> {
     let d = shard.map_or_else(|| out.to_owned(), |s| dir(out, s.index));
-    if held(&d) {
-        return Err(busy(out, &d, shard));
+    let start = std::time::Instant::now();
+    while held(&d) {
+        if start.elapsed() >= BRIEF {
+            return Err(busy(out, &d, shard));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     Ok(())
 }
@@ -321,12 +325,10 @@ impl Hold {
             .write(true)
             .open(&path)
             .map_err(io(format!("opening {}", path.display())))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(busy(out, &d, shard)),
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(io(format!("locking {}", path.display()))(e));
-            }
+        match lock_within(&lock, BRIEF) {
+            Ok(true) => {}
+            Ok(false) => return Err(busy(out, &d, shard)),
+            Err(e) => return Err(io(format!("locking {}", path.display()))(e)),
         }
         if shard.is_some() {
             let _ = std::fs::remove_file(d.join("done.json"));
@@ -363,8 +365,28 @@ impl Hold {
     }
 }
 
+/// How long a lock may be held by someone only looking ([`held`] takes it for an instant):
+/// a shard starting meanwhile waits this long before it calls its shard busy.
+const BRIEF: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Takes `file`'s exclusive lock, trying for up to `within`; whether it got it.
+fn lock_within(file: &std::fs::File, within: std::time::Duration) -> std::io::Result<bool> {
+    let start = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(true),
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < within => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+    }
+}
+
 /// Whether some process holds the lock of `dir` (a shard running now, on a file system
-/// whose locks reach this machine).
+/// whose locks reach this machine). Asking takes the lock for an instant when it is free,
+/// so a shard that starts in that instant waits ([`BRIEF`]) instead of failing.
 pub fn held(dir: &Path) -> bool {
     let Ok(f) = std::fs::OpenOptions::new()
         .write(true)

@@ -270,6 +270,8 @@ struct Follow {
     attempts: u32,
     seen: Option<Seen>,
     finished: bool,
+    /// Whether it waited for another process that held the shard.
+    waited: bool,
 }
 
 /// What a followed run did.
@@ -347,6 +349,7 @@ pub async fn follow(
             attempts: 1,
             seen: None,
             finished: false,
+            waited: false,
         })
         .collect();
     let mut resubmitted = Vec::new();
@@ -409,7 +412,27 @@ pub async fn follow(
                 continue;
             }
             let node = f.seen.as_ref().map_or("-".to_owned(), |s| s.node.clone());
-            let wrote = st.started.as_ref().is_some_and(|s| s.at_ms >= submitted_ms);
+            // Another process runs the shard (an earlier submission of this run, still
+            // going): this attempt was refused; wait for that one, then judge.
+            if st.running {
+                if !f.waited {
+                    progress(&format!(
+                        "shard {k}: another process runs it ({}): waiting for it",
+                        st.started
+                            .as_ref()
+                            .map_or("an earlier submission".into(), |s| format!(
+                                "pid {} on {}{}",
+                                s.pid,
+                                s.host,
+                                s.job.as_ref().map(|j| format!(", {j}")).unwrap_or_default()
+                            ))
+                    ));
+                    f.waited = true;
+                }
+                continue;
+            }
+            // A shard that waited for another process was refused, not unseen.
+            let wrote = f.waited || st.started.as_ref().is_some_and(|s| s.at_ms >= submitted_ms);
             if !wrote && state == "FAILED" {
                 return Err(SlurmError::NotShared {
                     shard: k,
