@@ -1,6 +1,7 @@
 //! A **stand-in** Kubernetes API server (no Kubernetes cluster can run on this machine: no
-//! kubelet, k3s or kind): plain HTTP/1.1 on loopback, answering the two calls pincer's
-//! Kubernetes engine makes — create a Job, read it — with the Job it was sent and a status
+//! kubelet, k3s or kind): plain HTTP/1.1 on loopback, answering the calls pincer's
+//! Kubernetes engine makes — create a Job, read it, delete it — with the Job it was sent
+//! and a status
 //! that moves through a scripted list (running, some indexes done, complete or failed), as
 //! the Job controller's would. It records what it was sent, and writes a kubeconfig that
 //! points kube-rs at it.
@@ -161,6 +162,19 @@ fn answer(state: &Mutex<State>, method: &str, path: &str, body: &[u8]) -> (Strin
             s.reads += 1;
             job["status"] = s.statuses.get(i).cloned().unwrap_or_else(|| json!({}));
             ("200 OK".into(), job)
+        }
+        ("DELETE", p) if p.starts_with(jobs) => {
+            let name = p.trim_start_matches(jobs).trim_start_matches('/');
+            match s.job.take_if(|j| j["metadata"]["name"] == name) {
+                Some(_) => {
+                    s.reads = 0;
+                    (
+                        "200 OK".into(),
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200}),
+                    )
+                }
+                None => status_error(404, "NotFound", &format!("jobs.batch \"{name}\" not found")),
+            }
         }
         _ => status_error(404, "NotFound", "the stand-in serves Jobs only"),
     }

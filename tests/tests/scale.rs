@@ -503,8 +503,14 @@ const IMAGE: &str = "debian-12-minimal";
 
 /// The Job `--dry-run` prints for `tasks` over `shards`.
 fn manifest(sb: &Sandbox, name: &str, tasks: &[&str], shards: &str) -> Value {
+    manifest_with(sb, name, tasks, shards, &[])
+}
+
+/// [`manifest`] with more `pincer run` arguments.
+fn manifest_with(sb: &Sandbox, name: &str, tasks: &[&str], shards: &str, extra: &[&str]) -> Value {
     let out = sb.path().join(name);
     let mut args = run_args(&out, tasks);
+    args.extend_from_slice(extra);
     args.extend([
         "--kubernetes",
         "--shards",
@@ -572,7 +578,12 @@ fn the_kubernetes_job_is_an_indexed_job_of_the_api_types() {
 }
 
 /// `pincer run ... --kubernetes` against a stand-in API server.
-fn kube_run(sb: &Sandbox, api: &pincer_tests::kube::ApiServer, name: &str) -> Output {
+fn kube_run(
+    sb: &Sandbox,
+    api: &pincer_tests::kube::ApiServer,
+    name: &str,
+    extra: &[&str],
+) -> Output {
     let out = sb.path().join(name);
     let mut args = run_args(&out, &["settings-dark-mode"]);
     args.extend([
@@ -582,6 +593,7 @@ fn kube_run(sb: &Sandbox, api: &pincer_tests::kube::ApiServer, name: &str) -> Ou
         "--image",
         "localhost/pincer/x:1",
     ]);
+    args.extend_from_slice(extra);
     sb.pincer_command(&args)
         .env("KUBECONFIG", api.kubeconfig(sb.path()))
         .output()
@@ -599,7 +611,7 @@ fn the_job_is_created_and_followed_through_the_api_of_a_stand_in_server() {
         json!({"succeeded": 3, "completedIndexes": "0-2",
                "conditions": [{"type": "Complete", "status": "True"}]}),
     ]);
-    let o = kube_run(&sb, &api, "k8s-run");
+    let o = kube_run(&sb, &api, "k8s-run", &[]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(t.contains("created Job default/k8s-run (3 pods"), "{t}");
@@ -627,7 +639,7 @@ fn the_job_is_created_and_followed_through_the_api_of_a_stand_in_server() {
         "failed": 3, "succeeded": 2, "completedIndexes": "0,2", "failedIndexes": "1",
         "conditions": [{"type": "Failed", "status": "True", "reason": "FailedIndexes"}]
     })]);
-    let o = kube_run(&sb, &api, "k8s-fail");
+    let o = kube_run(&sb, &api, "k8s-fail", &[]);
     let e = text(&o);
     assert!(!o.status.success(), "{e}");
     assert!(
@@ -635,6 +647,24 @@ fn the_job_is_created_and_followed_through_the_api_of_a_stand_in_server() {
         "{e}"
     );
     assert!(e.contains("--resume"), "{e}");
+    // The same run again: refused while its Job exists; with --resume the finished Job is
+    // replaced by a new one.
+    let o = kube_run(&sb, &api, "k8s-fail", &[]);
+    let e = text(&o);
+    assert!(!o.status.success());
+    assert!(e.contains("a Job named k8s-fail exists"), "{e}");
+    let o = kube_run(&sb, &api, "k8s-fail", &["--resume"]);
+    let e = text(&o);
+    assert!(
+        e.contains("a Job k8s-fail exists (the run's earlier attempt): replacing it"),
+        "{e}"
+    );
+    assert!(e.contains("created Job default/k8s-fail"), "{e}");
+    let methods: Vec<String> = api.requests().into_iter().map(|(m, _)| m).collect();
+    assert!(
+        methods.windows(2).any(|w| w == ["DELETE", "GET"]),
+        "{methods:?}"
+    );
 }
 
 #[test]
@@ -643,36 +673,9 @@ fn a_pod_runs_its_shard_in_the_recipe_container_image_under_podman() {
     let tag = pincer_tests::container_image(&sb, IMAGE);
     let tasks = ["editor-write-note", "settings-dark-mode"];
     let job = manifest(&sb, "pod-run", &tasks, "2");
-    let container = &job["spec"]["template"]["spec"]["containers"][0];
-    let line = container["command"][2].as_str().unwrap();
     let volume = sb.path().join("volume");
     std::fs::create_dir_all(&volume).unwrap();
-    // The pod as Kubernetes makes it: the image, the volume at /runs, the Job's variables
-    // and the index of this pod; the pincer and agent of this build mounted over the
-    // image's, which are as old as the cached image. Real podman with runc; this machine
-    // grants no CAP_SYS_RESOURCE, so the limits stay below its own.
-    let mut cmd = pincer_tests::podman_run();
-    cmd.arg("-v")
-        .arg(format!("{}:/runs", volume.display()))
-        .arg("-v")
-        .arg(format!(
-            "{}:/usr/local/bin/pincer:ro",
-            bin("pincer").display()
-        ))
-        .arg("-v")
-        .arg(format!(
-            "{}:/usr/local/bin/pincer-agent:ro",
-            bin("pincer-agent").display()
-        ))
-        .args(["-e", "JOB_COMPLETION_INDEX=0"]);
-    for e in container["env"].as_array().unwrap() {
-        cmd.arg("-e").arg(format!(
-            "{}={}",
-            e["name"].as_str().unwrap(),
-            e["value"].as_str().unwrap()
-        ));
-    }
-    let o = cmd.arg(&tag).args(["sh", "-c", line]).output().unwrap();
+    let o = pod(&job, &tag, &volume, &[]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     let run = volume.join("pod-run");
@@ -700,4 +703,77 @@ fn a_pod_runs_its_shard_in_the_recipe_container_image_under_podman() {
         status.contains("1/2") && status.contains("incomplete"),
         "{status}"
     );
+}
+
+/// `podman run` of a pod of `job`: its image's command with the volume at /runs, the Job's
+/// variables and this pod's index; the pincer and agent of this build mounted over the
+/// image's, which are as old as the cached image.
+fn pod(job: &Value, image: &str, volume: &Path, mounts: &[(&Path, &str)]) -> Output {
+    let container = &job["spec"]["template"]["spec"]["containers"][0];
+    let mut cmd = pincer_tests::podman_run();
+    cmd.arg("-v").arg(format!("{}:/runs", volume.display()));
+    for (from, to) in mounts {
+        cmd.arg("-v").arg(format!("{}:{to}", from.display()));
+    }
+    for b in ["pincer", "pincer-agent"] {
+        cmd.arg("-v")
+            .arg(format!("{}:/usr/local/bin/{b}:ro", bin(b).display()));
+    }
+    cmd.args(["-e", "JOB_COMPLETION_INDEX=0"]);
+    for e in container["env"].as_array().unwrap() {
+        cmd.arg("-e").arg(format!(
+            "{}={}",
+            e["name"].as_str().unwrap(),
+            e["value"].as_str().unwrap()
+        ));
+    }
+    let line = container["command"][2].as_str().unwrap();
+    cmd.arg(image).args(["sh", "-c", line]).output().unwrap()
+}
+
+#[test]
+fn a_pod_runs_a_vm_shard_with_qemu_inside_the_container() {
+    let sb = Sandbox::new();
+    // The pods' image (QEMU inside), and the VM image its shards boot.
+    let runner = pincer_tests::container_image(&sb, "debian-12-qemu");
+    pincer_tests::container_image(&sb, IMAGE);
+    let tasks = ["editor-fix-typo", "settings-dark-mode"];
+    let job = manifest_with(&sb, "vm-run", &tasks, "2", &["--vm", IMAGE, "--kvm"]);
+    let spec = &job["spec"]["template"]["spec"];
+    let c = &spec["containers"][0];
+    assert_eq!(c["securityContext"]["privileged"], true);
+    assert!(c["env"].as_array().unwrap().contains(
+        &serde_json::json!({"name": "PINCER_IMAGE_CACHE", "value": "/runs/.pincer/images"})
+    ));
+    let kvm = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "kvm")
+        .expect("a kvm volume");
+    assert_eq!(
+        kvm["hostPath"],
+        serde_json::json!({"path": "/dev/kvm", "type": "CharDevice"})
+    );
+    let line = c["command"][2].as_str().unwrap();
+    assert!(line.contains("--vm debian-12-minimal"), "{line}");
+    // The pod here: the VM images on the volume are this machine's image cache; this
+    // machine's /dev/kvm is unusable (no vmx/svm), so the pod gets none and pincer's probe
+    // runs QEMU with TCG.
+    let volume = sb.path().join("volume");
+    std::fs::create_dir_all(&volume).unwrap();
+    let cache = pincer::paths::image_cache_dir();
+    let o = pod(&job, &runner, &volume, &[(&cache, "/runs/.pincer/images")]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let recs: Vec<Value> = std::fs::read_to_string(volume.join("vm-run/shards/0/results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 1, "{t}");
+    assert_eq!(recs[0]["task"], "editor-fix-typo");
+    assert_eq!(recs[0]["termination"], "success", "{t}");
+    assert!(t.contains("starting 1 VMs of debian-12-minimal"), "{t}");
+    assert!(t.contains("up (tcg)"), "{t}");
 }

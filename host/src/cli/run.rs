@@ -133,6 +133,10 @@ pub(crate) struct RunArgs {
     /// Print the Kubernetes manifest instead of creating it.
     #[arg(long, requires = "kubernetes")]
     pub(super) dry_run: bool,
+    /// Give the pods the node's /dev/kvm for --vm shards (schedule them on nodes that have
+    /// it); without it QEMU in the pods runs with TCG.
+    #[arg(long, requires_all = ["kubernetes", "vm"])]
+    pub(super) kvm: bool,
 }
 
 fn observation(spec: &str, max_size: Option<(u32, u32)>) -> anyhow::Result<ObservationConfig> {

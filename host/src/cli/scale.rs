@@ -83,13 +83,13 @@ pub(super) async fn on_slurm(
             Ok(o) => o,
             Err(e) => {
                 // A run that cannot finish is not left running in pieces.
-                slurm::cancel(&plan).await;
+                submitted.cancel().await;
                 return Err(e.into());
             }
         },
         _ = tokio::signal::ctrl_c() => {
             eprintln!("\nCtrl-C: cancelling the run's Slurm jobs; continue later with --resume");
-            slurm::cancel(&plan).await;
+            submitted.cancel().await;
             bail!("interrupted; continue with --resume --out {}", out.display());
         }
     };
@@ -129,8 +129,9 @@ fn merge(out: &Path, no_report: bool) -> anyhow::Result<std::time::Duration> {
     Ok(started.elapsed())
 }
 
-/// The Job's name: the run directory's name as a DNS label.
-fn job_name(out: &Path) -> String {
+/// The Job's name: the run directory's name as a DNS label (it also names the run
+/// directory on the volume).
+fn dns_label(out: &Path) -> String {
     let raw = out
         .file_name()
         .map_or_else(|| "run".into(), |n| n.to_string_lossy().to_lowercase());
@@ -152,7 +153,7 @@ pub(super) async fn on_kubernetes(
     out: PathBuf,
     n: u32,
 ) -> anyhow::Result<()> {
-    let name = job_name(&out);
+    let name = dns_label(&out);
     kube::check_name(&name)?;
     let in_pod = Path::new(kube::MOUNT).join(&name);
     if Path::new(tasks_spec).exists() && !tasks_spec.starts_with(kube::MOUNT) {
@@ -169,17 +170,29 @@ pub(super) async fn on_kubernetes(
         claim: a.claim.clone(),
         args: shard_args(a, tasks_spec, &in_pod),
         retries: a.retries,
+        vms: a.vm.is_some(),
+        kvm: a.kvm,
     };
     if a.dry_run {
         println!("{}", serde_json::to_string_pretty(&kube::manifest(&plan))?);
         return Ok(());
     }
     let mut progress = |m: &str| eprintln!("  {m}");
-    kube::run(&plan, &mut progress).await?;
-    // Where the volume is mounted here too, the run merges and reports as on Slurm.
-    if out.join("run.json").is_file() {
-        println!("\n{}", run::status::read(&out)?);
-        merge(&out, a.no_report)?;
+    kube::create(&plan, a.resume, &mut progress).await?;
+    tokio::select! {
+        r = kube::follow(&plan, &mut progress) => r?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\nCtrl-C: deleting the Job and its pods; continue later with --resume");
+            kube::delete(&plan).await?;
+            bail!("interrupted; continue with --resume --out {}", out.display());
+        }
+    }
+    // Where the volume is mounted here too (--out in it), the run merges and reports as
+    // on Slurm; the pods wrote under the Job's name.
+    let here = out.with_file_name(&name);
+    if here.join("run.json").is_file() {
+        println!("\n{}", run::status::read(&here)?);
+        merge(&here, a.no_report)?;
     } else {
         println!(
             "done: the run directory is {name}/ on the volume {}; mount it here and run `pincer run status` and `pincer report` on it",

@@ -129,7 +129,8 @@ pub fn file_sha256(path: &Path) -> Result<String, ImageError> {
     Ok(hex(ctx.finish().as_ref()))
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

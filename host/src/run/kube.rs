@@ -3,13 +3,15 @@
 //! an image recipe (`pincer image build --container`), writing into a run directory on a
 //! shared volume (a ReadWriteMany PersistentVolumeClaim mounted at `/runs`). Kubernetes
 //! retries a failed pod's index by itself (`backoffLimitPerIndex`); the retried pod skips
-//! what its shard finished. The submitter creates the Job through the API (kube-rs) and
-//! follows its status; `--dry-run` prints the manifest instead.
+//! what its shard finished. Shards may run VMs instead (`--vm`): QEMU in the pod, the VM
+//! images on the shared volume, and with `--kvm` the node's `/dev/kvm`. The submitter
+//! creates the Job through the API (kube-rs) and follows its status; `--dry-run` prints the
+//! manifest instead.
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Volume,
-    VolumeMount,
+    Container, EnvVar, HostPathVolumeSource, PersistentVolumeClaimVolumeSource, PodSpec,
+    PodTemplateSpec, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
@@ -17,6 +19,10 @@ use std::time::{Duration, Instant};
 
 /// Where pods mount the shared volume.
 pub const MOUNT: &str = "/runs";
+
+/// Where VM shards find VM images: on the shared volume, built once for every pod
+/// (`PINCER_IMAGE_CACHE=<the volume>/.pincer/images pincer image build RECIPE`).
+pub const IMAGES: &str = "/runs/.pincer/images";
 
 /// Why a Kubernetes run could not be created or did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +38,11 @@ pub enum KubeError {
         "'{0}' cannot name a Kubernetes Job: use lower-case letters, digits and '-' (at most 50), starting with a letter"
     )]
     BadName(String),
+    /// A Job of this name exists and the run is not resumed.
+    #[error(
+        "a Job named {0} exists (an earlier run into the same directory on the volume): continue that run with --resume (pincer replaces the finished Job), or choose another --out"
+    )]
+    Exists(String),
     /// The API refused or failed.
     #[error("the Kubernetes API: {0}")]
     Api(#[from] kube::Error),
@@ -66,6 +77,11 @@ pub struct Plan {
     pub args: Vec<String>,
     /// Retries per shard.
     pub retries: u32,
+    /// The shards run VMs (`--vm`): their images come from [`IMAGES`].
+    pub vms: bool,
+    /// Give the pods the node's `/dev/kvm` (nodes with hardware virtualization); without
+    /// it QEMU runs with TCG, as pincer's probe decides.
+    pub kvm: bool,
 }
 
 /// Checks a Job name (DNS-1123 label, with room for the pods' suffixes).
@@ -108,20 +124,54 @@ pub fn manifest(plan: &Plan) -> Job {
         value: Some(value.into()),
         ..EnvVar::default()
     };
+    // Desktops, VMs and their names belong to the pod, not to the shared volume.
+    let mut vars = vec![
+        env("PINCER_STATE_DIR", "/tmp/pincer-state"),
+        env("PINCER_ENVS", "/tmp/pincer-state/envs.toml"),
+    ];
+    let mut mounts = vec![VolumeMount {
+        name: "runs".into(),
+        mount_path: MOUNT.into(),
+        ..VolumeMount::default()
+    }];
+    let mut volumes = vec![Volume {
+        name: "runs".into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: plan.claim.clone(),
+            ..PersistentVolumeClaimVolumeSource::default()
+        }),
+        ..Volume::default()
+    }];
+    if plan.vms {
+        vars.push(env("PINCER_IMAGE_CACHE", IMAGES));
+    }
+    if plan.kvm {
+        mounts.push(VolumeMount {
+            name: "kvm".into(),
+            mount_path: "/dev/kvm".into(),
+            ..VolumeMount::default()
+        });
+        volumes.push(Volume {
+            name: "kvm".into(),
+            host_path: Some(HostPathVolumeSource {
+                path: "/dev/kvm".into(),
+                type_: Some("CharDevice".into()),
+            }),
+            ..Volume::default()
+        });
+    }
     let container = Container {
         name: "shard".into(),
         image: Some(plan.image.clone()),
         command: Some(command(plan)),
-        // Desktops and their names belong to the pod, not to the shared volume.
-        env: Some(vec![
-            env("PINCER_STATE_DIR", "/tmp/pincer-state"),
-            env("PINCER_ENVS", "/tmp/pincer-state/envs.toml"),
-        ]),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "runs".into(),
-            mount_path: MOUNT.into(),
-            ..VolumeMount::default()
-        }]),
+        env: Some(vars),
+        volume_mounts: Some(mounts),
+        // A device node from the host is usable in a container only with the devices
+        // cgroup opened, which `privileged` does.
+        security_context: plan.kvm.then(|| SecurityContext {
+            privileged: Some(true),
+            ..SecurityContext::default()
+        }),
         ..Container::default()
     };
     Job {
@@ -136,6 +186,9 @@ pub fn manifest(plan: &Plan) -> Job {
             completions: Some(plan.shards as i32),
             parallelism: Some(plan.shards as i32),
             backoff_limit_per_index: Some(plan.retries as i32),
+            // A failed pod's replacement starts only once it is gone: never two pods of
+            // one shard at once (the second would find the shard's lock held).
+            pod_replacement_policy: Some("Failed".into()),
             ttl_seconds_after_finished: Some(7 * 24 * 3600),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
@@ -145,14 +198,7 @@ pub fn manifest(plan: &Plan) -> Job {
                 spec: Some(PodSpec {
                     restart_policy: Some("Never".into()),
                     containers: vec![container],
-                    volumes: Some(vec![Volume {
-                        name: "runs".into(),
-                        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                            claim_name: plan.claim.clone(),
-                            ..PersistentVolumeClaimVolumeSource::default()
-                        }),
-                        ..Volume::default()
-                    }]),
+                    volumes: Some(volumes),
                     ..PodSpec::default()
                 }),
             },
@@ -197,23 +243,88 @@ fn finished(name: &str, status: &JobStatus) -> Option<Result<(), KubeError>> {
     None
 }
 
-/// Creates the Job and follows it to the end; `progress` gets a line whenever its
-/// counts change.
-pub async fn run(plan: &Plan, progress: &mut (dyn FnMut(&str) + Send)) -> Result<(), KubeError> {
-    use kube::api::{Api, PostParams};
-    let client = kube::Client::try_default()
+/// How long reading the Job may fail before the run gives up (a restarting API server).
+const TROUBLE_GRACE: Duration = Duration::from_secs(120);
+
+fn api(plan: &Plan, client: kube::Client) -> kube::Api<Job> {
+    kube::Api::namespaced(client, &plan.namespace)
+}
+
+async fn client() -> Result<kube::Client, KubeError> {
+    kube::Client::try_default()
         .await
-        .map_err(|e| KubeError::Config(e.to_string()))?;
-    let jobs: Api<Job> = Api::namespaced(client, &plan.namespace);
-    jobs.create(&PostParams::default(), &manifest(plan)).await?;
+        .map_err(|e| KubeError::Config(e.to_string()))
+}
+
+/// Creates the Job; with `resume`, an earlier Job of the same name (the run's previous
+/// attempt) is deleted first, its pods with it.
+pub async fn create(
+    plan: &Plan,
+    resume: bool,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<(), KubeError> {
+    use kube::api::{DeleteParams, PostParams};
+    let jobs = api(plan, client().await?);
+    match jobs.create(&PostParams::default(), &manifest(plan)).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            if !resume {
+                return Err(KubeError::Exists(plan.name.clone()));
+            }
+            progress(&format!(
+                "a Job {} exists (the run's earlier attempt): replacing it",
+                plan.name
+            ));
+            jobs.delete(&plan.name, &DeleteParams::background()).await?;
+            let start = Instant::now();
+            while jobs.get_opt(&plan.name).await?.is_some() {
+                if start.elapsed() > TROUBLE_GRACE {
+                    return Err(KubeError::Exists(plan.name.clone()));
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            jobs.create(&PostParams::default(), &manifest(plan)).await?;
+        }
+        Err(e) => return Err(e.into()),
+    }
     progress(&format!(
         "created Job {}/{} ({} pods, image {})",
         plan.namespace, plan.name, plan.shards, plan.image
     ));
+    Ok(())
+}
+
+/// Deletes the Job and its pods (a Ctrl-C of the submitter).
+pub async fn delete(plan: &Plan) -> Result<(), KubeError> {
+    use kube::api::DeleteParams;
+    api(plan, client().await?)
+        .delete(&plan.name, &DeleteParams::background())
+        .await?;
+    Ok(())
+}
+
+/// Follows the Job to the end; `progress` gets a line whenever its counts change.
+pub async fn follow(plan: &Plan, progress: &mut (dyn FnMut(&str) + Send)) -> Result<(), KubeError> {
+    let jobs = api(plan, client().await?);
     let started = Instant::now();
     let mut last = String::new();
+    let mut trouble_since: Option<Instant> = None;
     loop {
-        let status = jobs.get(&plan.name).await?.status.unwrap_or_default();
+        let status = match jobs.get(&plan.name).await {
+            Ok(job) => {
+                trouble_since = None;
+                job.status.unwrap_or_default()
+            }
+            Err(e) => {
+                let since = *trouble_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > TROUBLE_GRACE {
+                    return Err(e.into());
+                }
+                progress(&format!("reading the Job: {e}; trying again"));
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                continue;
+            }
+        };
         let line = format!(
             "[{:>4.0} s] shards done {}/{}, running {}, failed pods {}{}",
             started.elapsed().as_secs_f64(),

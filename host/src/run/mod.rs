@@ -343,12 +343,18 @@ pub fn header(
     observation: &ObservationConfig,
     sets: &[(String, Vec<String>)],
 ) -> (serde_json::Value, shard::Identity) {
+    let observation = serde_json::to_value(observation).unwrap_or_default();
+    let tasks_text = serde_json::to_string(tasks).unwrap_or_default();
     let identity = shard::Identity {
         agent: agent.to_owned(),
         seed,
         shards,
         tasks: tasks.iter().map(|t| t.id.clone()).collect(),
         repeat,
+        observation: observation.to_string(),
+        tasks_sha256: crate::image::build::hex(
+            ring::digest::digest(&ring::digest::SHA256, tasks_text.as_bytes()).as_ref(),
+        ),
     };
     let mut meta = serde_json::json!({
         "agent": agent,
@@ -357,6 +363,7 @@ pub fn header(
         "seed": seed,
         "sets": sets,
         "observation": observation,
+        "tasks_sha256": identity.tasks_sha256,
     });
     if let Some(n) = shards {
         meta["shards"] = n.into();
@@ -364,19 +371,12 @@ pub fn header(
     (meta, identity)
 }
 
-fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), RunError> {
-    serde_json::to_string_pretty(value)
-        .map_err(std::io::Error::from)
-        .and_then(|text| std::fs::write(path, text))
-        .map_err(io(format!("writing {}", path.display())))
-}
-
 /// Writes `tasks.json`, from which the report draws each task's checkpoint graph (`after`
 /// edges); a shard leaves one that is there (the run's identity says it is the same).
 fn write_tasks(out: &Path, tasks: &[Task], overwrite: bool) -> Result<(), RunError> {
     let path = out.join("tasks.json");
     if overwrite || !path.exists() {
-        write_json(&path, &tasks)?;
+        shard::write_json(&path, &tasks)?;
     }
     Ok(())
 }
@@ -452,7 +452,7 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
     }
     let hold = shard::Hold::take(&cfg.out, cfg.shard)?;
     if cfg.shard.is_none() {
-        write_json(&cfg.out.join("run.json"), &meta)?;
+        shard::write_json(&cfg.out.join("run.json"), &meta)?;
     }
     write_tasks(&cfg.out, &cfg.tasks, cfg.shard.is_none())?;
     let previous = if cfg.resume {

@@ -76,9 +76,15 @@ pub fn results_files(out: &Path) -> Vec<PathBuf> {
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter_map(|e| {
+            let name = e.file_name();
+            let name = name.to_str()?;
+            // Only a shard's own name: "1", not "01" or "+1" (read twice otherwise).
+            name.parse::<u32>().ok().filter(|k| k.to_string() == name)
+        })
         .collect();
     shards.sort_unstable();
+    shards.dedup();
     files.extend(
         shards
             .into_iter()
@@ -127,6 +133,34 @@ pub struct Identity {
     pub tasks: Vec<String>,
     /// Repeats (as for `tasks`).
     pub repeat: u32,
+    /// What agents see (`ObservationConfig`, as JSON; empty in runs written before it was
+    /// recorded, and then not compared).
+    #[serde(default, with = "observation_text")]
+    pub observation: String,
+    /// A hash of the tasks as run (only compared for sharded runs: every shard must run
+    /// the same task files; empty when not recorded).
+    #[serde(default)]
+    pub tasks_sha256: String,
+}
+
+/// The identity keeps the observation as the JSON text of `run.json`'s `observation`
+/// object, so that it compares as a whole.
+mod observation_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+        serde::Serialize::serialize(&v, s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        Ok(if v.is_null() {
+            String::new()
+        } else {
+            v.to_string()
+        })
+    }
 }
 
 impl Identity {
@@ -157,9 +191,22 @@ impl Identity {
         if self.shards.is_some() && self.repeat != other.repeat {
             diffs.push(format!("repeat {} (here: {})", self.repeat, other.repeat));
         }
+        let known = |a: &str, b: &str| !a.is_empty() && !b.is_empty() && a != b;
+        if known(&self.observation, &other.observation) {
+            diffs.push(format!(
+                "observation {} (here: {})",
+                self.observation, other.observation
+            ));
+        }
+        if self.shards.is_some() && known(&self.tasks_sha256, &other.tasks_sha256) {
+            diffs.push("other task files (here: the files changed since the run began)".into());
+        }
         (!diffs.is_empty()).then(|| diffs.join(", "))
     }
 }
+
+/// More task runs than any run has: a header that claims more is not a run's.
+const MAX_TASK_RUNS: usize = 10_000_000;
 
 /// Reads the identity in a directory's `run.json`, if there is one.
 pub fn read_identity(out: &Path) -> Result<Option<Identity>, RunError> {
@@ -169,12 +216,24 @@ pub fn read_identity(out: &Path) -> Result<Option<Identity>, RunError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io(format!("reading {}", path.display()))(e)),
     };
-    serde_json::from_str(&text).map(Some).map_err(|e| {
+    let bad = |what: String| {
         io(format!("reading {}", path.display()))(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("{e}: this is not a pincer run's header; choose another --out"),
+            format!("{what}: this is not a pincer run's header; choose another --out"),
         ))
-    })
+    };
+    let id: Identity = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    if id.shards == Some(0) {
+        return Err(bad("\"shards\": 0".into()));
+    }
+    if id.tasks.len().saturating_mul(id.repeat as usize) > MAX_TASK_RUNS {
+        return Err(bad(format!(
+            "{} tasks x {} repeats is more than {MAX_TASK_RUNS} task runs",
+            id.tasks.len(),
+            id.repeat
+        )));
+    }
+    Ok(Some(id))
 }
 
 /// Writes `run.json` unless the directory has one; then checks that the one it has is this
@@ -267,7 +326,9 @@ pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
-fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), RunError> {
+/// Writes `value` as JSON into `path` atomically (aside, then renamed into place), so a
+/// reader never sees half of it.
+pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), RunError> {
     let text = serde_json::to_vec_pretty(value).map_err(std::io::Error::other);
     let aside = path.with_extension("tmp");
     text.and_then(|t| std::fs::write(&aside, t))
@@ -440,6 +501,8 @@ mod tests {
             shards: Some(3),
             tasks: vec!["t".into()],
             repeat: 1,
+            observation: r#"{"marks":true}"#.into(),
+            tasks_sha256: "aa".into(),
         };
         assert_eq!(a.difference(&a.clone()), None);
         let b = Identity {
@@ -450,6 +513,24 @@ mod tests {
         let d = a.difference(&b).unwrap();
         assert!(d.contains("agent 'oracle' (here: 'random')"), "{d}");
         assert!(d.contains("3 shards (here: 2 shards)"), "{d}");
+        let e = Identity {
+            observation: r#"{"marks":false}"#.into(),
+            tasks_sha256: "bb".into(),
+            ..a.clone()
+        };
+        let d = a.difference(&e).unwrap();
+        assert!(
+            d.contains(r#"observation {"marks":true} (here: {"marks":false})"#),
+            "{d}"
+        );
+        assert!(d.contains("other task files"), "{d}");
+        // Not recorded (an older run.json): not compared.
+        let old = Identity {
+            observation: String::new(),
+            tasks_sha256: String::new(),
+            ..a.clone()
+        };
+        assert_eq!(old.difference(&e), None);
         // Unsharded runs may resume with another selection of tasks.
         let c = Identity {
             shards: None,

@@ -20,6 +20,9 @@ pub enum SlurmError {
         "'{0}' was not found on PATH: run from a machine with Slurm's client commands (Debian and Ubuntu: apt install slurm-client) that can reach the cluster"
     )]
     Missing(&'static str),
+    /// A run directory whose path cannot go into a job script.
+    #[error("{}: a run directory for Slurm must not have '\"' or a line break in its path", .0.display())]
+    BadPath(PathBuf),
     /// An option that cannot go into a job script.
     #[error(
         "--slurm-opt {0:?}: one sbatch option per --slurm-opt, on one line (e.g. --partition=gpu)"
@@ -96,14 +99,19 @@ pub(crate) fn quote(word: &str) -> String {
 /// node-local state directory (desktops and their names are the node's own), and the
 /// shard's `pincer run`.
 pub fn script(plan: &Plan) -> Result<String, SlurmError> {
+    let out = plan.out.display().to_string();
+    if out.contains(['"', '\n', '\r']) {
+        return Err(SlurmError::BadPath(plan.out.clone()));
+    }
     let mut s = String::from("#!/bin/sh\n");
     s.push_str("# A shard of a pincer run (written by `pincer run --slurm`). Resubmit the whole\n");
     s.push_str("# run with `sbatch THIS`, one shard with `sbatch --array=K THIS`.\n");
     s.push_str(&format!("#SBATCH --job-name={}\n", job_name(plan)));
     s.push_str(&format!("#SBATCH --array=0-{}\n", plan.shards - 1));
+    // sbatch reads `%` in file names as a pattern: `%%` is a `%`.
     s.push_str(&format!(
-        "#SBATCH --output={}/shards/%a/slurm-%A_%a.log\n",
-        plan.out.display()
+        "#SBATCH --output=\"{}/shards/%a/slurm-%A_%a.log\"\n",
+        out.replace('%', "%%")
     ));
     for o in &plan.options {
         if o.contains(['\n', '\r']) || o.trim().is_empty() {
@@ -113,9 +121,9 @@ pub fn script(plan: &Plan) -> Result<String, SlurmError> {
     }
     // On a node that does not share the run directory, say so instead of running a
     // shard into a directory nobody else sees.
-    let out = quote(&plan.out.display().to_string());
+    let q = quote(&out);
     s.push_str(&format!(
-        "if [ ! -f {out}/run.json ]; then echo \"pincer: {out} is not here on $(hostname): the run directory must be on a file system every node mounts at the same path\" >&2; exit 3; fi\n"
+        "if [ ! -f {q}/run.json ]; then echo 'pincer: '{q}\" is not here on $(hostname): the run directory must be on a file system every node mounts at the same path\" >&2; exit 3; fi\n"
     ));
     s.push_str("state=\"${TMPDIR:-/tmp}/pincer-slurm-${SLURM_JOB_ID}\"\n");
     s.push_str("export PINCER_STATE_DIR=\"$state\" PINCER_ENVS=\"$state/envs.toml\"\n");
@@ -131,27 +139,25 @@ pub fn script(plan: &Plan) -> Result<String, SlurmError> {
     s.push_str(&line);
     // The node-local state goes with the shard, also when Slurm stops it (scancel, time
     // limit): the shard stops its desktops on SIGTERM, then the directory is removed.
+    s.push_str("pid=$!\n");
     s.push_str(
-        "pid=$!
-",
+        "trap 'kill -TERM $pid 2>/dev/null; wait $pid; rm -rf \"$state\"; exit 143' TERM INT\n",
     );
-    s.push_str(
-        "trap 'kill -TERM $pid 2>/dev/null; wait $pid; rm -rf \"$state\"; exit 143' TERM INT
-",
-    );
-    s.push_str(
-        "wait $pid
-rc=$?
-rm -rf \"$state\"
-exit $rc
-",
-    );
+    s.push_str("wait $pid\nrc=$?\nrm -rf \"$state\"\nexit $rc\n");
     Ok(s)
 }
 
-/// Runs a Slurm command, returning its standard output.
+/// Runs a Slurm command, returning its standard output. `SQUEUE_*` variables of the
+/// caller's environment (a default partition, user or format) would change what squeue
+/// shows, so they are left out.
 async fn slurm(program: &'static str, args: &[String]) -> Result<String, SlurmError> {
-    let out = tokio::process::Command::new(program)
+    let mut cmd = tokio::process::Command::new(program);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SQUEUE_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()
@@ -184,8 +190,15 @@ pub fn check_tools() -> Result<(), SlurmError> {
     Ok(())
 }
 
-/// Submits the script (the whole array, or one shard of it); returns the job id.
-async fn sbatch(script: &Path, only: Option<u32>) -> Result<String, SlurmError> {
+/// A job id as sbatch gives it: the id, and the cluster when it is not the local one.
+#[derive(Debug, Clone, PartialEq)]
+struct JobId {
+    id: String,
+    cluster: Option<String>,
+}
+
+/// Submits the script (the whole array, or one shard of it).
+async fn sbatch(script: &Path, only: Option<u32>) -> Result<JobId, SlurmError> {
     let mut args = vec!["--parsable".to_owned()];
     if let Some(k) = only {
         args.push(format!("--array={k}"));
@@ -193,13 +206,27 @@ async fn sbatch(script: &Path, only: Option<u32>) -> Result<String, SlurmError> 
     args.push(script.display().to_string());
     let out = slurm("sbatch", &args).await?;
     // `--parsable` prints "JOBID" or "JOBID;CLUSTER".
-    let id = out.trim().split(';').next().unwrap_or_default().to_owned();
+    let mut parts = out.trim().split(';');
+    let id = parts.next().unwrap_or_default().to_owned();
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
         return Err(SlurmError::Rejected(format!(
             "unexpected answer from sbatch --parsable: {out:?}"
         )));
     }
-    Ok(id)
+    let cluster = parts.next().map(str::to_owned).filter(|c| !c.is_empty());
+    Ok(JobId { id, cluster })
+}
+
+/// `--clusters=X` for the commands about a job on cluster X.
+fn clusters(jobs: &[JobId]) -> Vec<String> {
+    let mut names: Vec<&str> = jobs.iter().filter_map(|j| j.cluster.as_deref()).collect();
+    names.sort_unstable();
+    names.dedup();
+    if names.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!("--clusters={}", names.join(","))]
+    }
 }
 
 /// What `squeue` says about an array task: state and node.
@@ -227,20 +254,29 @@ fn ended(state: &str) -> bool {
     )
 }
 
-/// The array tasks of `jobs`, by (job id, index).
-async fn squeue(jobs: &[String]) -> Result<BTreeMap<(String, u32), Seen>, SlurmError> {
-    let out = slurm(
-        "squeue",
-        &[
-            "--noheader".into(),
-            "--array".into(),
-            "--states=all".into(),
-            format!("--jobs={}", jobs.join(",")),
-            "--format=%F|%K|%T|%N".into(),
-        ],
-    )
-    .await?;
-    Ok(parse_squeue(&out))
+/// The array tasks of `jobs`, by (job id, index). Jobs Slurm has forgotten (finished
+/// longer ago than its `MinJobAge`) are simply not there.
+async fn squeue(jobs: &[JobId]) -> Result<BTreeMap<(String, u32), Seen>, SlurmError> {
+    let mut ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut args = vec![
+        "--noheader".into(),
+        "--array".into(),
+        "--states=all".into(),
+        format!("--jobs={}", ids.join(",")),
+        "--format=%F|%K|%T|%N".into(),
+    ];
+    args.extend(clusters(jobs));
+    match slurm("squeue", &args).await {
+        Ok(out) => Ok(parse_squeue(&out)),
+        Err(SlurmError::Command { source, .. })
+            if source.to_string().contains("Invalid job id") =>
+        {
+            Ok(BTreeMap::new())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn parse_squeue(out: &str) -> BTreeMap<(String, u32), Seen> {
@@ -266,7 +302,9 @@ fn parse_squeue(out: &str) -> BTreeMap<(String, u32), Seen> {
 /// One shard as the submitter follows it.
 #[derive(Debug)]
 struct Follow {
-    job: String,
+    job: JobId,
+    /// When its current job was submitted.
+    since: Instant,
     attempts: u32,
     seen: Option<Seen>,
     finished: bool,
@@ -277,8 +315,6 @@ struct Follow {
 /// What a followed run did.
 #[derive(Debug)]
 pub struct Outcome {
-    /// The array's job id.
-    pub job: String,
     /// Resubmissions, as `(shard, why)`.
     pub resubmitted: Vec<(u32, String)>,
     /// Seconds from submission to the first task run starting, if one started.
@@ -296,44 +332,69 @@ fn job_name(plan: &Plan) -> String {
     format!("pincer-{}", crate::task::sanitize(&dir))
 }
 
-/// Cancels every job of the run, resubmissions included (a Ctrl-C of the submitter).
-pub async fn cancel(plan: &Plan) {
-    let _ = slurm("scancel", &[format!("--name={}", job_name(plan))]).await;
-}
-
-/// A submitted job array.
+/// A submitted job array, and every job submitted for it since.
 #[derive(Debug)]
 pub struct Submitted {
     /// The array's job id.
     pub job: String,
     /// The job script.
     pub script: PathBuf,
+    jobs: std::sync::Mutex<Vec<JobId>>,
     at: Instant,
     at_ms: u64,
+}
+
+impl Submitted {
+    fn record(&self, job: &JobId) {
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(job.clone());
+    }
+
+    /// Cancels every job submitted for the run (a Ctrl-C of the submitter, a run that
+    /// cannot finish), and no other.
+    pub async fn cancel(&self) {
+        let jobs = self
+            .jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut args: Vec<String> = jobs.iter().map(|j| j.id.clone()).collect();
+        args.extend(clusters(&jobs));
+        let _ = slurm("scancel", &args).await;
+    }
 }
 
 /// Writes the job script into the run directory and submits the array.
 pub async fn submit(plan: &Plan) -> Result<Submitted, SlurmError> {
     let dir = plan.out.join("slurm");
-    let io = |what: String| move |e| super::RunError::Io { what, source: e };
-    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    std::fs::create_dir_all(&dir).map_err(super::io(format!("creating {}", dir.display())))?;
     // Slurm opens each shard's output file in its directory: it must exist.
     for k in 0..plan.shards {
         let d = shard::dir(&plan.out, k);
-        std::fs::create_dir_all(&d).map_err(io(format!("creating {}", d.display())))?;
+        std::fs::create_dir_all(&d).map_err(super::io(format!("creating {}", d.display())))?;
     }
     let script_path = dir.join("job.sh");
     std::fs::write(&script_path, script(plan)?)
-        .map_err(io(format!("writing {}", script_path.display())))?;
+        .map_err(super::io(format!("writing {}", script_path.display())))?;
     let (at, at_ms) = (Instant::now(), shard::now_ms());
     let job = sbatch(&script_path, None).await?;
     Ok(Submitted {
-        job,
+        job: job.id.clone(),
         script: script_path,
+        jobs: std::sync::Mutex::new(vec![job]),
         at,
         at_ms,
     })
 }
+
+/// How long a submitted job may stay out of squeue's answers before it counts as gone
+/// (a busy controller, or a job squeue cannot see).
+const UNSEEN_GRACE: Duration = Duration::from_secs(60);
+
+/// How long squeue or the run directory may fail to answer before the run gives up.
+const TROUBLE_GRACE: Duration = Duration::from_secs(120);
 
 /// Follows a submitted array to the end, resubmitting shards that end unfinished;
 /// `progress` gets a line whenever something changes.
@@ -342,10 +403,15 @@ pub async fn follow(
     sub: &Submitted,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Outcome, SlurmError> {
-    let (job, path, submitted, submitted_ms) = (sub.job.clone(), &sub.script, sub.at, sub.at_ms);
+    let first = sub
+        .jobs
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)[0]
+        .clone();
     let mut shards: Vec<Follow> = (0..plan.shards)
         .map(|_| Follow {
-            job: job.clone(),
+            job: first.clone(),
+            since: sub.at,
             attempts: 1,
             seen: None,
             finished: false,
@@ -354,60 +420,51 @@ pub async fn follow(
         .collect();
     let mut resubmitted = Vec::new();
     let mut last_line = String::new();
-    let mut first_task_s = None;
-    let mut squeue_failing_since: Option<Instant> = None;
+    let mut trouble_since: Option<Instant> = None;
     loop {
-        let jobs: Vec<String> = {
-            let mut j: Vec<String> = shards.iter().map(|s| s.job.clone()).collect();
-            j.sort();
-            j.dedup();
-            j
+        let jobs: Vec<JobId> = shards.iter().map(|s| s.job.clone()).collect();
+        let looked = match squeue(&jobs).await {
+            Ok(seen) => status::read(&plan.out)
+                .map(|now| (seen, now))
+                .map_err(SlurmError::from),
+            Err(e) => Err(e),
         };
-        let seen = match squeue(&jobs).await {
-            Ok(s) => {
-                squeue_failing_since = None;
-                s
+        let (seen, now) = match looked {
+            Ok(l) => {
+                trouble_since = None;
+                l
             }
             Err(e) => {
-                let since = *squeue_failing_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_secs(120) {
+                let since = *trouble_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > TROUBLE_GRACE {
                     return Err(e);
                 }
-                progress(&format!("squeue failed ({e}); trying again"));
+                progress(&format!("{e}; trying again"));
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 continue;
             }
         };
-        let now = status::read(&plan.out)?;
-        if first_task_s.is_none()
-            && now.shards.iter().any(|s| {
-                s.started
-                    .as_ref()
-                    .is_some_and(|st| st.at_ms >= submitted_ms)
-            })
-        {
-            // A shard process started; its first task run starts right after its
-            // environments are up, which its records tell once they finish.
-            first_task_s = first_started(&plan.out, submitted_ms)
-                .map(|ms| ms.saturating_sub(submitted_ms) as f64 / 1000.0);
-        }
         for (k, f) in shards.iter_mut().enumerate() {
             let k = k as u32;
             if f.finished {
                 continue;
             }
-            f.seen = seen.get(&(f.job.clone(), k)).cloned().or(f.seen.take());
-            let gone = !seen.contains_key(&(f.job.clone(), k));
-            let state = f
-                .seen
-                .as_ref()
-                .map_or("GONE", |s| s.state.as_str())
-                .to_owned();
-            if !(gone || ended(&state)) {
+            let key = (f.job.id.clone(), k);
+            if let Some(s) = seen.get(&key) {
+                f.seen = Some(s.clone());
+            }
+            let state = match (seen.get(&key), &f.seen) {
+                (Some(s), _) => s.state.clone(),
+                // Never seen yet: give Slurm time to show it.
+                (None, None) if f.since.elapsed() < UNSEEN_GRACE => continue,
+                (None, _) => "GONE".to_owned(),
+            };
+            if !ended(&state) && state != "GONE" {
                 continue;
             }
             let st = &now.shards[k as usize];
-            if st.done.is_some() && st.finished == st.share {
+            // The script exits 0 only when the shard saw its share done.
+            if state == "COMPLETED" || st.done.is_some() && st.finished == st.share {
                 f.finished = true;
                 continue;
             }
@@ -431,57 +488,57 @@ pub async fn follow(
                 }
                 continue;
             }
-            // A shard that waited for another process was refused, not unseen.
-            let wrote = f.waited || st.started.as_ref().is_some_and(|s| s.at_ms >= submitted_ms);
-            if !wrote && state == "FAILED" {
+            let log = shard::dir(&plan.out, k).join(format!("slurm-{}_{k}.log", f.job.id));
+            // Slurm writes the log into the run directory as the job starts: a failed job
+            // whose log is not there ran where the directory is not.
+            if state == "FAILED" && !log.exists() && !f.waited {
                 return Err(SlurmError::NotShared {
                     shard: k,
-                    job: format!("job {}_{k}", f.job),
+                    job: format!("job {}_{k}", f.job.id),
                     state,
                     node,
                     dir: plan.out.clone(),
-                    log: shard::dir(&plan.out, k).join(format!("slurm-{}_{k}.log", f.job)),
+                    log,
                 });
             }
             let why = format!(
-                "shard {k} (job {}_{k} on {node}) ended {state} with {}/{} task runs finished",
-                f.job, st.finished, st.share
+                "shard {k} (job {}_{k} on {node}) ended {state} with {}/{} task runs finished (its log: {})",
+                f.job.id,
+                st.finished,
+                st.share,
+                log.display()
             );
             if f.attempts > plan.retries {
                 return Err(SlurmError::GaveUp(format!(
-                    "{why}, after {} attempts (--retries {}); its log: {}",
-                    f.attempts,
-                    plan.retries,
-                    shard::dir(&plan.out, k).display()
+                    "{why}, after {} attempts (--retries {})",
+                    f.attempts, plan.retries
                 )));
             }
-            f.job = sbatch(path, Some(k)).await?;
+            f.job = sbatch(&sub.script, Some(k)).await?;
+            sub.record(&f.job);
+            f.since = Instant::now();
             f.attempts += 1;
             f.seen = None;
+            f.waited = false;
             progress(&format!(
                 "{why}: resubmitted as job {}_{k} (attempt {} of {})",
-                f.job,
+                f.job.id,
                 f.attempts,
                 plan.retries + 1
             ));
             resubmitted.push((k, why));
         }
-        let line = progress_line(&now, &shards, submitted.elapsed());
+        let line = progress_line(&now, &shards, sub.at.elapsed());
         if line != last_line {
             progress(&line);
             last_line = line;
         }
         if shards.iter().all(|f| f.finished) {
-            let status = status::read(&plan.out)?;
-            let first_task_s = first_task_s.or_else(|| {
-                first_started(&plan.out, submitted_ms)
-                    .map(|ms| ms.saturating_sub(submitted_ms) as f64 / 1000.0)
-            });
             return Ok(Outcome {
-                job,
                 resubmitted,
-                first_task_s,
-                status,
+                first_task_s: first_started(&plan.out, sub.at_ms)
+                    .map(|ms| ms.saturating_sub(sub.at_ms) as f64 / 1000.0),
+                status: status::read(&plan.out)?,
             });
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -552,7 +609,7 @@ mod tests {
         let s = script(&plan).unwrap();
         assert!(s.contains("#SBATCH --array=0-2\n"), "{s}");
         assert!(
-            s.contains("#SBATCH --output=/shared/runs/my run/shards/%a/slurm-%A_%a.log\n"),
+            s.contains("#SBATCH --output=\"/shared/runs/my run/shards/%a/slurm-%A_%a.log\"\n"),
             "{s}"
         );
         assert!(
@@ -572,9 +629,29 @@ mod tests {
         );
         let bad = Plan {
             options: vec!["--x\n#SBATCH --y".into()],
-            ..plan
+            ..plan.clone()
         };
         assert!(matches!(script(&bad), Err(SlurmError::BadOption(_))));
+        // A path with a pattern character and shell words: a file name to sbatch, a word
+        // to the shell.
+        let odd = Plan {
+            out: "/x/100%/$(reboot)".into(),
+            ..plan.clone()
+        };
+        let s = script(&odd).unwrap();
+        assert!(
+            s.contains("#SBATCH --output=\"/x/100%%/$(reboot)/shards/%a/"),
+            "{s}"
+        );
+        assert!(
+            s.contains("echo 'pincer: ''/x/100%/$(reboot)'\" is not here"),
+            "{s}"
+        );
+        let quoted = Plan {
+            out: "/x/a\"b".into(),
+            ..plan
+        };
+        assert!(matches!(script(&quoted), Err(SlurmError::BadPath(_))));
     }
 
     #[test]

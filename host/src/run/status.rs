@@ -81,10 +81,15 @@ pub fn read(dir: &Path) -> Result<RunStatus, RunError> {
     // The owner of each task run, by the runner's order.
     let mut owner: BTreeMap<(String, u32), u32> = BTreeMap::new();
     let count = id.shards.unwrap_or(1);
+    let deal: Vec<shard::Shard> = (0..count)
+        .map(|index| shard::Shard { index, count })
+        .collect();
     for r in 0..repeat as u32 {
         for (i, t) in id.tasks.iter().enumerate() {
             let nth = r as usize * id.tasks.len() + i;
-            owner.insert((t.clone(), r), (nth % count as usize) as u32);
+            if let Some(s) = deal.iter().find(|s| s.owns(nth)) {
+                owner.insert((t.clone(), r), s.index);
+            }
         }
     }
     let records: Vec<TaskRecord> =
