@@ -349,6 +349,82 @@ fn a_shard_cancelled_mid_run_is_resubmitted_and_every_task_run_is_recorded_once(
 }
 
 #[test]
+fn a_shard_whose_node_dies_is_resubmitted_to_another_node() {
+    let sb = Sandbox::new();
+    let suite = terminal_suite(sb.path(), 6, 4000);
+    let out = sb.path().join("run");
+    // A cluster of its own: this test takes a node away.
+    let c = Cluster::start();
+    let child = slurm_run(
+        &sb,
+        &c,
+        &[
+            "run",
+            "--tasks",
+            suite.to_str().unwrap(),
+            "--agent",
+            "oracle",
+            "--out",
+            out.to_str().unwrap(),
+            "--slurm",
+            "--shards",
+            "3",
+            "--no-report",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Find the shard node2 runs, once every shard has started.
+    let on = |k: u32| -> Option<String> {
+        let s: Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(format!("shards/{k}/started.json"))).ok()?,
+        )
+        .ok()?;
+        Some(s["job"].as_str()?.to_owned())
+    };
+    let t = Instant::now();
+    let victim = loop {
+        let jobs: Vec<Option<String>> = (0..3).map(on).collect();
+        if jobs.iter().all(Option::is_some) {
+            break jobs
+                .iter()
+                .position(|j| j.as_deref().is_some_and(|j| j.ends_with(" on node2")))
+                .expect("a shard on node2") as u32;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "shards did not start\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    c.kill_node(2);
+    let o = child.wait_with_output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}\n{}", c.logs());
+    assert!(
+        t.contains(&format!("shard {victim} (job ")) && t.contains("on node2) ended NODE_FAIL"),
+        "{t}"
+    );
+    assert!(t.contains("resubmitted as job"), "{t}");
+    let again = on(victim).unwrap();
+    assert!(!again.ends_with(" on node2"), "{again}");
+    let all = records(&out);
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &all {
+        *seen
+            .entry(r["task"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+        assert_eq!(r["termination"], "success", "{r}");
+    }
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+}
+
+#[test]
 fn a_shard_someone_else_is_running_is_waited_for_not_run_twice() {
     let sb = Sandbox::new();
     // The cluster first: the by-hand shard must still run when Slurm's starts.
