@@ -37,6 +37,11 @@ pub struct GoldenInfo {
     pub save_seconds: f64,
 }
 
+/// The image's disk as the golden disk's backing file: golden states live in
+/// `<image>/golden/<key>/` (and are made in `<image>/golden/.new-*/`), the disk in
+/// `<image>/disk.qcow2`.
+const GOLDEN_TO_IMAGE_DISK: &str = "../../disk.qcow2";
+
 /// A golden state on disk.
 #[derive(Debug, Clone)]
 pub struct Golden {
@@ -94,8 +99,10 @@ pub async fn ensure(
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Golden, VmError> {
     let agent_sha = file_sha256(&spec.agent)?;
+    // "r": the disk's backing path is relative (golden states made before used absolute
+    // ones, which break when the cache is mounted elsewhere).
     let key = format!(
-        "m{}-c{}-{}-{}",
+        "m{}-c{}-{}-{}-r",
         spec.memory_mib,
         spec.cpus,
         spec.accel,
@@ -248,7 +255,10 @@ async fn make(
         },
     };
     agent_disk(&spec.agent, &identity, &golden.agent_disk())?;
-    super::overlay(&image.disk(), &golden.disk())?;
+    // The image's disk by a path relative to the golden disk (qemu resolves it from the
+    // overlay's directory), so that the cache stays usable wherever it is mounted: a shared
+    // volume is /runs/.pincer/images in a pod and elsewhere on the machine that built it.
+    super::overlay(Path::new(GOLDEN_TO_IMAGE_DISK), &golden.disk())?;
     let port = super::free_port()?;
     let machine = Machine {
         name: format!("golden-{name}"),
@@ -382,4 +392,30 @@ async fn save(machine: &Machine, state: &Path) -> Result<(), super::qmp::QmpErro
     q.wait_migration(Duration::from_secs(120)).await?;
     let _ = q.execute("quit", json!({})).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Component;
+
+    #[test]
+    fn the_golden_disk_finds_the_image_disk_from_where_it_lies() {
+        let image = Path::new("/cache/debian-12-minimal");
+        for golden in [
+            image.join("golden/m1024-c2-tcg-0123456789abcdef-r"),
+            image.join("golden/.new-m1024-c2-tcg-0123456789abcdef-r-42"),
+        ] {
+            let mut at = golden.clone();
+            for c in Path::new(GOLDEN_TO_IMAGE_DISK).components() {
+                match c {
+                    Component::ParentDir => {
+                        at.pop();
+                    }
+                    other => at.push(other),
+                }
+            }
+            assert_eq!(at, image.join("disk.qcow2"), "from {}", golden.display());
+        }
+    }
 }
