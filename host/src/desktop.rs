@@ -32,6 +32,20 @@ pub struct DesktopOptions {
     pub port: u16,
     /// Use this home directory instead of a private one.
     pub home: Option<PathBuf>,
+    /// Make the agent dial a host instead of listening (a cluster node's desktop serving
+    /// one central runner).
+    pub dial: Option<Dial>,
+}
+
+/// Where a dialling desktop's agent reaches its host (`pincer env listen` there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dial {
+    /// The host's HOST:PORT.
+    pub host: String,
+    /// The host's certificate fingerprint, if pinned.
+    pub host_fingerprint: Option<String>,
+    /// The host's token file (a copy of it).
+    pub token_file: PathBuf,
 }
 
 /// What a running desktop's supervisor writes once everything is up.
@@ -273,6 +287,13 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
     if let Some(h) = &opts.home {
         cmd.arg("--home").arg(h);
     }
+    if let Some(d) = &opts.dial {
+        cmd.arg("--connect").arg(&d.host);
+        cmd.arg("--host-token-file").arg(&d.token_file);
+        if let Some(fp) = &d.host_fingerprint {
+            cmd.arg("--host-fingerprint").arg(fp);
+        }
+    }
     // SAFETY: setsid is async-signal-safe; the supervisor leads a new session that every
     // process of the desktop inherits, which is how `down` finds them all.
     unsafe {
@@ -323,6 +344,11 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
     std::thread::spawn(move || {
         let _ = child.wait();
     });
+    // A dialling desktop is its host's environment, reached through the host's listener;
+    // here there is nothing to register.
+    if opts.dial.is_some() {
+        return Ok(state);
+    }
     reg.update(|f| {
         f.envs.insert(
             opts.name.clone(),
@@ -718,19 +744,31 @@ fn start_agent(
 ) -> Result<(Child, AgentReady), DesktopError> {
     let ready = dir.join("agent.ready");
     let _ = std::fs::remove_file(&ready);
-    let mut args: Vec<String> = vec![
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
+    let (how, token) = match &opts.desktop.dial {
+        Some(d) => {
+            let mut how = vec!["--connect".to_owned(), d.host.clone()];
+            if let Some(fp) = &d.host_fingerprint {
+                how.extend(["--host-fingerprint".to_owned(), fp.clone()]);
+            }
+            (how, d.token_file.clone())
+        }
+        None => (
+            vec!["--listen".to_owned(), format!("127.0.0.1:{port}")],
+            dir.join("token"),
+        ),
+    };
+    let mut args: Vec<String> = how;
+    args.extend([
         "--name".into(),
         opts.desktop.name.clone(),
         "--state-dir".into(),
         dir.join("agent").display().to_string(),
         "--token-file".into(),
-        dir.join("token").display().to_string(),
+        token.display().to_string(),
         "--ready-file".into(),
         ready.display().to_string(),
         "--own-session-processes".into(),
-    ];
+    ]);
     if opts.desktop.read_only {
         args.push("--read-only".into());
     }

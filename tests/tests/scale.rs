@@ -575,6 +575,97 @@ fn a_node_that_does_not_share_the_run_directory_is_named() {
     );
 }
 
+#[test]
+fn cluster_nodes_serve_desktops_that_dial_one_central_runner() {
+    use std::io::BufRead;
+    let sb = Sandbox::new();
+    let c = cluster();
+    // The central host listens; what dials in with its token is trusted and registered.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut listen = sb
+        .pincer_command(&["env", "listen", &addr, "--accept-new", "--count", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(listen.stdout.as_mut().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let fingerprint = first
+        .split("host fingerprint ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .expect("the host's fingerprint")
+        .to_owned();
+    let token = sb.path().join("state/host/token");
+    // Each array task: a desktop on its node whose agent dials the host, kept until the
+    // job ends.
+    let script = sb.path().join("guests.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nname=guest$SLURM_ARRAY_TASK_ID\nexport PINCER_STATE_DIR=/tmp/pincer-guest-$SLURM_JOB_ID PINCER_ENVS=/tmp/pincer-guest-$SLURM_JOB_ID/envs.toml\n\
+             trap '{pincer} desktop down $name; rm -rf \"$PINCER_STATE_DIR\"; exit 0' TERM INT\n\
+             {pincer} desktop up --name $name --connect {addr} --host-token-file {token} --host-fingerprint {fingerprint} || exit 1\n\
+             sleep 600 & wait\n",
+            pincer = bin("pincer").display(),
+            token = token.display(),
+        ),
+    )
+    .unwrap();
+    let out = c
+        .command("sbatch")
+        .args(["--parsable", "--array=0-1"])
+        .arg(format!("--output={}/guest-%a.log", sb.path().display()))
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let registered = listen.wait_with_output().unwrap();
+    let said = text(&registered);
+    assert!(registered.status.success(), "{said}\n{}", c.logs());
+    assert!(
+        said.contains("guest 'guest0' registered") && said.contains("guest 'guest1' registered"),
+        "{said}"
+    );
+    // The runner uses them as two environment sets.
+    let run = sb.path().join("run");
+    let mut args = run_args(
+        &run,
+        &[
+            "editor-write-note",
+            "settings-dark-mode",
+            "terminal-count-lines",
+        ],
+    );
+    args.extend([
+        "--set",
+        "desktop=guest0",
+        "--set",
+        "desktop=guest1",
+        "--no-report",
+    ]);
+    let o = sb.pincer(&args);
+    let t = text(&o);
+    let _ = c.command("scancel").arg(&job).output();
+    assert!(o.status.success(), "{t}");
+    let s = scores(&run);
+    assert_eq!(s.len(), 3, "{t}");
+    assert!(s.values().all(|(term, _, _)| term == "success"), "{s:?}");
+    let sets: std::collections::BTreeSet<String> = records(&run)
+        .iter()
+        .map(|r| r["env_set"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(sets.len(), 2, "both guests ran tasks: {sets:?}");
+}
+
 const IMAGE: &str = "debian-12-minimal";
 
 /// The Job `--dry-run` prints for `tasks` over `shards`.

@@ -45,6 +45,7 @@ pub(crate) async fn run(a: DemoArgs, reg: &Registry) -> anyhow::Result<()> {
             read_only: false,
             port: 0,
             home: None,
+            dial: None,
         },
     )
     .await?;

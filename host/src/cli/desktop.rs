@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use pincer::desktop::{self, DesktopOptions, SuperviseOptions};
+use pincer::desktop::{self, DesktopOptions, Dial, SuperviseOptions};
 use pincer::env::Deadlines;
 use pincer::env::registry::Registry;
 use std::path::PathBuf;
@@ -65,8 +65,18 @@ pub(crate) struct UpArgs {
     #[arg(long, value_name = "DIR")]
     home: Option<PathBuf>,
     /// Make this the default environment.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "connect")]
     default: bool,
+    /// Make the agent dial a host listening at HOST:PORT (`pincer env listen` there)
+    /// instead of listening: a desktop on a cluster node serving one central runner.
+    #[arg(long, value_name = "HOST:PORT", requires = "host_token_file")]
+    connect: Option<String>,
+    /// With --connect: a copy of the host's token file.
+    #[arg(long, value_name = "FILE", requires = "connect")]
+    host_token_file: Option<PathBuf>,
+    /// With --connect: only talk to a host presenting this certificate fingerprint.
+    #[arg(long, value_name = "FINGERPRINT", requires = "connect")]
+    host_fingerprint: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -85,6 +95,25 @@ pub(crate) struct SuperviseArgs {
     read_only: bool,
     #[arg(long)]
     home: Option<PathBuf>,
+    #[arg(long)]
+    connect: Option<String>,
+    #[arg(long)]
+    host_token_file: Option<PathBuf>,
+    #[arg(long)]
+    host_fingerprint: Option<String>,
+}
+
+/// The dialling part of a desktop's options.
+fn dial(
+    connect: Option<&String>,
+    token_file: Option<&PathBuf>,
+    fingerprint: Option<&String>,
+) -> Option<Dial> {
+    Some(Dial {
+        host: connect?.clone(),
+        host_fingerprint: fingerprint.cloned(),
+        token_file: token_file?.clone(),
+    })
 }
 
 pub(crate) fn parse_size(s: &str) -> Result<(u32, u32), String> {
@@ -112,6 +141,11 @@ pub(crate) fn supervise(a: &SuperviseArgs) -> anyhow::Result<()> {
             read_only: a.read_only,
             port: a.port,
             home: a.home.clone(),
+            dial: dial(
+                a.connect.as_ref(),
+                a.host_token_file.as_ref(),
+                a.host_fingerprint.as_ref(),
+            ),
         },
         agent: a.agent.clone(),
     })?)
@@ -293,6 +327,11 @@ async fn up(a: UpArgs, reg: &Registry) -> anyhow::Result<()> {
         read_only: a.read_only,
         port: a.port,
         home: a.home,
+        dial: dial(
+            a.connect.as_ref(),
+            a.host_token_file.as_ref(),
+            a.host_fingerprint.as_ref(),
+        ),
     };
     eprintln!(
         "starting desktop '{}' ({}x{})...",
@@ -300,6 +339,21 @@ async fn up(a: UpArgs, reg: &Registry) -> anyhow::Result<()> {
     );
     let t = std::time::Instant::now();
     let st = desktop::up(reg, &opts).await?;
+    if let Some(d) = &opts.dial {
+        println!(
+            "desktop '{}' is up in {:.1} s: display {} ({}x{}); its agent dials {} (fingerprint {})",
+            st.name,
+            t.elapsed().as_secs_f64(),
+            st.display,
+            st.size.0,
+            st.size.1,
+            d.host,
+            st.fingerprint
+        );
+        println!("  on the host: pincer run --set desktop={} ...", st.name);
+        println!("  stop:        pincer desktop down {}", st.name);
+        return Ok(());
+    }
     if a.default {
         reg.update(|f| f.default = Some(a.name.clone()))?;
     }

@@ -182,6 +182,7 @@ pub async fn local_sets(
                 read_only: false,
                 port: 0,
                 home: None,
+                dial: None,
             },
         )
         .await
