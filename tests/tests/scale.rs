@@ -178,19 +178,7 @@ fn a_shard_is_run_by_one_process_at_a_time() {
     // One task whose oracle idles 5 s, long enough for the second process to find the
     // first at work.
     let suite = terminal_suite(sb.path(), 1, 5000);
-    let base = |extra: &[&'static str]| {
-        let mut a = vec![
-            "run",
-            "--tasks",
-            suite.to_str().unwrap(),
-            "--agent",
-            "oracle",
-        ];
-        a.extend(["--out", out.to_str().unwrap()]);
-        a.extend_from_slice(extra);
-        a.into_iter().map(str::to_owned).collect::<Vec<_>>()
-    };
-    let args = base(&["--shard", "0/1", "--no-report"]);
+    let args = suite_args(&suite, &out, &["--shard", "0/1"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut first = sb
         .pincer_command(&args)
@@ -198,12 +186,8 @@ fn a_shard_is_run_by_one_process_at_a_time() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let started = out.join("shards/0/started.json");
-    let t = Instant::now();
-    while !started.exists() && t.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let second = base(&["--shard", "0/1", "--resume"]);
+    wait_for(&out.join("shards/0/started.json"), 60);
+    let second = suite_args(&suite, &out, &["--shard", "0/1", "--resume"]);
     let second: Vec<&str> = second.iter().map(String::as_str).collect();
     let e = text(&sb.pincer(&second));
     assert!(
@@ -219,6 +203,58 @@ fn slurm_run(sb: &Sandbox, c: &Cluster, args: &[&str]) -> Command {
     let mut cmd = sb.pincer_command(args);
     cmd.envs(c.env());
     cmd
+}
+
+/// `pincer run` arguments for the oracle on the suite in `suite`, into `out`, then `extra`.
+fn suite_args(suite: &Path, out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "run",
+        "--tasks",
+        suite.to_str().unwrap(),
+        "--agent",
+        "oracle",
+    ]
+    .into_iter()
+    .chain(["--out", out.to_str().unwrap(), "--no-report"])
+    .map(str::to_owned)
+    .collect();
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+/// Starts `pincer ARGS` on the cluster `c` with its output piped.
+fn spawn_slurm_run(sb: &Sandbox, c: &Cluster, args: &[String]) -> std::process::Child {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    slurm_run(sb, c, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits up to `secs` for `path` to exist; whether it does.
+fn wait_for(path: &Path, secs: u64) -> bool {
+    let t = Instant::now();
+    while !path.exists() && t.elapsed() < Duration::from_secs(secs) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    path.exists()
+}
+
+/// Asserts that each of `n` tasks has exactly one record in `out` (all of them successes,
+/// if `successes`), whatever was interrupted on the way.
+fn assert_each_task_run_once(out: &Path, n: usize, successes: bool) {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for r in records(out) {
+        *seen
+            .entry(r["task"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+        if successes {
+            assert_eq!(r["termination"], "success", "{r}");
+        }
+    }
+    assert_eq!(seen.len(), n, "{seen:?}");
+    assert!(seen.values().all(|k| *k == 1), "{seen:?}");
 }
 
 #[test]
@@ -275,34 +311,18 @@ fn a_shard_cancelled_mid_run_is_resubmitted_and_every_task_run_is_recorded_once(
     let suite = terminal_suite(sb.path(), 6, 4000);
     let out = sb.path().join("run");
     let c = cluster();
-    let child = slurm_run(
+    let child = spawn_slurm_run(
         &sb,
         &c,
-        &[
-            "run",
-            "--tasks",
-            suite.to_str().unwrap(),
-            "--agent",
-            "oracle",
-            "--out",
-            out.to_str().unwrap(),
-            "--slurm",
-            "--shards",
-            "3",
-            "--no-report",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+        &suite_args(&suite, &out, &["--slurm", "--shards", "3"]),
+    );
     // Shard 1 owns t1 and t4: cancel it while it works on one of them.
     let started = out.join("shards/1/started.json");
-    let t = Instant::now();
-    while !started.exists() && t.elapsed() < Duration::from_secs(120) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(started.exists(), "shard 1 never started\n{}", c.logs());
+    assert!(
+        wait_for(&started, 120),
+        "shard 1 never started\n{}",
+        c.logs()
+    );
     std::thread::sleep(Duration::from_secs(3));
     let job = {
         let s: Value = serde_json::from_str(&std::fs::read_to_string(&started).unwrap()).unwrap();
@@ -323,16 +343,7 @@ fn a_shard_cancelled_mid_run_is_resubmitted_and_every_task_run_is_recorded_once(
     );
     assert!(t.contains("resubmitted as job"), "{t}");
     // Every task run exactly once, all successful, whatever the cancel interrupted.
-    let all = records(&out);
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for r in &all {
-        *seen
-            .entry(r["task"].as_str().unwrap().to_owned())
-            .or_default() += 1;
-        assert_eq!(r["termination"], "success", "{r}");
-    }
-    assert_eq!(seen.len(), 6, "{seen:?}");
-    assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+    assert_each_task_run_once(&out, 6, true);
     // Two attempts of shard 1, each with its own Slurm log.
     let logs = std::fs::read_dir(out.join("shards/1"))
         .unwrap()
@@ -355,27 +366,11 @@ fn a_shard_whose_node_dies_is_resubmitted_to_another_node() {
     let out = sb.path().join("run");
     // A cluster of its own: this test takes a node away.
     let c = Cluster::start();
-    let child = slurm_run(
+    let child = spawn_slurm_run(
         &sb,
         &c,
-        &[
-            "run",
-            "--tasks",
-            suite.to_str().unwrap(),
-            "--agent",
-            "oracle",
-            "--out",
-            out.to_str().unwrap(),
-            "--slurm",
-            "--shards",
-            "3",
-            "--no-report",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+        &suite_args(&suite, &out, &["--slurm", "--shards", "3"]),
+    );
     // Find the shard node2 runs, once every shard has started.
     let on = |k: u32| -> Option<String> {
         let s: Value = serde_json::from_str(
@@ -412,16 +407,7 @@ fn a_shard_whose_node_dies_is_resubmitted_to_another_node() {
     assert!(t.contains("resubmitted as job"), "{t}");
     let again = on(victim).unwrap();
     assert!(!again.ends_with(" on node2"), "{again}");
-    let all = records(&out);
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for r in &all {
-        *seen
-            .entry(r["task"].as_str().unwrap().to_owned())
-            .or_default() += 1;
-        assert_eq!(r["termination"], "success", "{r}");
-    }
-    assert_eq!(seen.len(), 6, "{seen:?}");
-    assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+    assert_each_task_run_once(&out, 6, true);
 }
 
 #[test]
@@ -431,26 +417,9 @@ fn a_shard_someone_else_is_running_is_waited_for_not_run_twice() {
     let c = cluster();
     let suite = terminal_suite(sb.path(), 6, 5000);
     let out = sb.path().join("run");
-    let args = |extra: &[&'static str]| {
-        let mut a: Vec<String> = [
-            "run",
-            "--tasks",
-            suite.to_str().unwrap(),
-            "--agent",
-            "oracle",
-            "--out",
-            out.to_str().unwrap(),
-            "--no-report",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        a.extend(extra.iter().map(|s| s.to_string()));
-        a
-    };
     // Shard 1 started by hand (an earlier submission still running, as far as the run
     // directory can tell).
-    let by_hand_args = args(&["--shard", "1/3"]);
+    let by_hand_args = suite_args(&suite, &out, &["--shard", "1/3"]);
     let by_hand_args: Vec<&str> = by_hand_args.iter().map(String::as_str).collect();
     let mut by_hand = sb
         .pincer_command(&by_hand_args)
@@ -458,12 +427,8 @@ fn a_shard_someone_else_is_running_is_waited_for_not_run_twice() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let started = out.join("shards/1/started.json");
-    let t = Instant::now();
-    while !started.exists() && t.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let slurm_args = args(&["--slurm", "--shards", "3", "--resume"]);
+    wait_for(&out.join("shards/1/started.json"), 60);
+    let slurm_args = suite_args(&suite, &out, &["--slurm", "--shards", "3", "--resume"]);
     let slurm_args: Vec<&str> = slurm_args.iter().map(String::as_str).collect();
     let o = slurm_run(&sb, &c, &slurm_args).output().unwrap();
     let t = text(&o);
@@ -475,15 +440,7 @@ fn a_shard_someone_else_is_running_is_waited_for_not_run_twice() {
         )),
         "{t}"
     );
-    let all = records(&out);
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for r in &all {
-        *seen
-            .entry(r["task"].as_str().unwrap().to_owned())
-            .or_default() += 1;
-    }
-    assert_eq!(seen.len(), 6, "{seen:?}");
-    assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+    assert_each_task_run_once(&out, 6, false);
     // Shard 1's task runs are the by-hand process's, which finished its share.
     assert!(by_hand.wait().unwrap().success());
     let shard1 = std::fs::read_to_string(out.join("shards/1/results.jsonl")).unwrap();

@@ -351,7 +351,7 @@ pub fn header(
         shards,
         tasks: tasks.iter().map(|t| t.id.clone()).collect(),
         repeat,
-        observation: observation.to_string(),
+        observation: observation.clone(),
         tasks_sha256: crate::image::build::hex(
             ring::digest::digest(&ring::digest::SHA256, tasks_text.as_bytes()).as_ref(),
         ),

@@ -133,34 +133,14 @@ pub struct Identity {
     pub tasks: Vec<String>,
     /// Repeats (as for `tasks`).
     pub repeat: u32,
-    /// What agents see (`ObservationConfig`, as JSON; empty in runs written before it was
+    /// What agents see (`ObservationConfig` as JSON; null in runs written before it was
     /// recorded, and then not compared).
-    #[serde(default, with = "observation_text")]
-    pub observation: String,
+    #[serde(default)]
+    pub observation: serde_json::Value,
     /// A hash of the tasks as run (only compared for sharded runs: every shard must run
     /// the same task files; empty when not recorded).
     #[serde(default)]
     pub tasks_sha256: String,
-}
-
-/// The identity keeps the observation as the JSON text of `run.json`'s `observation`
-/// object, so that it compares as a whole.
-mod observation_text {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
-        let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
-        serde::Serialize::serialize(&v, s)
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-        let v = serde_json::Value::deserialize(d)?;
-        Ok(if v.is_null() {
-            String::new()
-        } else {
-            v.to_string()
-        })
-    }
 }
 
 impl Identity {
@@ -191,14 +171,17 @@ impl Identity {
         if self.shards.is_some() && self.repeat != other.repeat {
             diffs.push(format!("repeat {} (here: {})", self.repeat, other.repeat));
         }
-        let known = |a: &str, b: &str| !a.is_empty() && !b.is_empty() && a != b;
-        if known(&self.observation, &other.observation) {
+        if !self.observation.is_null()
+            && !other.observation.is_null()
+            && self.observation != other.observation
+        {
             diffs.push(format!(
                 "observation {} (here: {})",
                 self.observation, other.observation
             ));
         }
-        if self.shards.is_some() && known(&self.tasks_sha256, &other.tasks_sha256) {
+        let (ours, theirs) = (&self.tasks_sha256, &other.tasks_sha256);
+        if self.shards.is_some() && !ours.is_empty() && !theirs.is_empty() && ours != theirs {
             diffs.push("other task files (here: the files changed since the run began)".into());
         }
         (!diffs.is_empty()).then(|| diffs.join(", "))
@@ -501,7 +484,7 @@ mod tests {
             shards: Some(3),
             tasks: vec!["t".into()],
             repeat: 1,
-            observation: r#"{"marks":true}"#.into(),
+            observation: serde_json::json!({"marks": true}),
             tasks_sha256: "aa".into(),
         };
         assert_eq!(a.difference(&a.clone()), None);
@@ -514,7 +497,7 @@ mod tests {
         assert!(d.contains("agent 'oracle' (here: 'random')"), "{d}");
         assert!(d.contains("3 shards (here: 2 shards)"), "{d}");
         let e = Identity {
-            observation: r#"{"marks":false}"#.into(),
+            observation: serde_json::json!({"marks": false}),
             tasks_sha256: "bb".into(),
             ..a.clone()
         };
@@ -526,7 +509,7 @@ mod tests {
         assert!(d.contains("other task files"), "{d}");
         // Not recorded (an older run.json): not compared.
         let old = Identity {
-            observation: String::new(),
+            observation: serde_json::Value::Null,
             tasks_sha256: String::new(),
             ..a.clone()
         };
