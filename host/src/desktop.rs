@@ -212,9 +212,18 @@ fn valid_name(name: &str) -> Result<(), DesktopError> {
     Ok(())
 }
 
-/// The agent binary: next to this executable, else on PATH.
+/// The `pincer` program that supervises desktops: `$PINCER_EXE` when set (the Python
+/// package sets it to the binary it carries, since its process is Python), else this one.
+pub fn pincer_exe() -> std::io::Result<PathBuf> {
+    match std::env::var_os("PINCER_EXE") {
+        Some(p) if !p.is_empty() => Ok(PathBuf::from(p)),
+        _ => std::env::current_exe(),
+    }
+}
+
+/// The agent binary: next to the `pincer` program, else on PATH.
 pub fn agent_binary() -> Result<PathBuf, DesktopError> {
-    if let Ok(exe) = std::env::current_exe()
+    if let Ok(exe) = pincer_exe()
         && let Some(dir) = exe.parent()
     {
         let sibling = dir.join("pincer-agent");
@@ -264,7 +273,7 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
     let log =
         std::fs::File::create(&log_path).map_err(io(format!("creating {}", log_path.display())))?;
     let log2 = log.try_clone().map_err(io("duplicating a file handle"))?;
-    let exe = std::env::current_exe().map_err(io("locating the pincer binary"))?;
+    let exe = pincer_exe().map_err(io("locating the pincer binary"))?;
     let mut cmd = Command::new(exe);
     // The supervisor tells the agent which envs file's tokens to keep to itself.
     cmd.env("PINCER_ENVS", reg.path());

@@ -542,6 +542,7 @@ fn observation(step: u32, views: Vec<View>, feedback: &[&str]) -> Observation {
         views,
         feedback: feedback.iter().map(|s| (*s).to_owned()).collect(),
         checkpoints: vec![],
+        checkpoint_feedback: Default::default(),
     }
 }
 

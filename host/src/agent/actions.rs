@@ -117,6 +117,13 @@ pub enum AgentAction {
         #[serde(default)]
         target: Option<Target>,
     },
+    /// Move the pointer without clicking (to hover: tooltips, menus that open on hover).
+    Move {
+        /// Environment role.
+        env: String,
+        /// Where to move the pointer.
+        target: Target,
+    },
     /// Drag with the left button held.
     Drag {
         /// Environment role.
@@ -201,6 +208,7 @@ impl AgentAction {
             | Self::Key { env, .. }
             | Self::Hotkey { env, .. }
             | Self::Scroll { env, .. }
+            | Self::Move { env, .. }
             | Self::Drag { env, .. }
             | Self::Tap { env, .. }
             | Self::LongPress { env, .. }
@@ -214,6 +222,42 @@ impl AgentAction {
         }
     }
 
+    /// Maps every point target through `f` (element targets stay): for clients that give
+    /// coordinates on a scaled image.
+    pub fn map_points(&mut self, f: impl Fn(i32, i32) -> (i32, i32)) {
+        let map = |t: &mut Target| {
+            if let Target::Point { x, y } = t {
+                (*x, *y) = f(*x, *y);
+            }
+        };
+        match self {
+            Self::Click { target, .. }
+            | Self::DoubleClick { target, .. }
+            | Self::RightClick { target, .. }
+            | Self::Move { target, .. }
+            | Self::Tap { target, .. }
+            | Self::LongPress { target, .. } => map(target),
+            Self::Type { target, .. } | Self::Scroll { target, .. } => {
+                if let Some(t) = target {
+                    map(t);
+                }
+            }
+            Self::Drag { from, to, .. } | Self::Swipe { from, to, .. } => {
+                map(from);
+                map(to);
+            }
+            Self::Key { .. }
+            | Self::Hotkey { .. }
+            | Self::Text { .. }
+            | Self::Home { .. }
+            | Self::Back { .. }
+            | Self::Wait { .. }
+            | Self::Complete
+            | Self::Submit { .. }
+            | Self::Infeasible { .. } => {}
+        }
+    }
+
     /// The tool name of this action.
     pub fn name(&self) -> &'static str {
         match self {
@@ -224,6 +268,7 @@ impl AgentAction {
             Self::Key { .. } => "key",
             Self::Hotkey { .. } => "hotkey",
             Self::Scroll { .. } => "scroll",
+            Self::Move { .. } => "move",
             Self::Drag { .. } => "drag",
             Self::Tap { .. } => "tap",
             Self::LongPress { .. } => "long_press",
@@ -249,6 +294,7 @@ impl AgentAction {
             | Self::DoubleClick { env, target }
             | Self::RightClick { env, target }
             | Self::Tap { env, target }
+            | Self::Move { env, target }
             | Self::LongPress { env, target } => {
                 format!("{} {} on {env}", self.name(), t(target))
             }
@@ -295,6 +341,7 @@ const DESKTOP: &[&str] = &[
     "key",
     "hotkey",
     "scroll",
+    "move",
     "drag",
 ];
 const PHONE: &[&str] = &["tap", "long_press", "swipe", "text", "home", "back"];
@@ -572,6 +619,10 @@ pub fn parse(
             dy: a.get("dy").and_then(int).unwrap_or(0),
             target: a.get("target").map(|t| target(t, &tool)).transpose()?,
         },
+        "move" => AgentAction::Move {
+            env,
+            target: target_of(a, "target", &tool)?,
+        },
         "drag" => AgentAction::Drag {
             env,
             from: target_of(a, "from", &tool)?,
@@ -616,6 +667,38 @@ pub fn parse(
         },
         other => return Err(InvalidAction(format!("unknown action '{other}'"))),
     })
+}
+
+/// An action given as one JSON object, `{"action": "click", "target": {"element": 4}}`: the
+/// form the Python package and `action_schema` use (a tool call with its name inside).
+pub fn from_json(
+    v: &serde_json::Value,
+    roles: &BTreeMap<String, Platform>,
+) -> Result<AgentAction, InvalidAction> {
+    let tool = v.get("action").and_then(|a| a.as_str()).ok_or_else(|| {
+        InvalidAction(format!(
+            "an action is an object with an \"action\" name, such as {{\"action\": \"click\", \"target\": {{\"x\": 10, \"y\": 20}}}}; got {v}"
+        ))
+    })?;
+    parse(tool, v, roles)
+}
+
+/// The JSON Schema of the actions for these roles, as [`from_json`] reads them: one
+/// alternative per tool, its name in `action`.
+pub fn json_schema(roles: &BTreeMap<String, Platform>) -> serde_json::Value {
+    let alternatives: Vec<serde_json::Value> = tools(roles)
+        .into_iter()
+        .map(|t| {
+            let mut p = t.parameters;
+            p["properties"]["action"] = serde_json::json!({"const": t.name});
+            if let Some(req) = p["required"].as_array_mut() {
+                req.insert(0, "action".into());
+            }
+            p["description"] = t.description.into();
+            p
+        })
+        .collect();
+    serde_json::json!({"oneOf": alternatives})
 }
 
 /// Parses JSON-in-text output (for models without tool calling): the first JSON object in
@@ -705,6 +788,9 @@ pub fn resolve(a: &AgentAction, marks: &Marks) -> Result<Vec<Action>, InvalidAct
             dx: *dx,
             dy: *dy,
         }],
+        AgentAction::Move { target, .. } => vec![Action::MouseMove {
+            to: point(target, marks)?,
+        }],
         AgentAction::Drag { from, to, .. } => vec![Action::Drag {
             from: point(from, marks)?,
             to: point(to, marks)?,
@@ -748,6 +834,68 @@ mod tests {
             ("phone".to_owned(), Platform::Android),
         ]
         .into()
+    }
+
+    #[test]
+    fn actions_as_json_objects_and_their_schema() {
+        let a = from_json(
+            &serde_json::json!({"action": "move", "target": {"x": 5, "y": 6}}),
+            &one(),
+        )
+        .unwrap();
+        assert_eq!(
+            a,
+            AgentAction::Move {
+                env: "desktop".into(),
+                target: Target::Point { x: 5, y: 6 }
+            }
+        );
+        assert_eq!(
+            resolve(&a, &Marks::new()).unwrap(),
+            vec![Action::MouseMove {
+                to: Point::new(5, 6)
+            }]
+        );
+        let no_name = from_json(&serde_json::json!({"target": {"x": 1, "y": 2}}), &one());
+        assert!(no_name.unwrap_err().0.contains("\"action\" name"));
+        let schema = json_schema(&one());
+        let alts = schema["oneOf"].as_array().unwrap();
+        let click = alts
+            .iter()
+            .find(|a| a["properties"]["action"]["const"] == "click")
+            .unwrap();
+        assert_eq!(click["required"][0], "action");
+        assert!(
+            !alts
+                .iter()
+                .any(|a| a["properties"]["action"]["const"] == "tap")
+        );
+    }
+
+    #[test]
+    fn points_map_and_elements_stay() {
+        let mut drag = AgentAction::Drag {
+            env: "desktop".into(),
+            from: Target::Point { x: 10, y: 20 },
+            to: Target::Element { element: 3 },
+        };
+        drag.map_points(|x, y| (x * 2, y * 3));
+        assert_eq!(
+            drag,
+            AgentAction::Drag {
+                env: "desktop".into(),
+                from: Target::Point { x: 20, y: 60 },
+                to: Target::Element { element: 3 },
+            }
+        );
+        let mut typed = AgentAction::Type {
+            env: "desktop".into(),
+            text: "x".into(),
+            target: None,
+        };
+        let before = typed.clone();
+        typed.map_points(|_, _| (0, 0));
+        assert_eq!(typed, before);
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub struct Observation {
     pub feedback: Vec<String>,
     /// Each checkpoint and whether it has passed (for human agents and language feedback).
     pub checkpoints: Vec<(String, bool)>,
+    /// What each checkpoint's latest check said, by id (for agents driven from outside,
+    /// which report it to their callers).
+    pub checkpoint_feedback: BTreeMap<String, String>,
 }
 
 impl Observation {
@@ -145,6 +148,9 @@ pub enum AgentError {
     /// The person working on the task could not be read from (the terminal went away).
     #[error("reading the person's input: {0}")]
     Input(String),
+    /// The agent outside the runner (Python, an MCP client) went away, or failed.
+    #[error("the outside agent: {0}")]
+    Outside(String),
 }
 
 /// Something that chooses actions.
@@ -157,4 +163,9 @@ pub trait Agent: Send {
 
     /// Chooses the next action(s).
     fn act<'a>(&'a mut self, obs: &'a Observation) -> BoxFuture<'a, Result<Decision, AgentError>>;
+
+    /// What the environments showed once the last action was carried out and evaluated,
+    /// before the final check and the teardown: for agents driven from outside, whose
+    /// callers want the state an episode ended in. Agents that decide nothing more ignore it.
+    fn seen_last(&mut self, _obs: &Observation) {}
 }

@@ -286,6 +286,7 @@ mod tests {
             }],
             feedback: vec![],
             checkpoints: vec![],
+            checkpoint_feedback: BTreeMap::new(),
         }
     }
 

@@ -154,6 +154,7 @@ mod tests {
             views: vec![view],
             feedback: Vec::new(),
             checkpoints: Vec::new(),
+            checkpoint_feedback: std::collections::BTreeMap::new(),
         }
     }
 

@@ -3,6 +3,7 @@
 //! that finishes the current step and records `aborted`, progress bars with live SR/CR, and
 //! a summary table at the end.
 
+pub mod episode;
 pub mod kube;
 pub mod record;
 pub mod sets;

@@ -162,7 +162,7 @@ pub async fn local_sets(
     count: usize,
     size: (u32, u32),
     made: &Made,
-    progress: &mut dyn FnMut(&str),
+    progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Vec<EnvSet>, RunError> {
     let names = run_names(roles, count)?;
     progress(&format!(

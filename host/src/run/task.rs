@@ -362,6 +362,11 @@ impl<'a> TaskRun<'a> {
             self.harness.push(record.timing.harness_ms());
             let _ = blocking(|| steps_file.write(&record));
             if let Some(e) = ended {
+                if let Some(views) = seen_already.take()
+                    && let Ok(last) = self.observation(views, std::mem::take(&mut turn.feedback))
+                {
+                    agent.seen_last(&last);
+                }
                 return Err(e);
             }
         }
@@ -375,15 +380,18 @@ impl<'a> TaskRun<'a> {
         views: Vec<Result<View, observe::ObserveError>>,
         feedback: Vec<String>,
     ) -> Result<Observation, End> {
+        let progress = self.evaluator.progress();
         let mut obs = Observation {
             step: self.actions_done,
             views: Vec::new(),
             feedback,
-            checkpoints: self
-                .evaluator
-                .progress()
+            checkpoints: progress
+                .iter()
+                .map(|p| (p.id.clone(), p.passed_at.is_some()))
+                .collect(),
+            checkpoint_feedback: progress
                 .into_iter()
-                .map(|p| (p.id, p.passed_at.is_some()))
+                .filter_map(|p| Some((p.id, p.feedback?)))
                 .collect(),
         };
         for v in views {
@@ -460,7 +468,7 @@ impl<'a> TaskRun<'a> {
                 action.describe()
             ));
             let t = Instant::now();
-            let outcome = execute(action, self.ctx, &marks, &mut self.log).await;
+            let outcome = execute(action, self.ctx.set, &marks, &mut self.log).await;
             // A wait is the agent's choice to idle, not harness time, nor a step.
             if !matches!(action, AgentAction::Wait { .. }) {
                 record.timing.act_ms += t.elapsed().as_secs_f64() * 1000.0;
@@ -697,6 +705,20 @@ fn judge_end(end: End, checked: Result<(), StepError>, evaluator: &Evaluator) ->
     }
 }
 
+/// Carries out an action outside any task run (an MCP client using a desktop freely):
+/// through the action class only, as in a run; what went wrong, if anything.
+pub(crate) async fn execute_free(
+    action: &AgentAction,
+    set: &EnvSet,
+    marks: &BTreeMap<String, Marks>,
+) -> Result<(), String> {
+    match execute(action, set, marks, &mut AgentLog::default()).await {
+        Ok(()) => Ok(()),
+        Err(Outcome::Invalid(why)) => Err(why),
+        Err(Outcome::End(end)) => Err(end.detail.unwrap_or_else(|| end.termination.to_string())),
+    }
+}
+
 /// Why an action did not take effect.
 enum Outcome {
     /// The agent's fault: an element that does not exist, a key that is not one.
@@ -708,7 +730,7 @@ enum Outcome {
 /// Executes one agent action through the action class only.
 async fn execute(
     action: &AgentAction,
-    ctx: &Context<'_>,
+    set: &EnvSet,
     marks: &BTreeMap<String, Marks>,
     log: &mut AgentLog,
 ) -> Result<(), Outcome> {
@@ -727,8 +749,7 @@ async fn execute(
         _ => {}
     }
     let role = action.env().unwrap_or_default();
-    let env = ctx
-        .set
+    let env = set
         .envs
         .get(role)
         .ok_or_else(|| Outcome::Invalid(format!("there is no environment '{role}'")))?;

@@ -384,6 +384,7 @@ mod tests {
             views: vec![view.clone()],
             feedback: vec!["click element 9 failed: there is no element 9".into()],
             checkpoints: vec![],
+            checkpoint_feedback: std::collections::BTreeMap::new(),
         };
         let parts = observation(&obs, &brief(), &[&view], 4, true, None);
         let Part::Text(t) = &parts[0] else {
