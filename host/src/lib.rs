@@ -15,6 +15,7 @@ pub mod desktop;
 pub mod env;
 pub mod eval;
 pub mod image;
+pub mod mcp;
 pub mod metrics;
 pub mod observe;
 pub mod paths;

@@ -6,6 +6,7 @@ mod demo;
 mod desktop;
 mod envs;
 mod image;
+mod mcp;
 mod observe;
 mod ops;
 mod run;
@@ -70,6 +71,9 @@ enum Command {
     Task(task::TaskCmd),
     /// Run a benchmark: tasks x agent over environment sets.
     Run(Box<run::RunCmd>),
+    /// Serve environments and tasks to an MCP client over stdio: screenshots, marks, the
+    /// UI tree, tasks that are scored, and (with --allow-actions) the agent actions.
+    Mcp(mcp::McpArgs),
     /// Write the Markdown and HTML report of a run directory.
     Report {
         /// The run directory.
@@ -147,9 +151,11 @@ pub(crate) fn main() -> ExitCode {
 /// thread per core.
 fn runtime_for(command: &Command) -> tokio::runtime::Builder {
     match command {
-        Command::Run(_) | Command::Bench(_) | Command::Demo(_) | Command::Task(_) => {
-            tokio::runtime::Builder::new_multi_thread()
-        }
+        Command::Run(_)
+        | Command::Bench(_)
+        | Command::Demo(_)
+        | Command::Task(_)
+        | Command::Mcp(_) => tokio::runtime::Builder::new_multi_thread(),
         Command::Desktop(_)
         | Command::Env(_)
         | Command::Image(_)
@@ -184,6 +190,7 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
         Command::Bench(a) => observe::bench(a, &reg).await,
         Command::Task(c) => task::run(c, &reg).await,
         Command::Run(a) => run::run(*a, &reg).await,
+        Command::Mcp(a) => mcp::run(a, &reg).await,
         Command::Report { dir } => {
             let p = pincer::report::write(&dir)?;
             println!("{}\n{}", p.html.display(), p.markdown.display());

@@ -179,7 +179,11 @@ pub(crate) fn agent_factory(spec: &str, opts: &[String]) -> anyhow::Result<(Agen
     Ok((factory, name))
 }
 
-fn select(mut tasks: Vec<Task>, only: &[String], tags: &[String]) -> anyhow::Result<Vec<Task>> {
+pub(super) fn select(
+    mut tasks: Vec<Task>,
+    only: &[String],
+    tags: &[String],
+) -> anyhow::Result<Vec<Task>> {
     if !only.is_empty() {
         for id in only {
             if !tasks.iter().any(|t| &t.id == id) {

@@ -1,0 +1,80 @@
+//! `pincer mcp`: environments and tasks for an MCP client, over stdio.
+
+use pincer::agent::ObservationConfig;
+use pincer::env::registry::Registry;
+use pincer::mcp::{MAX_IMAGE_SIDE, Server};
+use pincer::run::episode::{Envs, Session, SessionConfig};
+use std::path::PathBuf;
+
+/// `pincer mcp ...`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct McpArgs {
+    /// Task file, directory or bundled suite whose tasks clients can start.
+    #[arg(long, default_value = "demo")]
+    tasks: String,
+    /// Only these task ids (repeatable).
+    #[arg(long = "task")]
+    only: Vec<String>,
+    /// Registered environments as ROLE=ENV,... (without it, a local desktop is started for
+    /// the session and stopped when the client goes).
+    #[arg(long = "set", value_name = "ROLE=ENV,...")]
+    set: Option<String>,
+    /// List and carry out the agent actions (click, type, ...); without it the server only
+    /// observes.
+    #[arg(long)]
+    allow_actions: bool,
+    /// Run directory for results, trajectories, the call log and the report (default
+    /// runs/mcp-TIMESTAMP).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Screen size of the local desktop.
+    #[arg(long, default_value = "1920x1080", value_parser = super::desktop::parse_size)]
+    size: (u32, u32),
+}
+
+pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
+    let set = pincer::task::load_path(&a.tasks)?;
+    let tasks = super::run::select(
+        set.tasks.into_iter().map(|(t, _)| t).collect(),
+        &a.only,
+        &[],
+    )?;
+    let out = a.out.unwrap_or_else(|| {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        PathBuf::from("runs").join(format!("mcp-{stamp}"))
+    });
+    // Stdout carries the protocol alone: everything else goes to stderr.
+    eprintln!(
+        "pincer mcp: {} tasks, actions {}, run directory {}",
+        tasks.len(),
+        if a.allow_actions {
+            "allowed"
+        } else {
+            "off (observe only)"
+        },
+        out.display()
+    );
+    let session = Session::open(
+        reg.clone(),
+        SessionConfig {
+            tasks,
+            envs: match a.set {
+                Some(s) => Envs::Named(s),
+                None => Envs::Local(a.size),
+            },
+            observation: ObservationConfig {
+                screenshot: true,
+                marks: true,
+                tree_text: true,
+                max_size: Some((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE)),
+            },
+            out,
+            agent: "mcp".into(),
+        },
+    )
+    .await?;
+    Server::new(session, a.allow_actions)?.serve_stdio().await?;
+    Ok(())
+}
