@@ -8,6 +8,8 @@
 #   ./run.sh deps    only install the Debian packages
 #   ./run.sh shim    build the Android shim for phones and emulators (static aarch64 and
 #                    x86_64 musl binaries, linked with zig), for `pincer android connect`
+#   ./run.sh wheel   build the Python package pincer-bench (an abi3 wheel with the pincer
+#                    binaries, into target/wheels) for `pip install`
 #   ./run.sh bench   build release binaries and measure what the README's Speed section
 #                    shows: `pincer bench` on a fresh 1920x1080 desktop with
 #                    gtk3-widget-factory open, the UI trees of zenity and LibreOffice
@@ -40,6 +42,11 @@ ANDROID_PKGS="adb qemu-user-static python3-venv"
 # on this machine in a temporary directory.
 SLURM_PKGS="slurm-wlm slurm-client munge bc"
 SHIM_TARGETS="aarch64-unknown-linux-musl x86_64-unknown-linux-musl"
+
+# Python: maturin builds the pincer-bench wheel; pytest, the official MCP SDK and Gymnasium
+# test it. All from PyPI into a venv under target/.
+PY_VENV=target/pyvenv
+PY_PKGS="maturin>=1.9,<2 pytest>=8 mcp>=1.20 gymnasium>=0.29"
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
@@ -106,6 +113,24 @@ shims() {
   done
 }
 
+py_venv() {
+  if ! "$PY_VENV/bin/python" -c 'import maturin, mcp, gymnasium, pytest' 2>/dev/null; then
+    log "installing maturin, pytest, mcp and gymnasium from PyPI into $PY_VENV"
+    python3 -m venv "$PY_VENV"
+    "$PY_VENV/bin/pip" install -q --disable-pip-version-check $PY_PKGS
+  fi
+}
+
+# The pincer-bench wheel from this checkout's binaries in target/$1 (debug, release), built
+# with Cargo profile $2 (dev, release); prints its path.
+wheel() {
+  mkdir -p python/pincer_bench/bin
+  cp "target/$1/pincer" "target/$1/pincer-agent" python/pincer_bench/bin/
+  "$PY_VENV/bin/maturin" build -q -m python/Cargo.toml --profile "$2" --auditwheel skip \
+    --out target/wheels >&2
+  ls -t target/wheels/pincer_bench-*.whl | head -n 1
+}
+
 case "${1:-}" in
   deps) deps $XCAP_PKGS $VM_PKGS $ANDROID_PKGS $SLURM_PKGS; vm_deps ;;
   shim)
@@ -125,6 +150,14 @@ case "${1:-}" in
     log "the same benchmark with the random agent (a baseline that should score about 0)"
     ./target/release/pincer run --tasks demo --agent random --out "runs/demo-random-$stamp"
     log "reports: runs/demo-oracle-$stamp/report.html and runs/demo-random-$stamp/report.html"
+    ;;
+  wheel)
+    deps python3-venv
+    py_venv
+    log "building release binaries and the wheel"
+    cargo build --release -p pincer -p pincer-agent --bins
+    whl=$(wheel release release)
+    log "built $whl: install it with pip install $whl"
     ;;
   bench)
     deps $VM_PKGS $SLURM_PKGS
@@ -185,12 +218,18 @@ case "${1:-}" in
     deps $XCAP_PKGS $VM_PKGS $ANDROID_PKGS $SLURM_PKGS
     vm_deps
     log "building"
-    cargo build --workspace --bins --tests
+    cargo build --workspace --exclude pincer-python --bins --tests
     shims ""
     log "checking the agent with its optional xcap capture (Wayland)"
     cargo check -p pincer-agent --features xcap
+    log "building the Python package and installing it into $PY_VENV"
+    py_venv
+    "$PY_VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps \
+      "$(wheel debug dev)"
     log "running tests"
-    cargo test --workspace "${@:2}"
+    cargo test --workspace --exclude pincer-python "${@:2}"
+    log "running the Python package's tests (pytest, on the installed wheel)"
+    "$PY_VENV/bin/python" -m pytest -q python/tests
     ;;
   *)
     sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'

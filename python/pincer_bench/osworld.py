@@ -1,0 +1,178 @@
+"""OSWorld's ``DesktopEnv`` interface over pincer, so OSWorld agents run unchanged.
+
+Agents send what OSWorld's ``pyautogui`` action space takes: Python code strings of
+pyautogui calls, which are *parsed* into pincer's typed actions (``pincer_bench.pyautogui``)
+and never executed, and the special strings ``WAIT``, ``DONE`` and ``FAIL``. Anything that
+is not a plain pyautogui call with literal arguments is refused with ``ActionRefused``
+(a ``ValueError``) saying what is accepted. pincer action dicts are accepted too.
+
+Tasks are pincer's: ``reset(task_config)`` takes a pincer task id, or a dict whose ``id``
+names one (OSWorld's own task JSONs, with their Python evaluators, are not run).
+``evaluate()`` scores the state the agent left with the task's checkpoints: 1.0 if the
+task run succeeded, else 0.0. Every episode is a pincer task run, recorded in the run
+directory with its trajectory and the report.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+from ._pincer import PincerError, Session
+from .gym import completion as _completion
+from .pyautogui import ActionRefused, Parser
+
+__all__ = ["ActionRefused", "DesktopEnv"]
+
+# OSWorld's special actions.
+_SPECIAL = {"WAIT", "DONE", "FAIL"}
+
+
+class DesktopEnv:
+    """A desktop with OSWorld's interface: ``reset``, ``step``, ``evaluate``, ``close``.
+
+    ``tasks`` is a pincer task file, directory or bundled suite; without ``sets``, a local
+    desktop is started (``screen_size``) and stopped by ``close()``. Observations are
+    OSWorld's: ``screenshot`` (PNG bytes), ``accessibility_tree`` (text, with
+    ``require_a11y_tree``), ``terminal`` (always None) and ``instruction``.
+    """
+
+    def __init__(
+        self,
+        tasks: str = "demo",
+        *,
+        action_space: str = "pyautogui",
+        screen_size: tuple[int, int] = (1920, 1080),
+        require_a11y_tree: bool = True,
+        sets: Optional[str] = None,
+        out: Optional[str] = None,
+        envs: Optional[str] = None,
+        **_ignored: Any,
+    ):
+        if action_space != "pyautogui":
+            raise ValueError(
+                f"action_space {action_space!r}: pincer's DesktopEnv takes pyautogui code "
+                "strings (and pincer action dicts)"
+            )
+        observe = "screenshot,tree" if require_a11y_tree else "screenshot"
+        self.session = Session(
+            tasks,
+            sets=sets,
+            observe=observe,
+            size=screen_size,
+            out=out,
+            agent="python:osworld",
+            envs=envs,
+        )
+        self.action_space = action_space
+        self.screen_size = screen_size
+        self._parser = Parser()
+        self._task: Optional[dict] = None
+        self._last: Optional[dict] = None
+        self._record: Optional[dict] = None
+        self._role = "desktop"
+
+    @property
+    def out(self) -> str:
+        """The run directory: results.jsonl, trajectories, the report."""
+        return self.session.out
+
+    def reset(
+        self,
+        task_config: Union[str, dict, None] = None,
+        seed: Optional[int] = None,
+        options: Optional[dict] = None,
+    ) -> dict:
+        """Starts an episode of the task (its setup runs); the first observation."""
+        if task_config is None:
+            task_id = self.session.task_ids()[0]
+        elif isinstance(task_config, str):
+            task_id = task_config
+        else:
+            task_id = task_config.get("id")
+            if not isinstance(task_id, str):
+                raise ValueError("task_config needs an 'id' naming a pincer task")
+        self._task = self.session.task(task_id)
+        roles = [r for r, p in self._task["roles"].items() if p == "linux"]
+        if len(roles) != 1:
+            raise PincerError(
+                f"task {task_id} has {len(roles)} desktops; OSWorld's interface drives one"
+            )
+        self._role = roles[0]
+        self._parser = Parser()
+        self._record = None
+        now = self.session.start(task_id, seed or 0)
+        if now["ended"]:
+            rec = now["record"]
+            raise PincerError(
+                f"task {task_id} ended before its first action: "
+                f"{rec['termination']}: {rec.get('detail') or ''}"
+            )
+        self._last = now["observation"]
+        return self._observation(self._last)
+
+    def _observation(self, obs: Optional[dict]) -> dict:
+        view = (obs or {}).get("views", {}).get(self._role, {})
+        return {
+            "screenshot": view.get("screenshot"),
+            "accessibility_tree": view.get("tree"),
+            "terminal": None,
+            "instruction": self._task["instruction"] if self._task else None,
+        }
+
+    def _actions(self, action: Any, pause: float) -> list:
+        if isinstance(action, dict):
+            return [action]
+        if not isinstance(action, str):
+            raise ActionRefused(
+                f"an action is a pyautogui code string, WAIT, DONE, FAIL or a pincer action "
+                f"dict, not {type(action).__name__}"
+            )
+        special = action.strip()
+        if special == "WAIT":
+            return [{"action": "wait", "seconds": min(max(pause, 0.0), 10.0)}]
+        if special == "DONE":
+            return [{"action": "complete"}]
+        if special == "FAIL":
+            return [{"action": "infeasible", "reason": "the agent said FAIL"}]
+        actions = self._parser.parse(action)
+        if not actions:
+            return [{"action": "wait", "seconds": 0.0}]
+        for a in actions:
+            a.setdefault("env", self._role)
+        return actions
+
+    def step(self, action: Any, pause: float = 2) -> tuple[dict, float, bool, dict]:
+        """Carries out one OSWorld action; ``(observation, reward, done, info)``. The
+        reward is the change in completion (checkpoints passed / checkpoints)."""
+        if self._task is None or self._record is not None:
+            raise PincerError("no episode is running: call reset(task_config) first")
+        before = _completion(self._last)
+        now = self.session.step(self._actions(action, pause))
+        if not now["ended"]:
+            self._last = now["observation"]
+            info = {"checkpoints": self._last["checkpoints"], "feedback": self._last["feedback"]}
+            return self._observation(self._last), _completion(self._last) - before, False, info
+        self._record = now["record"]
+        self._last = now["observation"] or self._last
+        done = self._record["passed"] / self._record["total"] if self._record["total"] else 0.0
+        info = {
+            "termination": self._record["termination"],
+            "detail": self._record.get("detail"),
+            "record": self._record,
+        }
+        return self._observation(self._last), done - before, True, info
+
+    def evaluate(self) -> float:
+        """1.0 if the task run succeeded, else 0.0. An episode still running is ended as
+        OSWorld judges it: on the state the agent left (pincer's ``complete``)."""
+        if self._task is None:
+            raise PincerError("no episode: call reset(task_config) first")
+        if self._record is None:
+            # Declaring the task complete always ends a pincer task run.
+            self._record = self.session.step({"action": "complete"})["record"]
+        return 1.0 if self._record["termination"] == "success" else 0.0
+
+    def close(self) -> None:
+        """Aborts a running episode and stops the desktop started for it."""
+        self.session.close()
+

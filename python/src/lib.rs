@@ -1,0 +1,655 @@
+//! `pincer_bench._pincer`: the Python bindings of pincer's host library. Python drives
+//! task runs through [`pincer::run::episode::Session`] (the Gymnasium and OSWorld-style
+//! environments are thin Python classes over [`Session`]) and puts a Python callable in
+//! pincer's own runner as the agent ([`run`]). Nothing here speaks to a guest: every call
+//! goes through the host library, and only the observe and action classes are reachable.
+//!
+//! Values cross the boundary as JSON (Python's `json` module on that side), images as
+//! `bytes`.
+
+use futures::future::BoxFuture;
+use pincer::agent::actions::{self, AgentAction, InvalidAction};
+use pincer::agent::observe::ObservationConfig;
+use pincer::agent::{Agent, AgentError, Decision, Observation, TaskBrief};
+use pincer::env::registry::Registry;
+use pincer::run::episode::{self, Envs, Now, SessionConfig};
+use pincer::run::{self as runner, RunConfig};
+use pincer::task::{Platform, Task};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+create_exception!(
+    pincer_bench,
+    PincerError,
+    PyException,
+    "pincer could not do what was asked (the message says what and how to fix it)."
+);
+create_exception!(
+    pincer_bench,
+    InvalidActionError,
+    PyValueError,
+    "An action that is not one of pincer's (see action_schema())."
+);
+
+fn err(e: impl std::fmt::Display) -> PyErr {
+    PincerError::new_err(e.to_string())
+}
+
+/// The runtime every call runs on: the host library is async.
+fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    if let Some(rt) = RT.get() {
+        return Ok(rt);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("pincer")
+        .build()
+        .map_err(err)?;
+    Ok(RT.get_or_init(|| rt))
+}
+
+/// Waits for `fut` without holding the GIL, so Python threads (and agents called back from
+/// the runner) go on. Ctrl-C drops `fut` and is raised.
+fn wait<T: Send>(py: Python<'_>, fut: impl Future<Output = T> + Send) -> PyResult<T> {
+    let rt = runtime()?;
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        let tick = py.detach(|| {
+            rt.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut fut).await })
+        });
+        if let Ok(v) = tick {
+            return Ok(v);
+        }
+        py.check_signals()?;
+    }
+}
+
+/// [`wait`] for a future that must run to its end (it holds the session, or a run that
+/// records what it did): Ctrl-C sets `cancel`, and the interrupt is handed back with the
+/// result to be raised once the caller has put things back.
+fn wait_all<T: Send>(
+    py: Python<'_>,
+    cancel: &AtomicBool,
+    fut: impl Future<Output = T> + Send,
+) -> PyResult<(T, Option<PyErr>)> {
+    let rt = runtime()?;
+    let mut fut = std::pin::pin!(fut);
+    let mut interrupt = None;
+    loop {
+        let tick = py.detach(|| {
+            rt.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut fut).await })
+        });
+        if let Ok(v) = tick {
+            return Ok((v, interrupt));
+        }
+        if interrupt.is_none()
+            && let Err(e) = py.check_signals()
+        {
+            cancel.store(true, Ordering::SeqCst);
+            interrupt = Some(e);
+        }
+    }
+}
+
+fn json_to_py(py: Python<'_>, v: &serde_json::Value) -> PyResult<Py<PyAny>> {
+    let text = serde_json::to_string(v).map_err(err)?;
+    Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())
+}
+
+fn py_to_json(v: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
+    let text: String = v
+        .py()
+        .import("json")?
+        .call_method1("dumps", (v,))?
+        .extract()?;
+    serde_json::from_str(&text).map_err(err)
+}
+
+fn observation_config(observe: &str, max_size: Option<(u32, u32)>) -> PyResult<ObservationConfig> {
+    let mut cfg = ObservationConfig {
+        screenshot: false,
+        marks: false,
+        tree_text: false,
+        max_size,
+    };
+    for part in observe.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part {
+            "marks" | "som" => cfg.marks = true,
+            "screenshot" => cfg.screenshot = true,
+            "tree" => cfg.tree_text = true,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "observe: unknown part '{other}' (use marks, screenshot, tree, comma-separated)"
+                )));
+            }
+        }
+    }
+    Ok(cfg)
+}
+
+/// Tasks from a file, directory or bundled suite, narrowed to `ids` if given.
+fn load_tasks(spec: &str, ids: Option<Vec<String>>) -> PyResult<Vec<Task>> {
+    let set = pincer::task::load_path(spec).map_err(err)?;
+    let mut tasks: Vec<Task> = set.tasks.into_iter().map(|(t, _)| t).collect();
+    if let Some(ids) = ids {
+        for id in &ids {
+            if !tasks.iter().any(|t| &t.id == id) {
+                return Err(err(format!("no task '{id}' in {spec}")));
+            }
+        }
+        tasks.retain(|t| ids.contains(&t.id));
+    }
+    if tasks.is_empty() {
+        return Err(err(format!("no tasks in {spec}")));
+    }
+    Ok(tasks)
+}
+
+fn default_out(tasks: &str, agent: &str) -> PathBuf {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    PathBuf::from("runs").join(format!(
+        "{}-{}-{stamp}",
+        pincer::task::sanitize(tasks),
+        pincer::task::sanitize(agent)
+    ))
+}
+
+/// An observation as a dict: [`episode::observation_json`] with each view's images as
+/// `bytes` (`screenshot`, `marked`, PNG), and the task's id and instruction.
+fn observation_dict<'py>(
+    py: Python<'py>,
+    obs: &Observation,
+    (id, instruction): (&str, &str),
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut v = episode::observation_json(obs);
+    v["task"] = id.into();
+    v["instruction"] = instruction.into();
+    let dict = json_to_py(py, &v)?.into_bound(py);
+    let views = dict.get_item("views")?;
+    for view in &obs.views {
+        let d = views.get_item(&view.role)?;
+        for (key, bytes) in [("screenshot", &view.screenshot), ("marked", &view.marked)] {
+            match bytes {
+                Some(b) => d.set_item(key, PyBytes::new(py, b))?,
+                None => d.set_item(key, py.None())?,
+            }
+        }
+    }
+    Ok(dict)
+}
+
+fn record_dict(py: Python<'_>, rec: &pincer::run::record::TaskRecord) -> PyResult<Py<PyAny>> {
+    json_to_py(py, &serde_json::to_value(rec).map_err(err)?)
+}
+
+/// One action, or a list of actions, from Python into a decision.
+fn decision(
+    v: &serde_json::Value,
+    roles: &BTreeMap<String, Platform>,
+) -> Result<Decision, InvalidAction> {
+    let one = |a: &serde_json::Value| actions::from_json(a, roles);
+    let list: Vec<AgentAction> = match v {
+        serde_json::Value::Array(items) => items.iter().map(one).collect::<Result<_, _>>()?,
+        other => vec![one(other)?],
+    };
+    Ok(Decision {
+        actions: list,
+        ..Decision::default()
+    })
+}
+
+/// An environment set and a run directory over which Python starts episodes, one at a
+/// time, and decides each action (what `PincerEnv` and `DesktopEnv` use).
+#[pyclass(module = "pincer_bench._pincer")]
+struct Session {
+    inner: Mutex<Option<episode::Session>>,
+    /// The running task, for its id, instruction and roles.
+    task: Mutex<Option<Task>>,
+    out: PathBuf,
+}
+
+impl Session {
+    fn take(&self) -> PyResult<episode::Session> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| err("this session is closed"))
+    }
+
+    fn put(&self, s: episode::Session) {
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
+    }
+
+    /// Runs `f` on the session without the GIL; the session is put back whatever happens
+    /// (a Ctrl-C meanwhile is raised after).
+    fn with<T: Send, Fut>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(episode::Session) -> Fut,
+    ) -> PyResult<T>
+    where
+        Fut: Future<Output = (episode::Session, T)> + Send,
+    {
+        let s = self.take()?;
+        let ((s, out), interrupt) = wait_all(py, &AtomicBool::new(false), f(s))?;
+        self.put(s);
+        interrupt.map_or(Ok(out), Err)
+    }
+
+    fn now_dict(&self, py: Python<'_>, now: Now) -> PyResult<Py<PyAny>> {
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| err("no task is running"))?;
+        let d = PyDict::new(py);
+        match now {
+            Now::Act(obs) => {
+                d.set_item("ended", false)?;
+                d.set_item(
+                    "observation",
+                    observation_dict(py, &obs, (&task.id, &task.instruction))?,
+                )?;
+                d.set_item("record", py.None())?;
+            }
+            Now::Ended(rec, last) => {
+                d.set_item("ended", true)?;
+                match last {
+                    Some(obs) => d.set_item(
+                        "observation",
+                        observation_dict(py, &obs, (&task.id, &task.instruction))?,
+                    )?,
+                    None => d.set_item("observation", py.None())?,
+                }
+                d.set_item("record", record_dict(py, &rec)?)?;
+            }
+        }
+        Ok(d.into_any().unbind())
+    }
+}
+
+#[pymethods]
+impl Session {
+    /// Opens a session: `tasks` is a task file, directory or bundled suite (`demo`);
+    /// `task_ids` narrows it; `sets` names registered environments as `ROLE=ENV,...`
+    /// (without it local desktops are started, at `size`); `observe` is a comma-separated
+    /// choice of marks, screenshot, tree; `out` is the run directory (results, trajectories,
+    /// report); `envs` an envs file other than the default.
+    #[new]
+    #[pyo3(signature = (tasks, task_ids=None, sets=None, observe="marks", max_size=None, size=(1920, 1080), out=None, agent="python", envs=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        tasks: &str,
+        task_ids: Option<Vec<String>>,
+        sets: Option<String>,
+        observe: &str,
+        max_size: Option<(u32, u32)>,
+        size: (u32, u32),
+        out: Option<PathBuf>,
+        agent: &str,
+        envs: Option<PathBuf>,
+    ) -> PyResult<Self> {
+        let cfg = SessionConfig {
+            tasks: load_tasks(tasks, task_ids)?,
+            envs: match sets {
+                Some(s) => Envs::Named(s),
+                None => Envs::Local(size),
+            },
+            observation: observation_config(observe, max_size)?,
+            out: out.unwrap_or_else(|| default_out(tasks, agent)),
+            agent: agent.to_owned(),
+        };
+        let out = cfg.out.clone();
+        let reg = Registry::locate(envs.as_deref());
+        let session = wait(py, episode::Session::open(reg, cfg))?.map_err(err)?;
+        Ok(Self {
+            inner: Mutex::new(Some(session)),
+            task: Mutex::new(None),
+            out,
+        })
+    }
+
+    /// The task ids episodes can start on.
+    fn task_ids(&self) -> PyResult<Vec<String>> {
+        let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let s = guard
+            .as_ref()
+            .ok_or_else(|| err("this session is closed"))?;
+        Ok(s.tasks().map(|t| t.id.clone()).collect())
+    }
+
+    /// A task's id, instruction, roles (role → platform), limits and tags.
+    fn task(&self, py: Python<'_>, id: &str) -> PyResult<Py<PyAny>> {
+        let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let s = guard
+            .as_ref()
+            .ok_or_else(|| err("this session is closed"))?;
+        let t = s
+            .tasks()
+            .find(|t| t.id == id)
+            .ok_or_else(|| err(format!("no task '{id}' in this session")))?;
+        let roles: BTreeMap<&String, Platform> =
+            t.envs.iter().map(|(r, n)| (r, n.platform)).collect();
+        json_to_py(
+            py,
+            &serde_json::json!({
+                "id": t.id,
+                "instruction": t.instruction,
+                "roles": roles,
+                "max_steps": t.limits.max_steps,
+                "tags": t.tags,
+            }),
+        )
+    }
+
+    /// The run directory.
+    #[getter]
+    fn out(&self) -> String {
+        self.out.display().to_string()
+    }
+
+    /// Starts an episode of task `task_id` (one running is aborted first): its setup and
+    /// initial check; the first observation.
+    #[pyo3(signature = (task_id, seed=0))]
+    fn start(&self, py: Python<'_>, task_id: &str, seed: u64) -> PyResult<Py<PyAny>> {
+        let id = task_id.to_owned();
+        let (now, task) = self.with(py, async move |mut s: episode::Session| {
+            let now = s.start(&id, seed).await;
+            let task = s.running().cloned();
+            (s, (now, task))
+        })?;
+        let now = now.map_err(err)?;
+        let task = task.or_else(|| {
+            // Ended before its first decision (a broken setup): still that task.
+            self.inner
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .and_then(|s| s.tasks().find(|t| t.id == task_id).cloned())
+        });
+        *self.task.lock().unwrap_or_else(|e| e.into_inner()) = task;
+        self.now_dict(py, now)
+    }
+
+    /// Carries out an action (a dict as `action_schema()` describes, or a list of them),
+    /// then evaluates; the next observation, or the end of the episode with its record.
+    fn step(&self, py: Python<'_>, action: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let roles = {
+            let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            let s = guard
+                .as_ref()
+                .ok_or_else(|| err("this session is closed"))?;
+            if s.running().is_none() {
+                return Err(err("no episode is running: call start (reset) first"));
+            }
+            s.roles()
+        };
+        let d = decision(&py_to_json(action)?, &roles)
+            .map_err(|e| InvalidActionError::new_err(e.to_string()))?;
+        let now = self
+            .with(py, async move |mut s: episode::Session| {
+                let now = s.step(d).await;
+                (s, now)
+            })?
+            .map_err(err)?;
+        self.now_dict(py, now)
+    }
+
+    /// Ends the running episode as aborted (recorded); its record, or None.
+    fn abort(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let rec = self
+            .with(py, async move |mut s: episode::Session| {
+                let rec = s.abort().await;
+                (s, rec)
+            })?
+            .map_err(err)?;
+        match rec {
+            Some(r) => record_dict(py, &r),
+            None => Ok(py.None()),
+        }
+    }
+
+    /// Writes the HTML and Markdown report of the run directory; the HTML's path.
+    fn report(&self, py: Python<'_>) -> PyResult<String> {
+        let out = self.out.clone();
+        let paths = py.detach(|| pincer::report::write(&out)).map_err(err)?;
+        Ok(paths.html.display().to_string())
+    }
+
+    /// Aborts what runs and stops the desktops the session started. Safe to call twice.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(mut s) = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return Ok(());
+        };
+        wait(py, async move { s.close().await })?.map_err(err)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // A session dropped without close() still stops its desktops.
+        if let Some(mut s) = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            && let Ok(rt) = runtime()
+        {
+            let _ = rt.block_on(s.close());
+        }
+    }
+}
+
+/// A Python callable as a pincer agent: called with each observation (a dict), it returns
+/// an action dict or a list of them.
+struct PyAgent {
+    callable: Arc<Py<PyAny>>,
+    name: String,
+    /// The task's id and instruction, from `begin`.
+    task: Option<(String, String)>,
+    roles: BTreeMap<String, Platform>,
+}
+
+impl PyAgent {
+    fn decide(&self, obs: &Observation) -> Result<Decision, AgentError> {
+        let (id, instruction) = self.task.as_ref().ok_or(AgentError::NotStarted)?;
+        let answer = Python::attach(|py| -> PyResult<serde_json::Value> {
+            let dict = observation_dict(py, obs, (id, instruction))?;
+            let out = self.callable.bind(py).call1((dict,))?;
+            py_to_json(&out)
+        });
+        match answer {
+            Ok(v) => Ok(decision(&v, &self.roles).unwrap_or_else(|e| Decision {
+                invalid: Some(e.0),
+                ..Decision::default()
+            })),
+            Err(e) => Err(AgentError::Outside(format!("the Python agent raised {e}"))),
+        }
+    }
+}
+
+impl Agent for PyAgent {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn begin(&mut self, brief: &TaskBrief) -> Result<(), AgentError> {
+        self.roles = brief.roles.clone();
+        self.task = Some((brief.id.clone(), brief.instruction.clone()));
+        Ok(())
+    }
+
+    fn act<'a>(&'a mut self, obs: &'a Observation) -> BoxFuture<'a, Result<Decision, AgentError>> {
+        // The callable runs on this worker thread, holding the GIL while it decides.
+        Box::pin(async move { tokio::task::block_in_place(|| self.decide(obs)) })
+    }
+}
+
+/// Runs `tasks` with `agent` (a callable: observation dict → action dict or list) in
+/// pincer's runner: environment sets in parallel, repeats and seeds, resume, results,
+/// trajectories and the report. Returns {"out", "records", "report"}.
+#[pyfunction]
+#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="python", envs=None))]
+#[allow(clippy::too_many_arguments)]
+fn run(
+    py: Python<'_>,
+    tasks: &str,
+    agent: Py<PyAny>,
+    task_ids: Option<Vec<String>>,
+    sets: Option<Vec<String>>,
+    parallel: usize,
+    repeat: u32,
+    seed: u64,
+    observe: &str,
+    max_size: Option<(u32, u32)>,
+    size: (u32, u32),
+    out: Option<PathBuf>,
+    resume: bool,
+    report: bool,
+    name: &str,
+    envs: Option<PathBuf>,
+) -> PyResult<Py<PyAny>> {
+    if !agent.bind(py).is_callable() {
+        return Err(PyValueError::new_err(
+            "agent must be a callable: observation dict -> action dict (or a list of them)",
+        ));
+    }
+    let spec = tasks;
+    let tasks = load_tasks(spec, task_ids)?;
+    runner::prepare(&tasks, &pincer::eval::functions::Library::standard()).map_err(err)?;
+    let observation = observation_config(observe, max_size)?;
+    let out = out.unwrap_or_else(|| default_out(spec, name));
+    let agent_name = format!("python:{name}");
+    let (_, identity) = runner::header(&agent_name, &tasks, repeat, seed, None, &observation, &[]);
+    runner::check_out(&out, resume, None, &identity).map_err(err)?;
+    let reg = Registry::locate(envs.as_deref());
+    let callable = Arc::new(agent);
+    let factory_name = agent_name.clone();
+    let factory: runner::AgentFactory = Arc::new(move |_seed| {
+        Ok(Box::new(PyAgent {
+            callable: callable.clone(),
+            name: factory_name.clone(),
+            task: None,
+            roles: BTreeMap::new(),
+        }) as Box<dyn Agent>)
+    });
+    let cancel = Arc::new(AtomicBool::new(false));
+    let made = runner::sets::Made::default();
+    let (records, interrupt) = wait_all(py, &cancel, async {
+        let env_sets = match sets {
+            Some(specs) if !specs.is_empty() => runner::sets::named_sets(&reg, &specs).await?,
+            _ => {
+                let refs: Vec<&Task> = tasks.iter().collect();
+                let roles = runner::sets::roles_needed(&refs)?;
+                runner::sets::local_sets(&reg, &roles, parallel.max(1), size, &made, &mut |m| {
+                    eprintln!("  {m}")
+                })
+                .await?
+            }
+        };
+        runner::run(RunConfig {
+            tasks,
+            agent: factory,
+            agent_name,
+            sets: env_sets,
+            repeat,
+            seed,
+            out: out.clone(),
+            resume,
+            shard: None,
+            observation,
+            cancel: cancel.clone(),
+        })
+        .await
+    })?;
+    // The desktops go whatever happened, Ctrl-C included.
+    let _ = wait(py, made.stop(&reg));
+    let records = records.map_err(err)?;
+    let html = if report {
+        let paths = py.detach(|| pincer::report::write(&out)).map_err(err)?;
+        Some(paths.html.display().to_string())
+    } else {
+        None
+    };
+    let d = PyDict::new(py);
+    d.set_item("out", out.display().to_string())?;
+    d.set_item(
+        "records",
+        json_to_py(py, &serde_json::to_value(&records).map_err(err)?)?,
+    )?;
+    d.set_item("report", html)?;
+    // Ctrl-C: what ran is recorded (as aborted) and reported; then the interrupt.
+    interrupt.map_or(Ok(d.into_any().unbind()), Err)
+}
+
+/// The JSON Schema of the actions for environments of these roles ({role: "linux" |
+/// "android"}; default one Linux desktop), as `step` and agents' answers take them.
+#[pyfunction]
+#[pyo3(signature = (roles=None))]
+fn action_schema(py: Python<'_>, roles: Option<BTreeMap<String, String>>) -> PyResult<Py<PyAny>> {
+    let roles: BTreeMap<String, Platform> = match roles {
+        None => [("desktop".to_owned(), Platform::Linux)].into(),
+        Some(r) => r
+            .into_iter()
+            .map(|(role, p)| {
+                serde_json::from_value(serde_json::Value::String(p.clone()))
+                    .map(|p| (role, p))
+                    .map_err(|_| {
+                        PyValueError::new_err(format!(
+                            "role '{p}': a platform is \"linux\" or \"android\""
+                        ))
+                    })
+            })
+            .collect::<PyResult<_>>()?,
+    };
+    json_to_py(py, &actions::json_schema(&roles))
+}
+
+/// Checks an action dict against the actions of these roles without running anything;
+/// raises InvalidActionError saying what is wrong.
+#[pyfunction]
+#[pyo3(signature = (action, roles=None))]
+fn check_action(
+    action: &Bound<'_, PyAny>,
+    roles: Option<BTreeMap<String, String>>,
+) -> PyResult<()> {
+    let roles: BTreeMap<String, Platform> = match roles {
+        None => [("desktop".to_owned(), Platform::Linux)].into(),
+        Some(r) => r
+            .into_iter()
+            .filter_map(|(role, p)| {
+                serde_json::from_value(serde_json::Value::String(p))
+                    .ok()
+                    .map(|p| (role, p))
+            })
+            .collect(),
+    };
+    decision(&py_to_json(action)?, &roles)
+        .map(|_| ())
+        .map_err(|e| InvalidActionError::new_err(e.to_string()))
+}
+
+#[pymodule]
+fn _pincer(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("PincerError", py.get_type::<PincerError>())?;
+    m.add("InvalidActionError", py.get_type::<InvalidActionError>())?;
+    m.add_class::<Session>()?;
+    m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(action_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(check_action, m)?)?;
+    Ok(())
+}

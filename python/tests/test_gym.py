@@ -1,0 +1,119 @@
+"""PincerEnv: a Gymnasium environment over pincer's bundled tasks on a real local desktop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium
+import pytest
+
+import pincer_bench as pb
+
+TASK = "terminal-make-project"
+SOLUTION = [
+    {"action": "type", "text": "mkdir -p ~/projects/pincer\n"},
+    {"action": "type", "text": "echo fast > ~/projects/pincer/README\n"},
+    {"action": "wait", "seconds": 0.3},
+    {"action": "complete"},
+]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("gym") / "run"
+    e = pb.PincerEnv("demo", TASK, out=str(out), observe="marks,tree")
+    yield e
+    e.close()
+
+
+def test_it_is_a_gymnasium_env(env) -> None:
+    assert isinstance(env, gymnasium.Env)
+    schema = pb.action_schema()
+    names = {alt["properties"]["action"]["const"] for alt in schema["oneOf"]}
+    assert {"click", "type", "key", "hotkey", "scroll", "drag", "move", "complete"} <= names
+    assert "tap" not in names  # a desktop task gets no phone actions
+    assert env.action_space.contains({"action": "click", "target": {"element": 3}})
+    assert not env.action_space.contains({"action": "click"})
+    assert not env.action_space.contains({"action": "exec", "argv": ["rm", "-rf", "/"]})
+    assert env.action_space.contains(env.action_space.sample())
+
+
+def test_a_scripted_policy_solves_a_task(env) -> None:
+    obs, info = env.reset(seed=3)
+    assert env.observation_space.contains(obs)
+    assert obs["task"] == TASK and "projects/pincer" in obs["instruction"]
+    view = obs["views"]["desktop"]
+    assert view["marked"].startswith(b"\x89PNG") and view["elements"]
+    assert "terminal" in view["tree"].lower()
+    assert info["completion"] == 0.0 and set(info["checkpoints"]) == {"dir", "readme"}
+
+    rewards, ended = [], None
+    for action in SOLUTION:
+        obs, reward, terminated, truncated, info = env.step(action)
+        rewards.append(reward)
+        assert not truncated
+        if terminated:
+            ended = info
+            break
+    assert ended is not None, "complete ends the episode"
+    assert ended["success"] and ended["termination"] == "success"
+    assert sum(rewards) == pytest.approx(1.0) == ended["completion"]
+    assert all(r >= 0 for r in rewards)
+    assert ended["checkpoints"]["readme"]["passed"]
+    assert "fast" in ended["checkpoints"]["readme"]["feedback"]
+
+    # The episode is a pincer task run: recorded with its trajectory.
+    records = [json.loads(line) for line in Path(env.out, "results.jsonl").read_text().splitlines()]
+    assert records[-1]["task"] == TASK and records[-1]["termination"] == "success"
+    assert records[-1]["agent"] == "python:gym" and records[-1]["seed"] == 3
+    steps = Path(env.out, records[-1]["trajectory"], "steps.jsonl").read_text().splitlines()
+    assert len(steps) == len(rewards)
+
+
+def test_declaring_done_too_early_fails(env) -> None:
+    env.reset()
+    obs, reward, terminated, truncated, info = env.step({"action": "complete"})
+    assert terminated and not truncated
+    assert not info["success"] and info["termination"] == "false-completion"
+    assert reward == 0.0 and info["completion"] == 0.0
+
+
+def test_the_step_limit_truncates(env) -> None:
+    env.reset()
+    truncated = terminated = False
+    steps = 0
+    while not (terminated or truncated):
+        _, _, terminated, truncated, info = env.step({"action": "key", "key": "shift"})
+        steps += 1
+        assert steps <= 15
+    assert truncated and not terminated and info["termination"] == "step-limit"
+    assert steps == 15
+
+
+def test_a_bad_action_raises_and_costs_no_step(env) -> None:
+    env.reset()
+    with pytest.raises(pb.InvalidActionError, match="unknown action"):
+        env.step({"action": "exec", "argv": ["sh", "-c", "touch /tmp/pwned"]})
+    with pytest.raises(pb.InvalidActionError, match="target"):
+        env.step({"action": "click", "target": "the OK button"})
+    obs, *_ = env.step({"action": "key", "key": "shift"})
+    assert obs["step"] == 1  # only the valid action counted
+
+
+def test_an_element_that_is_not_there_is_feedback(env) -> None:
+    env.reset()
+    obs, reward, terminated, truncated, info = env.step(
+        {"action": "click", "target": {"element": 99999}}
+    )
+    assert not (terminated or truncated)
+    assert any("99999" in f for f in info["feedback"])
+
+
+def test_reset_picks_another_task_and_report(env) -> None:
+    obs, _ = env.reset(options={"task": TASK})
+    assert obs["task"] == TASK
+    with pytest.raises(pb.PincerError, match="no task 'no-such-task'"):
+        env.reset(options={"task": "no-such-task"})
+    html = env.report()
+    assert Path(html).is_file() and TASK in Path(html).read_text()

@@ -1,0 +1,116 @@
+"""`pincer mcp` driven by the official Python MCP SDK as a real client over stdio."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import struct
+from pathlib import Path
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+TASK = "terminal-make-project"
+
+
+def server(cli: Path, out: Path, *extra: str) -> StdioServerParameters:
+    # The client passes on only a few variables by itself: the isolated state goes too.
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "PINCER_STATE_DIR", "PINCER_ENVS")}
+    return StdioServerParameters(
+        command=str(cli),
+        args=["mcp", "--tasks", "demo", "--task", TASK, "--out", str(out), *extra],
+        env=env,
+    )
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    return struct.unpack(">II", data[16:24])
+
+
+def text(result) -> str:
+    return "\n".join(c.text for c in result.content if c.type == "text")
+
+
+async def solve(cli: Path, out: Path) -> dict:
+    async with stdio_client(server(cli, out, "--allow-actions")) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            seen = {"tools": sorted(tools)}
+            assert tools["type"].input_schema["required"] == ["text"]
+            shot = await s.call_tool("screenshot", {})
+            assert not shot.is_error
+            (image,) = [c for c in shot.content if c.type == "image"]
+            raw = base64.b64decode(image.data)
+            seen["shot"] = (image.mime_type, len(raw), png_size(raw) if image.mime_type == "image/png" else None)
+            seen["list"] = text(await s.call_tool("list_tasks", {}))
+            seen["start"] = text(await s.call_tool("start_task", {"task": TASK}))
+            marks = await s.call_tool("observe", {})
+            seen["observe"] = text(marks)
+            seen["bad"] = await s.call_tool("click", {"target": {"element": 99999}})
+            typed = await s.call_tool(
+                "type", {"text": "mkdir -p ~/projects/pincer && echo fast > ~/projects/pincer/README\n"}
+            )
+            seen["typed"] = (typed.is_error, text(typed))
+            # pincer ends a task run once every checkpoint holds; until then, wait and look.
+            for _ in range(5):
+                status = text(await s.call_tool("task_status", {}))
+                if "ended" in status:
+                    break
+                await s.call_tool("wait", {"seconds": 0.3})
+            seen["status"] = status
+            seen["again"] = await s.call_tool("finish_task", {"outcome": "complete"})
+            return seen
+
+
+def test_an_mcp_client_is_a_scored_agent(pincer_cli: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    seen = asyncio.run(solve(pincer_cli, out))
+    assert {"screenshot", "observe", "ui_tree", "list_tasks", "start_task", "task_status",
+            "finish_task", "click", "type", "key", "scroll", "drag"} <= set(seen["tools"])
+    # No setup, exec, file or shell tools, ever; the ending actions go through finish_task.
+    assert not {"exec", "launch", "file", "shell", "setup", "complete"} & set(seen["tools"])
+    mime, size, dims = seen["shot"]
+    assert size <= 1 << 20
+    if dims:
+        assert max(dims) <= 1568
+    assert "image 1568x882" in seen["observe"] and "terminal" in seen["observe"].lower()
+    assert "checkpoints passed 0/2" in seen["observe"]
+    assert TASK in seen["list"] and TASK in seen["start"]
+    assert seen["typed"][0] is False
+    # An element that is not there is the agent's mistake, told back, not a failed call.
+    assert seen["bad"].is_error is False and "99999" in text(seen["bad"])
+    assert "ended: success" in seen["status"] and "passed 2/2" in seen["status"]
+    assert seen["again"].is_error and "no task is running" in text(seen["again"])
+
+    (record,) = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
+    assert record["task"] == TASK and record["termination"] == "success" and record["agent"] == "mcp"
+    calls = [json.loads(l) for l in (out / "mcp.jsonl").read_text().splitlines()]
+    assert [c["tool"] for c in calls][:5] == ["screenshot", "list_tasks", "start_task", "observe", "click"]
+    assert calls[-1]["tool"] == "finish_task" and calls[-1]["ok"] is False
+    assert all(c["ok"] for c in calls[:-1])
+    assert (out / "report.html").is_file()
+
+
+async def observe_only(cli: Path, out: Path) -> tuple[list[str], object, object, object]:
+    async with stdio_client(server(cli, out)) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            names = [t.name for t in (await s.list_tools()).tools]
+            refused = await s.call_tool("type", {"text": "rm -rf ~\n"})
+            tree = await s.call_tool("ui_tree", {})
+            await s.call_tool("start_task", {"task": TASK})
+            gave_up = await s.call_tool("finish_task", {"outcome": "complete"})
+            return names, refused, tree, gave_up
+
+
+def test_without_the_flag_it_only_observes(pincer_cli: Path, tmp_path: Path) -> None:
+    names, refused, tree, gave_up = asyncio.run(observe_only(pincer_cli, tmp_path / "run"))
+    assert "screenshot" in names and "type" not in names and "click" not in names
+    assert refused.is_error and "--allow-actions" in text(refused)
+    assert not tree.is_error and text(tree).strip()
+    # A task can still be started and ended, and is scored on what it finds: not done.
+    assert "ended: false-completion" in text(gave_up) and "passed 0/2" in text(gave_up)

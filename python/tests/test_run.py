@@ -1,0 +1,72 @@
+"""run(agent=callable): a Python agent inside pincer's own runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import pincer_bench as pb
+
+SOLUTIONS = {
+    "terminal-make-project": "mkdir -p ~/projects/pincer && echo fast > ~/projects/pincer/README\n",
+}
+
+
+class Scripted:
+    """Types a task's known solution, then says it is done; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.seen: list[dict] = []
+
+    def __call__(self, obs: dict):
+        self.calls += 1
+        self.seen.append({k: obs[k] for k in ("task", "step", "checkpoints")})
+        if obs["step"] == 0:
+            return {"action": "type", "text": SOLUTIONS[obs["task"]]}
+        if all(c["passed"] for c in obs["checkpoints"]):
+            return {"action": "complete"}
+        return {"action": "wait", "seconds": 0.3}
+
+
+def test_a_python_agent_runs_in_the_runner(tmp_path: Path) -> None:
+    agent = Scripted()
+    out = tmp_path / "run"
+    result = pb.run("demo", agent, task_ids=["terminal-make-project"], repeat=2, out=str(out))
+    records = result["records"]
+    assert [r["termination"] for r in records] == ["success", "success"]
+    assert {r["repeat"] for r in records} == {0, 1}
+    assert all(r["agent"] == "python:python" for r in records)
+    assert agent.calls >= 4 and agent.seen[0]["step"] == 0
+    assert Path(result["report"]).is_file()
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[0])["task"] == "terminal-make-project"
+
+    # The run is pincer's: resume skips what finished, a second run into it is refused.
+    again = pb.run("demo", agent, task_ids=["terminal-make-project"], repeat=2, out=str(out), resume=True)
+    assert len(again["records"]) == 2 and agent.calls == len(agent.seen)
+    with pytest.raises(pb.PincerError, match="already holds results"):
+        pb.run("demo", agent, task_ids=["terminal-make-project"], out=str(out))
+
+
+def test_an_agent_that_raises_or_answers_garbage(tmp_path: Path) -> None:
+    def raising(obs: dict):
+        raise RuntimeError("the model is down")
+
+    result = pb.run("demo", raising, task_ids=["terminal-make-project"], out=str(tmp_path / "a"), report=False)
+    (rec,) = result["records"]
+    assert rec["termination"] == "agent-error"
+    assert "RuntimeError" in rec["detail"] and "the model is down" in rec["detail"]
+    assert result["report"] is None
+
+    result = pb.run("demo", lambda obs: {"action": "teleport"}, task_ids=["terminal-make-project"],
+                    out=str(tmp_path / "b"), report=False)
+    (rec,) = result["records"]
+    assert rec["termination"] == "invalid-action" and "teleport" in rec["detail"]
+
+
+def test_an_agent_that_is_not_callable_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="callable"):
+        pb.run("demo", "oracle", out=str(tmp_path / "c"))
