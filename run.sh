@@ -9,13 +9,14 @@
 #   ./run.sh shim    build the Android shim for phones and emulators (static aarch64 and
 #                    x86_64 musl binaries, linked with zig), for `pincer android connect`
 #   ./run.sh wheel   build the Python package pincer-bench (an abi3 wheel with the pincer
-#                    binaries, into target/wheels) for `pip install`
+#                    binaries, into target/wheels/release) for `pip install`
 #   ./run.sh bench   build release binaries and measure what the README's Speed section
 #                    shows: `pincer bench` on a fresh 1920x1080 desktop with
 #                    gtk3-widget-factory open, the UI trees of zenity and LibreOffice
 #                    Calc, the 10,000-screenshot soak, the evaluator, a VM, the
 #                    Android shim on a stand-in phone, the bundled suite sharded over a
-#                    local three-node Slurm cluster against one machine
+#                    local three-node Slurm cluster against one machine, what the
+#                    Python interface and the MCP server add per step
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -122,13 +123,13 @@ py_venv() {
 }
 
 # The pincer-bench wheel from this checkout's binaries in target/$1 (debug, release), built
-# with Cargo profile $2 (dev, release); prints its path.
+# with Cargo profile $2 (dev, release) into target/wheels/$2; prints its path.
 wheel() {
   mkdir -p python/pincer_bench/bin
   cp "target/$1/pincer" "target/$1/pincer-agent" python/pincer_bench/bin/
   "$PY_VENV/bin/maturin" build -q -m python/Cargo.toml --profile "$2" --auditwheel skip \
-    --out target/wheels >&2
-  ls -t target/wheels/pincer_bench-*.whl | head -n 1
+    --out "target/wheels/$2" >&2
+  ls -t "target/wheels/$2"/pincer_bench-*.whl | head -n 1
 }
 
 case "${1:-}" in
@@ -213,6 +214,11 @@ case "${1:-}" in
     exec {CLUSTER[1]}>&-
     wait "$CLUSTER_PID" 2>/dev/null || true
     printf 'the bundled suite: one machine %.1f s, 3 Slurm nodes on this machine %.1f s\n' "$one" "$three"
+    log "the Python interface and the MCP server: what they add per step (release wheel)"
+    py_venv
+    "$PY_VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps \
+      "$(wheel release release)"
+    "$PY_VENV/bin/python" python/bench/overhead.py
     ;;
   test)
     deps $XCAP_PKGS $VM_PKGS $ANDROID_PKGS $SLURM_PKGS
@@ -232,7 +238,7 @@ case "${1:-}" in
     "$PY_VENV/bin/python" -m pytest -q python/tests
     ;;
   *)
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

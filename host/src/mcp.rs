@@ -29,8 +29,9 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::Mutex;
 
-/// The largest image a tool returns, in bytes (what MCP clients accept).
-pub const MAX_IMAGE_BYTES: usize = 1 << 20;
+/// The largest image a tool returns, in bytes: its base64 text, what clients take, is then
+/// at most 1 MiB.
+pub const MAX_IMAGE_BYTES: usize = (1 << 20) / 4 * 3;
 /// The longest side of a returned image, in pixels (what vision models are given at most).
 pub const MAX_IMAGE_SIDE: u32 = 1568;
 
@@ -193,7 +194,7 @@ pub fn fit_image(png: &[u8]) -> Result<(Vec<u8>, &'static str), String> {
             return Ok((out, "image/jpeg"));
         }
     }
-    Err("the screen does not fit in 1 MiB even as a JPEG of quality 30".into())
+    Err("the screen does not fit in 768 KiB even as a JPEG of quality 30".into())
 }
 
 fn image_block(png: &[u8]) -> Result<ContentBlock, String> {
@@ -262,15 +263,22 @@ enum Part {
 type Answer = Result<Vec<ContentBlock>, String>;
 
 impl Server {
-    /// A server over a session; actions are listed and carried out only if allowed.
-    pub fn new(session: Session, allow_actions: bool) -> Result<Self, McpError> {
-        let path = session.out().join("mcp.jsonl");
-        let log = JsonlWriter::append(&path).map_err(|source| McpError::Log {
-            path: path.display().to_string(),
-            source,
-        })?;
+    /// Opens the call log of a run directory (before the session, which starts desktops).
+    pub fn open_log(out: &std::path::Path) -> Result<JsonlWriter, McpError> {
+        let path = out.join("mcp.jsonl");
+        std::fs::create_dir_all(out)
+            .and_then(|()| JsonlWriter::append(&path))
+            .map_err(|source| McpError::Log {
+                path: path.display().to_string(),
+                source,
+            })
+    }
+
+    /// A server over a session, logging every call; actions are listed and carried out
+    /// only if allowed.
+    pub fn new(session: Session, log: JsonlWriter, allow_actions: bool) -> Self {
         let tools = tools(session.platforms(), allow_actions);
-        Ok(Self {
+        Self {
             state: Arc::new(Mutex::new(State {
                 session,
                 last: None,
@@ -281,20 +289,32 @@ impl Server {
             })),
             allow_actions,
             tools,
-        })
+        }
     }
 
     /// Serves over stdin and stdout until the client goes; then aborts a running task,
     /// stops the desktops the session started and writes the report.
+    ///
+    /// A client that stops the server with SIGINT or SIGTERM (as clients do after closing
+    /// stdin) gets the same ending: the desktops never outlive it.
     pub async fn serve_stdio(self) -> Result<(), McpError> {
         let state = self.state.clone();
-        let waited = match self.serve(rmcp::transport::stdio()).await {
-            Ok(running) => running
-                .waiting()
-                .await
-                .map(|_| ())
-                .map_err(|e| McpError::Transport(e.to_string())),
-            Err(e) => Err(McpError::Transport(e.to_string())),
+        let served = async {
+            match self.serve(rmcp::transport::stdio()).await {
+                Ok(running) => running
+                    .waiting()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| McpError::Transport(e.to_string())),
+                Err(e) => Err(McpError::Transport(e.to_string())),
+            }
+        };
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| McpError::Transport(format!("watching for SIGTERM: {e}")))?;
+        let waited = tokio::select! {
+            w = served => w,
+            _ = tokio::signal::ctrl_c() => Ok(()),
+            _ = term.recv() => Ok(()),
         };
         let mut st = state.lock().await;
         if let Err(e) = st.session.close().await {
@@ -311,7 +331,12 @@ impl Server {
 
     fn role_of(st: &State, args: &JsonObject) -> Result<String, String> {
         let roles: Vec<&String> = st.session.platforms().keys().collect();
-        match args.get("env").and_then(Value::as_str) {
+        let env = match args.get("env") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(r)) => Some(r.as_str()),
+            Some(other) => return Err(format!("env is a role name (a string), not {other}")),
+        };
+        match env {
             Some(r) if roles.iter().any(|x| *x == r) => Ok(r.to_owned()),
             Some(r) => Err(format!(
                 "there is no environment '{r}': the roles are {}",
@@ -394,18 +419,20 @@ impl Server {
                 let role = Self::role_of(st, args)?;
                 let v = Self::view(st, &role, Part::Marks).await?;
                 let png = v.marked.as_deref().ok_or("this server draws no marks")?;
-                let mut text = format!("{}\n{}", scale_note(&v), som::list(&v.elements));
-                if let Some(obs) = &st.last {
-                    text.push_str(&format!("\n{}", checkpoints_text(obs)));
-                }
+                let text = format!("{}\n{}", scale_note(&v), som::list(&v.elements));
                 Ok(vec![ContentBlock::text(text), image_block(png)?])
             }
             "ui_tree" => {
                 let role = Self::role_of(st, args)?;
                 let v = Self::view(st, &role, Part::Tree).await?;
-                Ok(vec![ContentBlock::text(
-                    v.tree_text.unwrap_or_else(|| "(no tree)".into()),
-                )])
+                let (fx, fy) = match st.scale.get(&role) {
+                    Some(s) => *s,
+                    None => scale_of(&Self::view(st, &role, Part::Screenshot).await?),
+                };
+                Ok(vec![ContentBlock::text(format!(
+                    "{role}: bounds are screen pixels; actions take screenshot pixels: divide x by {fx:.4} and y by {fy:.4}\n{}",
+                    v.tree_text.unwrap_or_else(|| "(no tree)".into())
+                ))])
             }
             "list_tasks" => Ok(vec![ContentBlock::text(
                 st.session
@@ -419,8 +446,12 @@ impl Server {
                     .get("task")
                     .and_then(Value::as_str)
                     .ok_or("start_task needs `task`, a task id (list_tasks)")?;
-                let seed = args.get("seed").and_then(Value::as_u64).unwrap_or(0);
+                let seed = match args.get("seed") {
+                    None | Some(Value::Null) => 0,
+                    Some(v) => v.as_u64().ok_or("seed is a whole number, 0 or more")?,
+                };
                 st.last = None;
+                st.free_marks.clear();
                 let now = st
                     .session
                     .start(id, seed)
@@ -455,17 +486,28 @@ impl Server {
                     return Err("no task is running".into());
                 }
                 let text = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-                let action = match args.get("outcome").and_then(Value::as_str) {
-                    Some("complete") => AgentAction::Complete,
-                    Some("answer") => AgentAction::Submit {
-                        answer: text("answer"),
-                    },
-                    Some("infeasible") => AgentAction::Infeasible {
+                let actions = match args.get("outcome").and_then(Value::as_str) {
+                    Some("complete") => vec![AgentAction::Complete],
+                    // The answer, then done: finishing ends the task whatever the answer.
+                    Some("answer") => vec![
+                        AgentAction::Submit {
+                            answer: text("answer"),
+                        },
+                        AgentAction::Complete,
+                    ],
+                    Some("infeasible") => vec![AgentAction::Infeasible {
                         reason: text("reason"),
-                    },
+                    }],
                     _ => return Err("outcome is complete, answer or infeasible".into()),
                 };
-                let now = st.session.act(action).await.map_err(|e| e.to_string())?;
+                let now = st
+                    .session
+                    .step(crate::agent::Decision {
+                        actions,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
                 Ok(vec![ContentBlock::text(Self::settle(st, now))])
             }
             action => self.act(st, action, args).await,
@@ -512,7 +554,7 @@ impl Server {
     fn settle(st: &mut State, now: Now) -> String {
         match now {
             Now::Act(obs) => {
-                let mut text = format!("actions taken: {}; {}", obs.step, checkpoints_text(&obs));
+                let mut text = format!("actions taken: {}", obs.step);
                 if !obs.feedback.is_empty() {
                     text.push_str(&format!("\nfeedback: {}", obs.feedback.join("; ")));
                 }
@@ -521,6 +563,8 @@ impl Server {
             }
             Now::Ended(rec, _) => {
                 st.last = None;
+                // Element numbers from before the task mean nothing now.
+                st.free_marks.clear();
                 let text = ended_text(&rec);
                 st.ended = Some(*rec);
                 text
@@ -566,6 +610,8 @@ impl ServerHandler for Server {
             let mut st = self.state.lock().await;
             let line = json!({
                 "at_ms": crate::run::shard::now_ms(),
+                "task": st.session.running().map(|t| t.id.clone()),
+                "step": st.last.as_ref().map(|o| o.step),
                 "tool": request.name,
                 "arguments": args,
                 "ok": answer.is_ok(),

@@ -21,16 +21,16 @@ from gymnasium import spaces
 
 from ._pincer import InvalidActionError, PincerError, Session, action_schema, check_action
 
-# How pincer's runner names endings that are limits, not the task's own end.
-_TRUNCATING = {"step-limit", "time-limit"}
+# Endings from outside the task's own dynamics: the step and time limits, a failed
+# environment or evaluator, an interruption.
+_TRUNCATING = {"step-limit", "time-limit", "environment-error", "evaluator-error", "aborted"}
 
 
-def completion(observation: Optional[dict]) -> float:
-    """Checkpoints passed / checkpoints in an observation (0 when it has none)."""
-    if not observation:
+def completion(checkpoints: Optional[list]) -> float:
+    """Checkpoints passed / checkpoints (0 when there are none)."""
+    if not checkpoints:
         return 0.0
-    marks = observation["checkpoints"]
-    return sum(1 for c in marks if c["passed"]) / len(marks) if marks else 0.0
+    return sum(1 for c in checkpoints if c["passed"]) / len(checkpoints)
 
 
 class ActionSpace(spaces.Space):
@@ -67,11 +67,11 @@ class ActionSpace(spaces.Space):
 
 
 class ObservationSpace(spaces.Space):
-    """pincer's observations: a dict with the task, the step, feedback on the last actions,
-    each checkpoint's state and, per environment role, its images (PNG bytes), marked
-    elements and UI tree text, as pincer's agents get them."""
+    """pincer's observations: a dict with the task, the step, feedback on the last actions
+    and, per environment role, its images (PNG bytes), marked elements and UI tree text, as
+    pincer's agents get them (the checkpoints are in ``info``)."""
 
-    KEYS = ("task", "instruction", "step", "feedback", "checkpoints", "views")
+    KEYS = ("task", "instruction", "step", "feedback", "views")
 
     def __init__(self, roles: dict[str, str]):
         super().__init__(shape=None, dtype=None)
@@ -95,8 +95,10 @@ class ObservationSpace(spaces.Space):
 class PincerEnv(gymnasium.Env):
     """One pincer task (or any of a suite's, chosen at ``reset``) as a Gymnasium environment.
 
-    ``tasks`` is a task file, directory or bundled suite; ``task`` the task episodes run
-    (``reset(options={"task": id})`` picks another). Without ``sets``, local desktops are
+    ``tasks`` is a task file, directory or bundled suite; ``task`` the task episodes run by
+    default, ``task_ids`` the tasks ``reset(options={"task": id})`` may switch to (default:
+    ``task`` alone if given, else every task; environments are started for the roles they
+    need). Without ``sets``, local desktops are
     started for the session and stopped by ``close()``; ``sets="desktop=NAME"`` uses
     registered environments (local desktops, VMs, phones). ``observe`` chooses what
     observations carry: ``marks`` (the Set-of-Marks image and elements), ``screenshot``,
@@ -110,6 +112,7 @@ class PincerEnv(gymnasium.Env):
         tasks: str = "demo",
         task: Optional[str] = None,
         *,
+        task_ids: Optional[list[str]] = None,
         sets: Optional[str] = None,
         observe: str = "marks",
         max_size: Optional[tuple[int, int]] = None,
@@ -118,7 +121,7 @@ class PincerEnv(gymnasium.Env):
         envs: Optional[str] = None,
     ):
         super().__init__()
-        ids = [task] if task is not None else None
+        ids = task_ids if task_ids is not None else ([task] if task is not None else None)
         self.session = Session(
             tasks,
             task_ids=ids,
@@ -135,6 +138,7 @@ class PincerEnv(gymnasium.Env):
         self._spaces_for(self.task_id)
         self._completion = 0.0
         self._last: Optional[dict] = None
+        self._checkpoints: Optional[list] = None
 
     def _spaces_for(self, task_id: str) -> None:
         roles = self.session.task(task_id)["roles"]
@@ -150,8 +154,8 @@ class PincerEnv(gymnasium.Env):
         super().reset(seed=seed)
         task_id = (options or {}).get("task", self.task_id)
         if task_id != self.task_id:
+            self._spaces_for(task_id)  # raises for a task this session does not have
             self.task_id = task_id
-            self._spaces_for(task_id)
         now = self.session.start(task_id, seed or 0)
         if now["ended"]:
             rec = now["record"]
@@ -159,36 +163,40 @@ class PincerEnv(gymnasium.Env):
                 f"task {task_id} ended before its first action: "
                 f"{rec['termination']}: {rec.get('detail') or ''}"
             )
-        self._last = now["observation"]
-        self._completion = completion(self._last)
-        return self._last, self._info(self._last, None)
+        self._last, self._checkpoints = now["observation"], now["checkpoints"]
+        self._completion = completion(self._checkpoints)
+        return self._last, self._info(self._last, self._checkpoints, None)
 
     def step(self, action: Any):
         now = self.session.step(action)
         if not now["ended"]:
-            obs = now["observation"]
-            done = completion(obs)
+            obs, marks = now["observation"], now["checkpoints"]
+            done = completion(marks)
             reward = done - self._completion
-            self._completion, self._last = done, obs
-            return obs, reward, False, False, self._info(obs, None)
+            self._completion, self._last, self._checkpoints = done, obs, marks
+            return obs, reward, False, False, self._info(obs, marks, None)
         rec = now["record"]
-        obs = now["observation"] or self._last
+        # The state after the last action; a run that ended before one was evaluated (an
+        # interruption while deciding) keeps the last observation it had.
+        if now["observation"] is not None:
+            self._last, self._checkpoints = now["observation"], now["checkpoints"]
         done = rec["passed"] / rec["total"] if rec["total"] else 0.0
         reward = done - self._completion
         self._completion = done
-        self._last = obs
         truncated = rec["termination"] in _TRUNCATING
-        return obs, reward, not truncated, truncated, self._info(obs, rec)
+        return self._last, reward, not truncated, truncated, self._info(
+            self._last, self._checkpoints, rec
+        )
 
     @staticmethod
-    def _info(obs: Optional[dict], record: Optional[dict]) -> dict:
+    def _info(obs: Optional[dict], checkpoints: Optional[list], record: Optional[dict]) -> dict:
         info: dict[str, Any] = {
             "checkpoints": {
                 c["id"]: {"passed": c["passed"], "feedback": c["feedback"]}
-                for c in (obs or {}).get("checkpoints", [])
+                for c in checkpoints or []
             },
             "feedback": (obs or {}).get("feedback", []),
-            "completion": completion(obs),
+            "completion": completion(checkpoints),
         }
         if record is not None:
             info.update(

@@ -11,6 +11,13 @@ names one (OSWorld's own task JSONs, with their Python evaluators, are not run).
 ``evaluate()`` scores the state the agent left with the task's checkpoints: 1.0 if the
 task run succeeded, else 0.0. Every episode is a pincer task run, recorded in the run
 directory with its trajectory and the report.
+
+Where it differs from OSWorld: a step is observed as soon as its actions are carried out
+and evaluated (no ``pause`` after every action; ``WAIT`` waits ``pause`` seconds); the
+episode ends as pincer's runner ends it (every checkpoint holding ends it before ``DONE``);
+``accessibility_tree`` is pincer's indented text (role, name, bounds), not OSWorld's XML;
+``FAIL`` scores 0 (pincer's bundled tasks are all feasible); one string of several calls
+is several of pincer's steps.
 """
 
 from __future__ import annotations
@@ -68,6 +75,7 @@ class DesktopEnv:
         self._parser = Parser()
         self._task: Optional[dict] = None
         self._last: Optional[dict] = None
+        self._checkpoints: Optional[list] = None
         self._record: Optional[dict] = None
         self._role = "desktop"
 
@@ -107,7 +115,7 @@ class DesktopEnv:
                 f"task {task_id} ended before its first action: "
                 f"{rec['termination']}: {rec.get('detail') or ''}"
             )
-        self._last = now["observation"]
+        self._last, self._checkpoints = now["observation"], now["checkpoints"]
         return self._observation(self._last)
 
     def _observation(self, obs: Optional[dict]) -> dict:
@@ -146,14 +154,15 @@ class DesktopEnv:
         reward is the change in completion (checkpoints passed / checkpoints)."""
         if self._task is None or self._record is not None:
             raise PincerError("no episode is running: call reset(task_config) first")
-        before = _completion(self._last)
+        before = _completion(self._checkpoints)
         now = self.session.step(self._actions(action, pause))
         if not now["ended"]:
-            self._last = now["observation"]
-            info = {"checkpoints": self._last["checkpoints"], "feedback": self._last["feedback"]}
-            return self._observation(self._last), _completion(self._last) - before, False, info
+            self._last, self._checkpoints = now["observation"], now["checkpoints"]
+            info = {"checkpoints": self._checkpoints, "feedback": self._last["feedback"]}
+            return self._observation(self._last), _completion(self._checkpoints) - before, False, info
         self._record = now["record"]
-        self._last = now["observation"] or self._last
+        if now["observation"] is not None:
+            self._last = now["observation"]
         done = self._record["passed"] / self._record["total"] if self._record["total"] else 0.0
         info = {
             "termination": self._record["termination"],

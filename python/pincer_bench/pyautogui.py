@@ -87,8 +87,9 @@ Point = tuple[int, int]
 
 MAX_CODE_CHARS = 100_000
 """Longest code string read."""
-MAX_ACTIONS = 10_000
-"""Most actions one code string may make."""
+MAX_ACTIONS = 100
+"""Most actions one code string may make (each is a step of a task, whose step limits are
+far smaller)."""
 MAX_TEXT_CHARS = 10_000
 """Longest text typed by one ``typewrite``/``write``."""
 MAX_WAIT_SECONDS = 10.0
@@ -99,7 +100,7 @@ MAX_HOTKEY_KEYS = 8
 """Most keys in one pincer hotkey."""
 MAX_CLICKS = 3
 """Most clicks in one ``click(clicks=...)``."""
-MAX_PRESSES = 1000
+MAX_PRESSES = 100
 """Most repetitions in one ``press(presses=...)``."""
 MAX_COORDINATE = 100_000
 """Largest coordinate (in absolute value) accepted for a point."""

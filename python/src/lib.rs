@@ -16,13 +16,13 @@ use pincer::run::episode::{self, Envs, Now, SessionConfig};
 use pincer::run::{self as runner, RunConfig};
 use pincer::task::{Platform, Task};
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 create_exception!(
@@ -42,10 +42,16 @@ fn err(e: impl std::fmt::Display) -> PyErr {
     PincerError::new_err(e.to_string())
 }
 
-/// The runtime every call runs on: the host library is async.
+/// The runtime every call runs on: the host library is async. One per process: a child
+/// forked after it was made (Gymnasium's `AsyncVectorEnv`, multiprocessing) inherits it
+/// without its worker threads, so it gets a fresh one (the parent's is left alone).
 fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    if let Some(rt) = RT.get() {
+    static RT: Mutex<Option<(u32, &'static tokio::runtime::Runtime)>> = Mutex::new(None);
+    let mut guard = RT.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    if let Some((owner, rt)) = *guard
+        && owner == pid
+    {
         return Ok(rt);
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -53,28 +59,16 @@ fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
         .thread_name("pincer")
         .build()
         .map_err(err)?;
-    Ok(RT.get_or_init(|| rt))
+    let rt: &'static tokio::runtime::Runtime = Box::leak(Box::new(rt));
+    *guard = Some((pid, rt));
+    Ok(rt)
 }
 
 /// Waits for `fut` without holding the GIL, so Python threads (and agents called back from
-/// the runner) go on. Ctrl-C drops `fut` and is raised.
-fn wait<T: Send>(py: Python<'_>, fut: impl Future<Output = T> + Send) -> PyResult<T> {
-    let rt = runtime()?;
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        let tick = py.detach(|| {
-            rt.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut fut).await })
-        });
-        if let Ok(v) = tick {
-            return Ok(v);
-        }
-        py.check_signals()?;
-    }
-}
-
-/// [`wait`] for a future that must run to its end (it holds the session, or a run that
-/// records what it did): Ctrl-C sets `cancel`, and the interrupt is handed back with the
-/// result to be raised once the caller has put things back.
+/// the runner) go on. The future runs to its end (it holds the session, or a run that
+/// records what it did, or desktops being stopped): Ctrl-C sets `cancel`, and the
+/// interrupt is handed back with the result, to be raised once the caller has put things
+/// back.
 fn wait_all<T: Send>(
     py: Python<'_>,
     cancel: &AtomicBool,
@@ -104,11 +98,29 @@ fn json_to_py(py: Python<'_>, v: &serde_json::Value) -> PyResult<Py<PyAny>> {
     Ok(py.import("json")?.call_method1("loads", (text,))?.unbind())
 }
 
+/// Numbers from numpy and the like (`.item()` gives the Python number) for `json.dumps`.
+#[pyfunction]
+fn plain<'py>(o: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    if o.hasattr("item")? {
+        return o.call_method0("item");
+    }
+    Err(PyTypeError::new_err(format!(
+        "{} is not a JSON value (use dicts, lists, strings, numbers, booleans, None)",
+        o.get_type().name()?
+    )))
+}
+
+/// A Python value (an action, a list of them) as JSON: NaN and infinities refused, numpy
+/// numbers taken as numbers; what cannot be JSON is an invalid action.
 fn py_to_json(v: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
-    let text: String = v
-        .py()
+    let py = v.py();
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("allow_nan", false)?;
+    kwargs.set_item("default", wrap_pyfunction!(plain, py)?)?;
+    let text: String = py
         .import("json")?
-        .call_method1("dumps", (v,))?
+        .call_method("dumps", (v,), Some(&kwargs))
+        .map_err(|e| InvalidActionError::new_err(format!("not a JSON value: {e}")))?
         .extract()?;
     serde_json::from_str(&text).map_err(err)
 }
@@ -199,6 +211,9 @@ fn decision(
 ) -> Result<Decision, InvalidAction> {
     let one = |a: &serde_json::Value| actions::from_json(a, roles);
     let list: Vec<AgentAction> = match v {
+        serde_json::Value::Array(items) if items.is_empty() => {
+            return Err(InvalidAction("an empty list holds no action".into()));
+        }
         serde_json::Value::Array(items) => items.iter().map(one).collect::<Result<_, _>>()?,
         other => vec![one(other)?],
     };
@@ -216,6 +231,7 @@ struct Session {
     /// The running task, for its id, instruction and roles.
     task: Mutex<Option<Task>>,
     out: PathBuf,
+    closed: AtomicBool,
 }
 
 impl Session {
@@ -224,7 +240,16 @@ impl Session {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
-            .ok_or_else(|| err("this session is closed"))
+            .ok_or_else(|| self.gone())
+    }
+
+    /// Why the session is not there: closed, or in use by another thread's call.
+    fn gone(&self) -> PyErr {
+        if self.closed.load(Ordering::SeqCst) {
+            err("this session is closed")
+        } else {
+            err("this session is busy with another thread's call: use one session per thread")
+        }
     }
 
     fn put(&self, s: episode::Session) {
@@ -247,6 +272,33 @@ impl Session {
         interrupt.map_or(Ok(out), Err)
     }
 
+    /// An observation and, beside it, what the evaluator knows of each checkpoint (kept
+    /// out of the observation: agents are not shown the grader).
+    fn observed(
+        &self,
+        py: Python<'_>,
+        d: &Bound<'_, PyDict>,
+        obs: Option<&Observation>,
+        task: &Task,
+    ) -> PyResult<()> {
+        match obs {
+            Some(obs) => {
+                d.set_item(
+                    "observation",
+                    observation_dict(py, obs, (&task.id, &task.instruction))?,
+                )?;
+                d.set_item(
+                    "checkpoints",
+                    json_to_py(py, &episode::checkpoints_json(obs))?,
+                )
+            }
+            None => {
+                d.set_item("observation", py.None())?;
+                d.set_item("checkpoints", py.None())
+            }
+        }
+    }
+
     fn now_dict(&self, py: Python<'_>, now: Now) -> PyResult<Py<PyAny>> {
         let task = self
             .task
@@ -258,21 +310,12 @@ impl Session {
         match now {
             Now::Act(obs) => {
                 d.set_item("ended", false)?;
-                d.set_item(
-                    "observation",
-                    observation_dict(py, &obs, (&task.id, &task.instruction))?,
-                )?;
+                self.observed(py, &d, Some(&obs), &task)?;
                 d.set_item("record", py.None())?;
             }
             Now::Ended(rec, last) => {
                 d.set_item("ended", true)?;
-                match last {
-                    Some(obs) => d.set_item(
-                        "observation",
-                        observation_dict(py, &obs, (&task.id, &task.instruction))?,
-                    )?,
-                    None => d.set_item("observation", py.None())?,
-                }
+                self.observed(py, &d, last.as_deref(), &task)?;
                 d.set_item("record", record_dict(py, &rec)?)?;
             }
         }
@@ -314,29 +357,37 @@ impl Session {
         };
         let out = cfg.out.clone();
         let reg = Registry::locate(envs.as_deref());
-        let session = wait(py, episode::Session::open(reg, cfg))?.map_err(err)?;
+        // Desktops start here: a Ctrl-C meanwhile waits for them, then stops them.
+        let (opened, interrupt) = wait_all(
+            py,
+            &AtomicBool::new(false),
+            episode::Session::open(reg, cfg),
+        )?;
+        if let Some(e) = interrupt {
+            if let Ok(mut s) = opened {
+                let _ = wait_all(py, &AtomicBool::new(false), async move { s.close().await });
+            }
+            return Err(e);
+        }
         Ok(Self {
-            inner: Mutex::new(Some(session)),
+            inner: Mutex::new(Some(opened.map_err(err)?)),
             task: Mutex::new(None),
             out,
+            closed: AtomicBool::new(false),
         })
     }
 
     /// The task ids episodes can start on.
     fn task_ids(&self) -> PyResult<Vec<String>> {
         let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let s = guard
-            .as_ref()
-            .ok_or_else(|| err("this session is closed"))?;
+        let s = guard.as_ref().ok_or_else(|| self.gone())?;
         Ok(s.tasks().map(|t| t.id.clone()).collect())
     }
 
     /// A task's id, instruction, roles (role → platform), limits and tags.
     fn task(&self, py: Python<'_>, id: &str) -> PyResult<Py<PyAny>> {
         let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let s = guard
-            .as_ref()
-            .ok_or_else(|| err("this session is closed"))?;
+        let s = guard.as_ref().ok_or_else(|| self.gone())?;
         let t = s
             .tasks()
             .find(|t| t.id == id)
@@ -389,9 +440,7 @@ impl Session {
     fn step(&self, py: Python<'_>, action: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let roles = {
             let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            let s = guard
-                .as_ref()
-                .ok_or_else(|| err("this session is closed"))?;
+            let s = guard.as_ref().ok_or_else(|| self.gone())?;
             if s.running().is_none() {
                 return Err(err("no episode is running: call start (reset) first"));
             }
@@ -432,9 +481,18 @@ impl Session {
     /// Aborts what runs and stops the desktops the session started. Safe to call twice.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let Some(mut s) = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-            return Ok(());
+            return if self.closed.load(Ordering::SeqCst) {
+                Ok(())
+            } else {
+                Err(self.gone())
+            };
         };
-        wait(py, async move { s.close().await })?.map_err(err)
+        self.closed.store(true, Ordering::SeqCst);
+        // Runs to its end whatever Ctrl-C says: the desktops must go.
+        let (closed, interrupt) =
+            wait_all(py, &AtomicBool::new(false), async move { s.close().await })?;
+        interrupt.map_or(Ok(()), Err)?;
+        closed.map_err(err)
     }
 }
 
@@ -502,7 +560,7 @@ impl Agent for PyAgent {
 /// pincer's runner: environment sets in parallel, repeats and seeds, resume, results,
 /// trajectories and the report. Returns {"out", "records", "report"}.
 #[pyfunction]
-#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="python", envs=None))]
+#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None))]
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
@@ -576,7 +634,7 @@ fn run(
         .await
     })?;
     // The desktops go whatever happened, Ctrl-C included.
-    let _ = wait(py, made.stop(&reg));
+    let _ = wait_all(py, &AtomicBool::new(false), made.stop(&reg));
     let records = records.map_err(err)?;
     let html = if report {
         let paths = py.detach(|| pincer::report::write(&out)).map_err(err)?;
@@ -595,49 +653,43 @@ fn run(
     interrupt.map_or(Ok(d.into_any().unbind()), Err)
 }
 
+/// Roles and their platforms from Python ({role: "linux" | "android"}); one Linux
+/// desktop when not given.
+fn roles_of(roles: Option<BTreeMap<String, String>>) -> PyResult<BTreeMap<String, Platform>> {
+    let Some(roles) = roles else {
+        return Ok([("desktop".to_owned(), Platform::Linux)].into());
+    };
+    roles
+        .into_iter()
+        .map(|(role, p)| {
+            serde_json::from_value(serde_json::Value::String(p.clone()))
+                .map(|p| (role.clone(), p))
+                .map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "role '{role}' is '{p}': a platform is \"linux\" or \"android\""
+                    ))
+                })
+        })
+        .collect()
+}
+
 /// The JSON Schema of the actions for environments of these roles ({role: "linux" |
 /// "android"}; default one Linux desktop), as `step` and agents' answers take them.
 #[pyfunction]
 #[pyo3(signature = (roles=None))]
 fn action_schema(py: Python<'_>, roles: Option<BTreeMap<String, String>>) -> PyResult<Py<PyAny>> {
-    let roles: BTreeMap<String, Platform> = match roles {
-        None => [("desktop".to_owned(), Platform::Linux)].into(),
-        Some(r) => r
-            .into_iter()
-            .map(|(role, p)| {
-                serde_json::from_value(serde_json::Value::String(p.clone()))
-                    .map(|p| (role, p))
-                    .map_err(|_| {
-                        PyValueError::new_err(format!(
-                            "role '{p}': a platform is \"linux\" or \"android\""
-                        ))
-                    })
-            })
-            .collect::<PyResult<_>>()?,
-    };
-    json_to_py(py, &actions::json_schema(&roles))
+    json_to_py(py, &actions::json_schema(&roles_of(roles)?))
 }
 
-/// Checks an action dict against the actions of these roles without running anything;
-/// raises InvalidActionError saying what is wrong.
+/// Checks an action dict (or a list) against the actions of these roles without running
+/// anything; raises InvalidActionError saying what is wrong.
 #[pyfunction]
 #[pyo3(signature = (action, roles=None))]
 fn check_action(
     action: &Bound<'_, PyAny>,
     roles: Option<BTreeMap<String, String>>,
 ) -> PyResult<()> {
-    let roles: BTreeMap<String, Platform> = match roles {
-        None => [("desktop".to_owned(), Platform::Linux)].into(),
-        Some(r) => r
-            .into_iter()
-            .filter_map(|(role, p)| {
-                serde_json::from_value(serde_json::Value::String(p))
-                    .ok()
-                    .map(|p| (role, p))
-            })
-            .collect(),
-    };
-    decision(&py_to_json(action)?, &roles)
+    decision(&py_to_json(action)?, &roles_of(roles)?)
         .map(|_| ())
         .map_err(|e| InvalidActionError::new_err(e.to_string()))
 }

@@ -11,6 +11,7 @@ import pytest
 import pincer_bench as pb
 
 TASK = "terminal-make-project"
+OTHER = "terminal-count-lines"
 SOLUTION = [
     {"action": "type", "text": "mkdir -p ~/projects/pincer\n"},
     {"action": "type", "text": "echo fast > ~/projects/pincer/README\n"},
@@ -22,7 +23,7 @@ SOLUTION = [
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("gym") / "run"
-    e = pb.PincerEnv("demo", TASK, out=str(out), observe="marks,tree")
+    e = pb.PincerEnv("demo", TASK, task_ids=[TASK, OTHER], out=str(out), observe="marks,tree")
     yield e
     e.close()
 
@@ -47,6 +48,7 @@ def test_a_scripted_policy_solves_a_task(env) -> None:
     assert view["marked"].startswith(b"\x89PNG") and view["elements"]
     assert "terminal" in view["tree"].lower()
     assert info["completion"] == 0.0 and set(info["checkpoints"]) == {"dir", "readme"}
+    assert "checkpoints" not in obs  # the grader is in info, never shown to the policy
 
     rewards, ended = [], None
     for action in SOLUTION:
@@ -84,11 +86,19 @@ def test_the_step_limit_truncates(env) -> None:
     truncated = terminated = False
     steps = 0
     while not (terminated or truncated):
-        _, _, terminated, truncated, info = env.step({"action": "key", "key": "shift"})
+        obs, _, terminated, truncated, info = env.step({"action": "key", "key": "shift"})
         steps += 1
         assert steps <= 15
     assert truncated and not terminated and info["termination"] == "step-limit"
     assert steps == 15
+    assert obs["step"] == 15  # the state after the last action, not the one before
+
+
+def test_a_list_of_actions_keeps_to_the_step_limit(env) -> None:
+    env.reset()
+    obs, _, terminated, truncated, info = env.step([{"action": "key", "key": "shift"}] * 40)
+    assert truncated and info["termination"] == "step-limit"
+    assert info["record"]["actions"] == 15
 
 
 def test_a_bad_action_raises_and_costs_no_step(env) -> None:
@@ -97,6 +107,10 @@ def test_a_bad_action_raises_and_costs_no_step(env) -> None:
         env.step({"action": "exec", "argv": ["sh", "-c", "touch /tmp/pwned"]})
     with pytest.raises(pb.InvalidActionError, match="target"):
         env.step({"action": "click", "target": "the OK button"})
+    with pytest.raises(pb.InvalidActionError, match="empty list"):
+        env.step([])
+    with pytest.raises(pb.InvalidActionError, match="JSON"):
+        env.step({"action": "scroll", "dx": float("nan"), "dy": 1})
     obs, *_ = env.step({"action": "key", "key": "shift"})
     assert obs["step"] == 1  # only the valid action counted
 
@@ -110,10 +124,14 @@ def test_an_element_that_is_not_there_is_feedback(env) -> None:
     assert any("99999" in f for f in info["feedback"])
 
 
-def test_reset_picks_another_task_and_report(env) -> None:
-    obs, _ = env.reset(options={"task": TASK})
-    assert obs["task"] == TASK
+def test_reset_switches_task_and_report(env) -> None:
+    obs, _ = env.reset(options={"task": OTHER})
+    assert obs["task"] == OTHER and env.task_id == OTHER
     with pytest.raises(pb.PincerError, match="no task 'no-such-task'"):
         env.reset(options={"task": "no-such-task"})
+    obs, _ = env.reset()  # a failed switch changes nothing
+    assert obs["task"] == OTHER
+    obs, _ = env.reset(options={"task": TASK})
+    assert obs["task"] == TASK
     html = env.report()
-    assert Path(html).is_file() and TASK in Path(html).read_text()
+    assert Path(html).is_file() and TASK in Path(html).read_text() and OTHER in Path(html).read_text()

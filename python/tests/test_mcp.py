@@ -6,8 +6,13 @@ import asyncio
 import base64
 import json
 import os
+import signal
 import struct
+import subprocess
+import time
 from pathlib import Path
+
+import pytest
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -48,6 +53,8 @@ async def solve(cli: Path, out: Path) -> dict:
             seen["shot"] = (image.mime_type, len(raw), png_size(raw) if image.mime_type == "image/png" else None)
             seen["list"] = text(await s.call_tool("list_tasks", {}))
             seen["start"] = text(await s.call_tool("start_task", {"task": TASK}))
+            # A start that cannot happen leaves the running task alone.
+            seen["typo"] = await s.call_tool("start_task", {"task": "no-such-task"})
             marks = await s.call_tool("observe", {})
             seen["observe"] = text(marks)
             seen["bad"] = await s.call_tool("click", {"target": {"element": 99999}})
@@ -78,7 +85,8 @@ def test_an_mcp_client_is_a_scored_agent(pincer_cli: Path, tmp_path: Path) -> No
     if dims:
         assert max(dims) <= 1568
     assert "image 1568x882" in seen["observe"] and "terminal" in seen["observe"].lower()
-    assert "checkpoints passed 0/2" in seen["observe"]
+    assert "checkpoints" not in seen["observe"]  # the grader is task_status's, on request
+    assert seen["typo"].is_error and "no task 'no-such-task'" in text(seen["typo"])
     assert TASK in seen["list"] and TASK in seen["start"]
     assert seen["typed"][0] is False
     # An element that is not there is the agent's mistake, told back, not a failed call.
@@ -89,9 +97,10 @@ def test_an_mcp_client_is_a_scored_agent(pincer_cli: Path, tmp_path: Path) -> No
     (record,) = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
     assert record["task"] == TASK and record["termination"] == "success" and record["agent"] == "mcp"
     calls = [json.loads(l) for l in (out / "mcp.jsonl").read_text().splitlines()]
-    assert [c["tool"] for c in calls][:5] == ["screenshot", "list_tasks", "start_task", "observe", "click"]
+    assert [c["tool"] for c in calls][:5] == ["screenshot", "list_tasks", "start_task", "start_task", "observe"]
     assert calls[-1]["tool"] == "finish_task" and calls[-1]["ok"] is False
-    assert all(c["ok"] for c in calls[:-1])
+    assert sum(not c["ok"] for c in calls) == 2  # the typo and finishing twice
+    assert calls[3]["tool"] == "start_task" and not calls[3]["ok"] and calls[3]["task"] == TASK
     assert (out / "report.html").is_file()
 
 
@@ -103,7 +112,7 @@ async def observe_only(cli: Path, out: Path) -> tuple[list[str], object, object,
             refused = await s.call_tool("type", {"text": "rm -rf ~\n"})
             tree = await s.call_tool("ui_tree", {})
             await s.call_tool("start_task", {"task": TASK})
-            gave_up = await s.call_tool("finish_task", {"outcome": "complete"})
+            gave_up = await s.call_tool("finish_task", {"outcome": "answer", "answer": "42"})
             return names, refused, tree, gave_up
 
 
@@ -112,5 +121,33 @@ def test_without_the_flag_it_only_observes(pincer_cli: Path, tmp_path: Path) -> 
     assert "screenshot" in names and "type" not in names and "click" not in names
     assert refused.is_error and "--allow-actions" in text(refused)
     assert not tree.is_error and text(tree).strip()
-    # A task can still be started and ended, and is scored on what it finds: not done.
+    # A task can still be started and ended (an answer ends it too), and is scored on what
+    # it finds: not done.
     assert "ended: false-completion" in text(gave_up) and "passed 0/2" in text(gave_up)
+
+
+def desktops(cli: Path) -> str:
+    return subprocess.run([str(cli), "desktop", "list"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+@pytest.mark.parametrize("how", ["stdin closed", "SIGTERM", "SIGINT"])
+def test_the_desktop_goes_with_the_server(pincer_cli: Path, tmp_path: Path, how: str) -> None:
+    """However a client stops the server, the local desktop it started is stopped."""
+    server_proc = subprocess.Popen(
+        [str(pincer_cli), "mcp", "--task", TASK, "--out", str(tmp_path / "run")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "run" not in desktops(pincer_cli):
+            assert server_proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        if how == "stdin closed":
+            server_proc.stdin.close()
+        else:
+            server_proc.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGINT)
+        assert server_proc.wait(timeout=60) is not None
+    finally:
+        server_proc.kill()
+    assert "no local desktops are up" in desktops(pincer_cli)

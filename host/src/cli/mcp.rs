@@ -56,6 +56,7 @@ pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
         },
         out.display()
     );
+    let log = Server::open_log(&out)?;
     let session = Session::open(
         reg.clone(),
         SessionConfig {
@@ -75,6 +76,8 @@ pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
         },
     )
     .await?;
-    Server::new(session, a.allow_actions)?.serve_stdio().await?;
+    Server::new(session, log, a.allow_actions)
+        .serve_stdio()
+        .await?;
     Ok(())
 }

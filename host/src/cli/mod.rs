@@ -141,6 +141,9 @@ pub(crate) fn main() -> ExitCode {
         pincer::env::listener::finish_closing().await;
         result
     });
+    // Everything is done; a blocking read that never ends (`pincer mcp`'s stdin, still open
+    // when a client stops the server with a signal) must not keep the process alive.
+    rt.shutdown_timeout(std::time::Duration::from_millis(250));
     report(result)
 }
 

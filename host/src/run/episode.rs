@@ -249,6 +249,8 @@ pub struct Session {
     /// Task runs recorded per task, so each episode gets its own trajectory.
     repeats: BTreeMap<String, u32>,
     running: Option<(usize, Episode)>,
+    /// The run directory's lock, held while the session is open.
+    _hold: shard::Hold,
 }
 
 impl std::fmt::Debug for Session {
@@ -269,6 +271,8 @@ impl Session {
         let (meta, identity) =
             super::header(&cfg.agent, &cfg.tasks, 1, 0, None, &cfg.observation, &[]);
         super::found(&cfg.out, true, &meta, &identity, &cfg.tasks)?;
+        // One process writes a run directory: repeats and trajectories are numbered here.
+        let hold = shard::Hold::take(&cfg.out, None)?;
         let previous = shard::read_all(&cfg.out)
             .map_err(super::io(format!("reading {}", cfg.out.display())))?;
         let mut repeats = BTreeMap::new();
@@ -308,6 +312,7 @@ impl Session {
             results,
             repeats,
             running: None,
+            _hold: hold,
         })
     }
 
@@ -385,7 +390,6 @@ impl Session {
     /// Starts a task run (a running one is aborted first): setup, the initial check, the
     /// first observation.
     pub async fn start(&mut self, id: &str, seed: u64) -> Result<Now, EpisodeError> {
-        self.abort().await?;
         let Some(i) = self.tasks.iter().position(|t| t.id == id) else {
             return Err(EpisodeError::NoTask {
                 id: id.to_owned(),
@@ -409,6 +413,8 @@ impl Session {
                 has: self.set.envs.keys().cloned().collect::<Vec<_>>().join(", "),
             });
         }
+        // Only a start that can happen ends the running task.
+        self.abort().await?;
         let repeat = self.repeats.get(id).copied().unwrap_or(0);
         self.repeats.insert(id.to_owned(), repeat + 1);
         let slot = Slot {
@@ -494,8 +500,8 @@ impl Session {
 }
 
 /// An observation as JSON, for callers outside the runner, without the images (which they
-/// take as bytes): the step, feedback on the last actions, each checkpoint's state and
-/// feedback, and per role its platform, sizes, marked elements and tree text.
+/// take as bytes): the step, feedback on the last actions, and per role its platform,
+/// sizes, marked elements and tree text.
 pub fn observation_json(obs: &Observation) -> serde_json::Value {
     let views: serde_json::Map<String, serde_json::Value> = obs
         .views
@@ -516,11 +522,22 @@ pub fn observation_json(obs: &Observation) -> serde_json::Value {
     serde_json::json!({
         "step": obs.step,
         "feedback": obs.feedback,
-        "checkpoints": obs.checkpoints.iter().map(|(id, passed)| serde_json::json!({
-            "id": id,
-            "passed": passed,
-            "feedback": obs.checkpoint_feedback.get(id),
-        })).collect::<Vec<_>>(),
         "views": views,
     })
+}
+
+/// Each checkpoint's state and its latest feedback, in the task's order: what the
+/// evaluator knows, kept out of the observation (pincer's agents are not shown the grader)
+/// and given to callers beside it (Gymnasium's `info`, `task_status`).
+pub fn checkpoints_json(obs: &Observation) -> serde_json::Value {
+    obs.checkpoints
+        .iter()
+        .map(|(id, passed)| {
+            serde_json::json!({
+                "id": id,
+                "passed": passed,
+                "feedback": obs.checkpoint_feedback.get(id),
+            })
+        })
+        .collect()
 }

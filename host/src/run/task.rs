@@ -313,6 +313,7 @@ impl<'a> TaskRun<'a> {
                 self.started.elapsed(),
                 &task.limits,
             ) {
+                self.show_last(agent, seen_already.take(), &mut turn);
                 return Err(end);
             }
             decision_no += 1;
@@ -362,13 +363,24 @@ impl<'a> TaskRun<'a> {
             self.harness.push(record.timing.harness_ms());
             let _ = blocking(|| steps_file.write(&record));
             if let Some(e) = ended {
-                if let Some(views) = seen_already.take()
-                    && let Ok(last) = self.observation(views, std::mem::take(&mut turn.feedback))
-                {
-                    agent.seen_last(&last);
-                }
+                self.show_last(agent, seen_already.take(), &mut turn);
                 return Err(e);
             }
+        }
+    }
+
+    /// Shows the agent the views taken after the last action, if there are any, when the
+    /// run ends: the state it ended in, before the final check and teardown.
+    fn show_last(
+        &self,
+        agent: &mut dyn Agent,
+        views: Option<Vec<Result<View, observe::ObserveError>>>,
+        turn: &mut Turn,
+    ) {
+        if let Some(views) = views
+            && let Ok(last) = self.observation(views, std::mem::take(&mut turn.feedback))
+        {
+            agent.seen_last(&last);
         }
     }
 
@@ -460,6 +472,23 @@ impl<'a> TaskRun<'a> {
             }
         }
         for (n, action) in decision.actions.iter().enumerate() {
+            // A long decision (a list of actions) keeps to the limits and stops on Ctrl-C
+            // as a decision of one action does.
+            if n > 0
+                && let Some(end) = limit_reached(
+                    self.ctx.cancel.load(Ordering::SeqCst),
+                    self.actions_done,
+                    self.started.elapsed(),
+                    &self.task.limits,
+                )
+            {
+                record.results.push(format!(
+                    "skipped {} actions: {}",
+                    decision.actions.len() - n,
+                    end.termination
+                ));
+                return Some(end);
+            }
             let last = n + 1 == decision.actions.len();
             self.say(&format!(
                 "step {}/{}: {}",
