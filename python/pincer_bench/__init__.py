@@ -21,11 +21,11 @@ if (_BIN / "pincer").is_file():
 from ._pincer import (  # noqa: E402
     InvalidActionError,
     PincerError,
-    Session,
     action_schema,
     check_action,
     run,
 )
+from .session import Session  # noqa: E402
 from .gym import PincerEnv  # noqa: E402
 
 __all__ = [

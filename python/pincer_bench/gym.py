@@ -19,7 +19,8 @@ from typing import Any, Optional
 import gymnasium
 from gymnasium import spaces
 
-from ._pincer import InvalidActionError, PincerError, Session, action_schema, check_action
+from ._pincer import InvalidActionError, PincerError, action_schema, check_action
+from .session import Session
 
 # Endings from outside the task's own dynamics: the step and time limits, a failed
 # environment or evaluator, an interruption.
@@ -62,6 +63,12 @@ class ActionSpace(spaces.Space):
     def is_np_flattenable(self) -> bool:
         return False
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActionSpace) and (other.roles, other.screen) == (
+            self.roles,
+            self.screen,
+        )
+
     def __repr__(self) -> str:
         return f"ActionSpace(roles={self.roles})"
 
@@ -90,6 +97,12 @@ class ObservationSpace(spaces.Space):
     @property
     def is_np_flattenable(self) -> bool:
         return False
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObservationSpace) and other.roles == self.roles
+
+    def __repr__(self) -> str:
+        return f"ObservationSpace(roles={self.roles})"
 
 
 class PincerEnv(gymnasium.Env):

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
-from ._pincer import PincerError, Session
+from ._pincer import PincerError
+from .session import Session
 from .gym import completion as _completion
 from .pyautogui import ActionRefused, Parser
 

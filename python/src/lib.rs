@@ -225,7 +225,7 @@ fn decision(
 
 /// An environment set and a run directory over which Python starts episodes, one at a
 /// time, and decides each action (what `PincerEnv` and `DesktopEnv` use).
-#[pyclass(module = "pincer_bench._pincer")]
+#[pyclass(module = "pincer_bench._pincer", weakref, subclass)]
 struct Session {
     inner: Mutex<Option<episode::Session>>,
     /// The running task, for its id, instruction and roles.

@@ -135,3 +135,41 @@ def test_reset_switches_task_and_report(env) -> None:
     assert obs["task"] == TASK
     html = env.report()
     assert Path(html).is_file() and TASK in Path(html).read_text() and OTHER in Path(html).read_text()
+
+
+def test_forked_vector_workers(tmp_path: Path) -> None:
+    """Gymnasium's AsyncVectorEnv makes one env in this process, then forks its workers:
+    each gets a runtime of its own (a forked runtime has no threads) and its own desktop."""
+    from gymnasium.vector import AsyncVectorEnv
+
+    def make(i: int):
+        return lambda: pb.PincerEnv("demo", TASK, out=str(tmp_path / f"w{i}"))
+
+    vec = AsyncVectorEnv([make(0), make(1)], context="fork", shared_memory=False)
+    try:
+        obs, info = vec.reset(seed=0)  # custom spaces batch as tuples, one per worker
+        assert [o["task"] for o in obs] == [TASK, TASK]
+        obs, rewards, terminated, truncated, info = vec.step(
+            ({"action": "key", "key": "shift"},) * 2
+        )
+        assert [o["step"] for o in obs] == [1, 1]
+        assert not any(terminated) and not any(truncated)
+    finally:
+        vec.close()
+
+
+def test_an_env_never_closed_stops_its_desktop_at_exit(tmp_path: Path, pincer_cli: Path) -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import pincer_bench as pb\n"
+        f"env = pb.PincerEnv('demo', {TASK!r}, out={str(tmp_path / 'run')!r})\n"
+        "env.reset()\n"
+        "import os; print(os.getpid())\n"  # and exit without env.close()
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    desktop = f"run{int(done.stdout) % 100_000}-s0-desktop"
+    listed = subprocess.run([str(pincer_cli), "desktop", "list"], capture_output=True, text=True)
+    assert desktop not in listed.stdout and listed.returncode == 0

@@ -101,9 +101,16 @@ fn run_names(
     if let Some((role, _)) = roles.iter().find(|(_, p)| **p != Platform::Linux) {
         return Err(RunError::NotLocal(role.clone()));
     }
-    let tag = std::process::id() % 100_000;
+    // The process, and how many times it has started sets: a process with several sessions
+    // at once (Python, pincer mcp) gives each its own names.
+    static STARTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let tag = match STARTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+        0 => format!("{}", std::process::id() % 100_000),
+        n => format!("{}n{n}", std::process::id() % 100_000),
+    };
     Ok((0..count)
         .flat_map(|i| {
+            let tag = &tag;
             roles
                 .keys()
                 .map(move |role| (i, role.clone(), format!("run{tag}-s{i}-{role}")))
