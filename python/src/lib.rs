@@ -257,7 +257,7 @@ impl Session {
     }
 
     /// Runs `f` on the session without the GIL; the session is put back whatever happens
-    /// (a Ctrl-C meanwhile is raised after).
+    /// (a Ctrl-C meanwhile interrupts the task run, and is raised after).
     fn with<T: Send, Fut>(
         &self,
         py: Python<'_>,
@@ -267,7 +267,9 @@ impl Session {
         Fut: Future<Output = (episode::Session, T)> + Send,
     {
         let s = self.take()?;
-        let ((s, out), interrupt) = wait_all(py, &AtomicBool::new(false), f(s))?;
+        // Ctrl-C interrupts the running task: it finishes its action and ends aborted.
+        let interrupter = s.interrupter();
+        let ((s, out), interrupt) = wait_all(py, &interrupter, f(s))?;
         self.put(s);
         interrupt.map_or(Ok(out), Err)
     }

@@ -173,3 +173,35 @@ def test_an_env_never_closed_stops_its_desktop_at_exit(tmp_path: Path, pincer_cl
     desktop = f"run{int(done.stdout) % 100_000}-s0-desktop"
     listed = subprocess.run([str(pincer_cli), "desktop", "list"], capture_output=True, text=True)
     assert desktop not in listed.stdout and listed.returncode == 0
+
+
+def test_ctrl_c_in_a_step_ends_the_episode_aborted(tmp_path: Path) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    script = (
+        "import pincer_bench as pb\n"
+        f"env = pb.PincerEnv('demo', {TASK!r}, out={str(out)!r})\n"
+        "env.reset()\n"
+        "try:\n"
+        "    print('stepping', flush=True)\n"
+        "    env.step([{'action': 'wait', 'seconds': 1.0}] * 30)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+        "env.close()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "stepping"
+        time.sleep(0.5)  # into the step
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=20)  # not the 30 s the waits would take
+    finally:
+        proc.kill()
+    assert "interrupted" in rest and proc.returncode == 0
+    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert record["termination"] == "aborted"

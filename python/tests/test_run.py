@@ -82,3 +82,33 @@ def test_the_cli_comes_with_the_package(pincer_cli: Path) -> None:
     assert version.stdout.startswith("pincer ")
     listed = subprocess.run([str(pincer_cli), "task", "list", "--tasks", "demo"], capture_output=True, text=True)
     assert listed.returncode == 0 and "terminal-make-project" in listed.stdout
+
+
+def test_ctrl_c_records_the_run_as_aborted_and_stops_the_desktop(tmp_path: Path, pincer_cli: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    script = (
+        "import pincer_bench as pb\n"
+        "def agent(obs):\n"
+        "    print('acting', flush=True)\n"
+        "    return {'action': 'wait', 'seconds': 0.2}\n"
+        "try:\n"
+        f"    pb.run('demo', agent, task_ids=['terminal-make-project'], out={str(out)!r}, report=False)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "acting"
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert "interrupted" in rest and proc.returncode == 0
+    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert record["termination"] == "aborted"
+    listed = subprocess.run([str(pincer_cli), "desktop", "list"], capture_output=True, text=True)
+    assert f"run{proc.pid % 100_000}-" not in listed.stdout

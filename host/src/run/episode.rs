@@ -138,9 +138,9 @@ impl Episode {
         observation: ObservationConfig,
         out: PathBuf,
         agent: String,
+        cancel: Arc<AtomicBool>,
     ) -> Self {
         let (to, from) = mpsc::channel(2);
-        let cancel = Arc::new(AtomicBool::new(false));
         let stop = cancel.clone();
         let run = tokio::spawn(async move {
             let mut agent = Outside { name: agent, to };
@@ -249,6 +249,9 @@ pub struct Session {
     /// Task runs recorded per task, so each episode gets its own trajectory.
     repeats: BTreeMap<String, u32>,
     running: Option<(usize, Episode)>,
+    /// Set to interrupt the running task (it finishes its current action and ends
+    /// aborted); cleared when a task starts.
+    cancel: Arc<AtomicBool>,
     /// The run directory's lock, held while the session is open.
     _hold: shard::Hold,
 }
@@ -312,6 +315,7 @@ impl Session {
             results,
             repeats,
             running: None,
+            cancel: Arc::new(AtomicBool::new(false)),
             _hold: hold,
         })
     }
@@ -370,6 +374,13 @@ impl Session {
         task::execute_free(action, &self.set, marks).await
     }
 
+    /// The flag that interrupts the running task, for a caller waiting on [`Self::start`]
+    /// or [`Self::step`] from elsewhere (Ctrl-C in Python): the task run finishes its
+    /// current action and ends aborted.
+    pub fn interrupter(&self) -> Arc<AtomicBool> {
+        self.cancel.clone()
+    }
+
     /// The running task, if one is.
     pub fn running(&self) -> Option<&Task> {
         self.running.as_ref().map(|(i, _)| self.tasks[*i].as_ref())
@@ -415,6 +426,7 @@ impl Session {
         }
         // Only a start that can happen ends the running task.
         self.abort().await?;
+        self.cancel.store(false, Ordering::SeqCst);
         let repeat = self.repeats.get(id).copied().unwrap_or(0);
         self.repeats.insert(id.to_owned(), repeat + 1);
         let slot = Slot {
@@ -429,6 +441,7 @@ impl Session {
             self.observation,
             self.out.clone(),
             self.agent.clone(),
+            self.cancel.clone(),
         );
         self.running = Some((i, episode));
         self.next().await
