@@ -73,12 +73,14 @@ def test_a_scripted_policy_solves_a_task(env) -> None:
     assert len(steps) == len(rewards)
 
 
-def test_declaring_done_too_early_fails(env) -> None:
-    env.reset()
+def test_a_policy_that_declares_done_too_early_fails_another_task(env) -> None:
+    obs, _ = env.reset(options={"task": OTHER})
+    assert obs["task"] == OTHER
     obs, reward, terminated, truncated, info = env.step({"action": "complete"})
     assert terminated and not truncated
     assert not info["success"] and info["termination"] == "false-completion"
     assert reward == 0.0 and info["completion"] == 0.0
+    env.reset(options={"task": TASK})  # the other tests' task again
 
 
 def test_the_step_limit_truncates(env) -> None:
