@@ -132,6 +132,9 @@ class PincerEnv(gymnasium.Env):
         size: tuple[int, int] = (1920, 1080),
         out: Optional[str] = None,
         envs: Optional[str] = None,
+        vm: Optional[str] = None,
+        vm_memory: int = 1024,
+        vm_cpus: int = 2,
     ):
         super().__init__()
         ids = task_ids if task_ids is not None else ([task] if task is not None else None)
@@ -145,6 +148,9 @@ class PincerEnv(gymnasium.Env):
             out=out,
             agent="python:gym",
             envs=envs,
+            vm=vm,
+            vm_memory=vm_memory,
+            vm_cpus=vm_cpus,
         )
         self.task_id = task or self.session.task_ids()[0]
         self._screen = size

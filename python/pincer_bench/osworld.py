@@ -38,8 +38,9 @@ _SPECIAL = {"WAIT", "DONE", "FAIL"}
 class DesktopEnv:
     """A desktop with OSWorld's interface: ``reset``, ``step``, ``evaluate``, ``close``.
 
-    ``tasks`` is a pincer task file, directory or bundled suite; without ``sets``, a local
-    desktop is started (``screen_size``) and stopped by ``close()``. Observations are
+    ``tasks`` is a pincer task file, directory or bundled suite; without ``sets`` or ``vm``
+    (an image whose VM is started and reset before every episode, as OSWorld's are), a
+    local desktop is started (``screen_size``) and stopped by ``close()``. Observations are
     OSWorld's: ``screenshot`` (PNG bytes), ``accessibility_tree`` (text, with
     ``require_a11y_tree``), ``terminal`` (always None) and ``instruction``.
     """
@@ -54,6 +55,7 @@ class DesktopEnv:
         sets: Optional[str] = None,
         out: Optional[str] = None,
         envs: Optional[str] = None,
+        vm: Optional[str] = None,
         **_ignored: Any,
     ):
         if action_space != "pyautogui":
@@ -70,6 +72,7 @@ class DesktopEnv:
             out=out,
             agent="python:osworld",
             envs=envs,
+            vm=vm,
         )
         self.action_space = action_space
         self.screen_size = screen_size

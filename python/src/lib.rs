@@ -147,6 +147,37 @@ fn observation_config(observe: &str, max_size: Option<(u32, u32)>) -> PyResult<O
     Ok(cfg)
 }
 
+/// The VMs of an image (`vm=`), with the agent the package carries.
+fn vm_plan(image: String, memory_mib: u32, cpus: u32) -> PyResult<runner::sets::VmPlan> {
+    Ok(runner::sets::VmPlan {
+        cache: pincer::image::Cache::at(pincer::paths::image_cache_dir()),
+        image,
+        memory_mib,
+        cpus,
+        agent: pincer::desktop::agent_binary().map_err(err)?,
+    })
+}
+
+/// Where a session's environments come from: named ones, VMs of an image, or local
+/// desktops.
+fn envs_of(
+    sets: Option<String>,
+    vm: Option<String>,
+    (memory, cpus): (u32, u32),
+    size: (u32, u32),
+) -> PyResult<Envs> {
+    Ok(match (sets, vm) {
+        (Some(_), Some(_)) => {
+            return Err(PyValueError::new_err(
+                "give sets (registered environments) or vm (an image), not both",
+            ));
+        }
+        (Some(s), None) => Envs::Named(s),
+        (None, Some(image)) => Envs::Vm(vm_plan(image, memory, cpus)?),
+        (None, None) => Envs::Local(size),
+    })
+}
+
 /// Tasks from a file, directory or bundled suite, narrowed to `ids` if given.
 fn load_tasks(spec: &str, ids: Option<Vec<String>>) -> PyResult<Vec<Task>> {
     let set = pincer::task::load_path(spec).map_err(err)?;
@@ -328,12 +359,13 @@ impl Session {
 #[pymethods]
 impl Session {
     /// Opens a session: `tasks` is a task file, directory or bundled suite (`demo`);
-    /// `task_ids` narrows it; `sets` names registered environments as `ROLE=ENV,...`
-    /// (without it local desktops are started, at `size`); `observe` is a comma-separated
+    /// `task_ids` narrows it; `sets` names registered environments as `ROLE=ENV,...`, `vm`
+    /// an image whose VMs are started (each reset before every task; `vm_memory` MiB,
+    /// `vm_cpus`), and without either local desktops are started, at `size`; `observe` is a comma-separated
     /// choice of marks, screenshot, tree; `out` is the run directory (results, trajectories,
     /// report); `envs` an envs file other than the default.
     #[new]
-    #[pyo3(signature = (tasks, task_ids=None, sets=None, observe="marks", max_size=None, size=(1920, 1080), out=None, agent="python", envs=None))]
+    #[pyo3(signature = (tasks, task_ids=None, sets=None, observe="marks", max_size=None, size=(1920, 1080), out=None, agent="python", envs=None, vm=None, vm_memory=1024, vm_cpus=2))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -346,13 +378,13 @@ impl Session {
         out: Option<PathBuf>,
         agent: &str,
         envs: Option<PathBuf>,
+        vm: Option<String>,
+        vm_memory: u32,
+        vm_cpus: u32,
     ) -> PyResult<Self> {
         let cfg = SessionConfig {
             tasks: load_tasks(tasks, task_ids)?,
-            envs: match sets {
-                Some(s) => Envs::Named(s),
-                None => Envs::Local(size),
-            },
+            envs: envs_of(sets, vm, (vm_memory, vm_cpus), size)?,
             observation: observation_config(observe, max_size)?,
             out: out.unwrap_or_else(|| default_out(tasks, agent)),
             agent: agent.to_owned(),
@@ -560,9 +592,11 @@ impl Agent for PyAgent {
 
 /// Runs `tasks` with `agent` (a callable: observation dict → action dict or list) in
 /// pincer's runner: environment sets in parallel, repeats and seeds, resume, results,
-/// trajectories and the report. Returns {"out", "records", "report"}.
+/// trajectories and the report. Environments: `sets` (registered, one worker per
+/// `ROLE=ENV,...`), else `parallel` sets of VMs of image `vm` or of local desktops.
+/// Returns {"out", "records", "report"}.
 #[pyfunction]
-#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None))]
+#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=1024, vm_cpus=2))]
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
@@ -581,6 +615,9 @@ fn run(
     report: bool,
     name: &str,
     envs: Option<PathBuf>,
+    vm: Option<String>,
+    vm_memory: u32,
+    vm_cpus: u32,
 ) -> PyResult<Py<PyAny>> {
     if !agent.bind(py).is_callable() {
         return Err(PyValueError::new_err(
@@ -608,14 +645,28 @@ fn run(
     });
     let cancel = Arc::new(AtomicBool::new(false));
     let made = runner::sets::Made::default();
+    let plan = match (&sets, vm) {
+        (Some(s), Some(_)) if !s.is_empty() => {
+            return Err(PyValueError::new_err(
+                "give sets (registered environments) or vm (an image), not both",
+            ));
+        }
+        (_, Some(image)) => Some(vm_plan(image, vm_memory, vm_cpus)?),
+        (_, None) => None,
+    };
     let (records, interrupt) = wait_all(py, &cancel, async {
-        let env_sets = match sets {
-            Some(specs) if !specs.is_empty() => runner::sets::named_sets(&reg, &specs).await?,
+        let refs: Vec<&Task> = tasks.iter().collect();
+        let roles = runner::sets::roles_needed(&refs)?;
+        let progress = |m: &str| eprintln!("  {m}");
+        let env_sets = match (sets, plan) {
+            (Some(specs), _) if !specs.is_empty() => runner::sets::named_sets(&reg, &specs).await?,
+            (_, Some(plan)) => {
+                runner::sets::vm_sets(&reg, &roles, parallel.max(1), &plan, &made, &progress)
+                    .await?
+            }
             _ => {
-                let refs: Vec<&Task> = tasks.iter().collect();
-                let roles = runner::sets::roles_needed(&refs)?;
                 runner::sets::local_sets(&reg, &roles, parallel.max(1), size, &made, &mut |m| {
-                    eprintln!("  {m}")
+                    progress(m)
                 })
                 .await?
             }

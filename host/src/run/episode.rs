@@ -217,6 +217,9 @@ pub enum Envs {
     Local((u32, u32)),
     /// Registered environments, as `ROLE=ENV,ROLE=ENV`.
     Named(String),
+    /// VMs of an image started for the session (and stopped with it), each reset to the
+    /// image's golden state before every task.
+    Vm(sets::VmPlan),
 }
 
 /// What a session runs.
@@ -302,6 +305,17 @@ impl Session {
             Envs::Named(spec) => sets::named_sets(&reg, std::slice::from_ref(spec))
                 .await?
                 .remove(0),
+            Envs::Vm(plan) => {
+                let refs: Vec<&Task> = cfg.tasks.iter().collect();
+                let roles = sets::roles_needed(&refs)?;
+                match sets::vm_sets(&reg, &roles, 1, plan, &made, &|m| eprintln!("  {m}")).await {
+                    Ok(mut s) => s.remove(0),
+                    Err(e) => {
+                        made.stop(&reg).await;
+                        return Err(e);
+                    }
+                }
+            }
         };
         Ok(Self {
             reg,
