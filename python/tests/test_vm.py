@@ -56,3 +56,43 @@ def test_episodes_on_a_vm_start_from_its_golden_state(tmp_path: Path, pincer_cli
         env.close()
     vms = subprocess.run([str(pincer_cli), "vm", "list"], capture_output=True, text=True)
     assert vms.returncode == 0 and "run" not in vms.stdout
+
+
+def test_pincer_mcp_serves_a_vm(tmp_path: Path, pincer_cli: Path) -> None:
+    import asyncio
+    import os
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "vm-mark.json").write_text(json.dumps(TASK))
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "PINCER_STATE_DIR", "PINCER_ENVS")}
+    params = StdioServerParameters(
+        command=str(pincer_cli),
+        args=["mcp", "--tasks", str(tasks), "--vm", IMAGE, "--allow-actions",
+              "--out", str(tmp_path / "run")],
+        env=env,
+    )
+
+    async def session() -> tuple[str, str]:
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                await s.call_tool("start_task", {"task": "vm-mark"})
+                await s.call_tool("type", {"text": "touch ~/mark\n"})
+                status = ""
+                for _ in range(10):
+                    status = (await s.call_tool("task_status", {})).content[0].text
+                    if "ended" in status:
+                        break
+                    await s.call_tool("wait", {"seconds": 1})
+                listed = subprocess.run([str(pincer_cli), "vm", "list"], capture_output=True, text=True)
+                return status, listed.stdout
+
+    status, during = asyncio.run(session())
+    assert "ended: success" in status
+    assert "run" in during  # the session's VM, while it served
+    after = subprocess.run([str(pincer_cli), "vm", "list"], capture_output=True, text=True)
+    assert "run" not in after.stdout

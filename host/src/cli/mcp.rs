@@ -4,6 +4,7 @@ use pincer::agent::ObservationConfig;
 use pincer::env::registry::Registry;
 use pincer::mcp::{MAX_IMAGE_SIDE, Server};
 use pincer::run::episode::{Envs, Session, SessionConfig};
+use pincer::run::sets::VmPlan;
 use std::path::PathBuf;
 
 /// `pincer mcp ...`.
@@ -17,8 +18,12 @@ pub(crate) struct McpArgs {
     only: Vec<String>,
     /// Registered environments as ROLE=ENV,... (without it, a local desktop is started for
     /// the session and stopped when the client goes).
-    #[arg(long = "set", value_name = "ROLE=ENV,...")]
+    #[arg(long = "set", value_name = "ROLE=ENV,...", conflicts_with = "vm")]
     set: Option<String>,
+    /// Serve VMs of this image (`pincer image list`) instead, each reset to the image's
+    /// golden state before every task.
+    #[arg(long, value_name = "IMAGE")]
+    vm: Option<String>,
     /// List and carry out the agent actions (click, type, ...); without it the server only
     /// observes.
     #[arg(long)]
@@ -61,9 +66,16 @@ pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
         reg.clone(),
         SessionConfig {
             tasks,
-            envs: match a.set {
-                Some(s) => Envs::Named(s),
-                None => Envs::Local(a.size),
+            envs: match (a.set, a.vm) {
+                (Some(s), _) => Envs::Named(s),
+                (None, Some(image)) => Envs::Vm(VmPlan {
+                    cache: pincer::image::Cache::at(pincer::paths::image_cache_dir()),
+                    image,
+                    memory_mib: 1024,
+                    cpus: 2,
+                    agent: super::image::default_agent(),
+                }),
+                (None, None) => Envs::Local(a.size),
             },
             observation: ObservationConfig {
                 screenshot: true,
