@@ -126,25 +126,8 @@ fn py_to_json(v: &Bound<'_, PyAny>) -> PyResult<serde_json::Value> {
 }
 
 fn observation_config(observe: &str, max_size: Option<(u32, u32)>) -> PyResult<ObservationConfig> {
-    let mut cfg = ObservationConfig {
-        screenshot: false,
-        marks: false,
-        tree_text: false,
-        max_size,
-    };
-    for part in observe.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match part {
-            "marks" | "som" => cfg.marks = true,
-            "screenshot" => cfg.screenshot = true,
-            "tree" => cfg.tree_text = true,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "observe: unknown part '{other}' (use marks, screenshot, tree, comma-separated)"
-                )));
-            }
-        }
-    }
-    Ok(cfg)
+    ObservationConfig::parse(observe, max_size)
+        .map_err(|e| PyValueError::new_err(format!("observe: {e}")))
 }
 
 /// The VMs of an image (`vm=`), with the agent the package carries.

@@ -33,6 +33,33 @@ impl Default for ObservationConfig {
     }
 }
 
+impl ObservationConfig {
+    /// What agents see from a comma-separated choice of `marks` (or `som`), `screenshot`
+    /// and `tree`, images fitted to `max_size`: `--observe` and the Python package's
+    /// `observe=`.
+    pub fn parse(spec: &str, max_size: Option<(u32, u32)>) -> Result<Self, String> {
+        let mut cfg = Self {
+            screenshot: false,
+            marks: false,
+            tree_text: false,
+            max_size,
+        };
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "marks" | "som" => cfg.marks = true,
+                "screenshot" => cfg.screenshot = true,
+                "tree" => cfg.tree_text = true,
+                other => {
+                    return Err(format!(
+                        "unknown part '{other}' (use marks, screenshot, tree, comma-separated)"
+                    ));
+                }
+            }
+        }
+        Ok(cfg)
+    }
+}
+
 /// One environment as the agent sees it.
 #[derive(Debug, Clone)]
 pub struct View {

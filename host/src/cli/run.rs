@@ -139,24 +139,6 @@ pub(crate) struct RunArgs {
     pub(super) kvm: bool,
 }
 
-fn observation(spec: &str, max_size: Option<(u32, u32)>) -> anyhow::Result<ObservationConfig> {
-    let mut cfg = ObservationConfig {
-        screenshot: false,
-        marks: false,
-        tree_text: false,
-        max_size,
-    };
-    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match part {
-            "marks" | "som" => cfg.marks = true,
-            "screenshot" => cfg.screenshot = true,
-            "tree" => cfg.tree_text = true,
-            other => bail!("--observe: unknown part '{other}' (use marks, screenshot, tree)"),
-        }
-    }
-    Ok(cfg)
-}
-
 /// Makes agents from `--agent` and `--agent-opt`.
 pub(crate) fn agent_factory(spec: &str, opts: &[String]) -> anyhow::Result<(AgentFactory, String)> {
     let name = spec.to_owned();
@@ -225,7 +207,8 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
     // Validate before starting anything.
     run::prepare(&tasks, &pincer::eval::functions::Library::standard())?;
     let (agent, agent_name) = agent_factory(&agent_spec, &a.agent_opts)?;
-    let observation = observation(&a.observe, a.max_size)?;
+    let observation = ObservationConfig::parse(&a.observe, a.max_size)
+        .map_err(|e| anyhow::anyhow!("--observe: {e}"))?;
     let out = a.out.clone().unwrap_or_else(|| {
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
