@@ -549,6 +549,13 @@ fn bad_input_is_named() {
         "the interrupted build's directory is still there"
     );
     assert!(!c2.join("tools").exists());
+    // mmdebstrap's temporary root (its /proc, /sys and /dev mounted) went with the build's
+    // directory: nothing stays mounted, nothing stays in /tmp.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mountinfo.contains(c2.to_str().unwrap()) && !mountinfo.contains("/mmdebstrap."),
+        "mounts left behind:\n{mountinfo}"
+    );
     let mmdebstraps = pincer_tests::processes()
         .into_iter()
         .filter(|p| p.cmdline.contains("mmdebstrap") && p.cmdline.contains(c2.to_str().unwrap()))

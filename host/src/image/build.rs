@@ -169,8 +169,46 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         if let Some(p) = self.0.take() {
-            let _ = std::fs::remove_dir_all(p);
+            remove_work(&p);
         }
+    }
+}
+
+/// The mount points at or below `dir`, deepest first.
+fn mounts_below(dir: &Path) -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut points: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| PathBuf::from(p.replace("\\040", " ")))
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
+    points
+}
+
+/// Removes a build's working directory. A step that was stopped (mmdebstrap, whose
+/// temporary root lives in it) can leave that root's /proc, /sys and /dev mounted: they
+/// are detached first, and while one stays the directory is left alone, since removing
+/// it through a bind mount would delete the host's files.
+fn remove_work(dir: &Path) {
+    for point in mounts_below(dir) {
+        if let Ok(c) = std::ffi::CString::new(point.as_os_str().as_encoded_bytes()) {
+            // SAFETY: a NUL-terminated path; detaching a mount this build's step made.
+            unsafe {
+                libc::umount2(c.as_ptr(), libc::MNT_DETACH);
+            }
+        }
+    }
+    if mounts_below(dir).is_empty() {
+        let _ = std::fs::remove_dir_all(dir);
+    } else {
+        eprintln!(
+            "warning: {} still has mounts under it; unmount them and remove it by hand",
+            dir.display()
+        );
     }
 }
 
@@ -183,7 +221,7 @@ fn sweep(cache: &Path) {
         let name = e.file_name().to_string_lossy().into_owned();
         let work = name.starts_with(".build-") || name.starts_with(".rm-");
         if work && !owner_alive(&name) {
-            let _ = std::fs::remove_dir_all(e.path());
+            remove_work(&e.path());
         }
     }
 }
@@ -270,7 +308,18 @@ pub async fn build(
         debs.display()
     ));
     let args = mmdebstrap_args(loaded, opts, &packages, &sources, &out, &overlay, &debs);
-    run_step("mmdebstrap", "mmdebstrap", &args, progress).await?;
+    // mmdebstrap's temporary root goes in the build's directory, not /tmp: a build that is
+    // stopped midway takes it along (mounts and all) when the directory goes.
+    let tmp = out.join("tmp");
+    std::fs::create_dir_all(&tmp).map_err(io(format!("creating {}", tmp.display())))?;
+    run_step(
+        "mmdebstrap",
+        "mmdebstrap",
+        &args,
+        &[("TMPDIR", &tmp)],
+        progress,
+    )
+    .await?;
 
     progress("converting the root file system to qcow2");
     let raw = out.join("root.raw");
@@ -285,6 +334,7 @@ pub async fn build(
             raw.display().to_string(),
             disk.display().to_string(),
         ],
+        &[],
         progress,
     )
     .await?;
@@ -301,6 +351,7 @@ pub async fn build(
             "podman import",
             "podman",
             &["import".into(), tar.display().to_string(), tag.clone()],
+            &[],
             progress,
         )
         .await?;
@@ -699,10 +750,12 @@ async fn run_step(
     step: &str,
     program: &str,
     args: &[String],
+    env: &[(&str, &Path)],
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<(), ImageError> {
     let mut child = tokio::process::Command::new(program)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
