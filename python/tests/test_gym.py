@@ -12,10 +12,11 @@ import pincer_bench as pb
 
 TASK = "terminal-make-project"
 OTHER = "terminal-count-lines"
+# The commands, then waits (not steps) while the shell runs them, then done.
 SOLUTION = [
     {"action": "type", "text": "mkdir -p ~/projects/pincer\n"},
     {"action": "type", "text": "echo fast > ~/projects/pincer/README\n"},
-    {"action": "wait", "seconds": 0.3},
+    *[{"action": "wait", "seconds": 0.3}] * 30,
     {"action": "complete"},
 ]
 

@@ -63,7 +63,7 @@ async def solve(cli: Path, out: Path) -> dict:
             )
             seen["typed"] = (typed.is_error, text(typed))
             # pincer ends a task run once every checkpoint holds; until then, wait and look.
-            for _ in range(5):
+            for _ in range(40):  # a loaded machine's terminal takes its time
                 status = text(await s.call_tool("task_status", {}))
                 if "ended" in status:
                     break

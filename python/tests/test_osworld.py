@@ -30,7 +30,7 @@ def test_an_osworld_agent_solves_a_task(env) -> None:
     )
     # pincer ends a task run once every checkpoint holds; an agent that says DONE first
     # ends it the same way.
-    for then in ["WAIT", "WAIT", "DONE"]:
+    for then in ["WAIT"] * 20 + ["DONE"]:
         if done:
             break
         obs, reward, done, info = env.step(then, pause=0.5)

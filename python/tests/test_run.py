@@ -41,7 +41,9 @@ def test_a_python_agent_runs_in_the_runner(tmp_path: Path) -> None:
     assert {r["repeat"] for r in records} == {0, 1}
     assert len({r["env_set"] for r in records}) == 2  # one task run on each desktop
     assert all(r["agent"] == "python:callable" for r in records)
-    assert agent.calls >= 4 and agent.seen[0]["step"] == 0
+    # Each task run asked the agent at least once, starting from step 0 (the run ends by
+    # itself once the typed command has made every checkpoint pass).
+    assert sum(1 for seen in agent.seen if seen["step"] == 0) >= 2
     assert Path(result["report"]).is_file()
     lines = (out / "results.jsonl").read_text().splitlines()
     assert len(lines) == 2 and json.loads(lines[0])["task"] == "terminal-make-project"

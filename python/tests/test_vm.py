@@ -42,7 +42,7 @@ def test_episodes_on_a_vm_start_from_its_golden_state(tmp_path: Path, pincer_cli
         assert obs["views"]["desktop"]["marked"].startswith(b"\x89PNG")
         obs, reward, terminated, truncated, info = env.step(
             {"action": "type", "text": "touch ~/mark\n"})
-        for _ in range(10):
+        for _ in range(60):
             if terminated or truncated:
                 break
             obs, r, terminated, truncated, info = env.step({"action": "wait", "seconds": 1})
@@ -83,7 +83,7 @@ def test_pincer_mcp_serves_a_vm(tmp_path: Path, pincer_cli: Path) -> None:
                 await s.call_tool("start_task", {"task": "vm-mark"})
                 await s.call_tool("type", {"text": "touch ~/mark\n"})
                 status = ""
-                for _ in range(10):
+                for _ in range(60):
                     status = (await s.call_tool("task_status", {})).content[0].text
                     if "ended" in status:
                         break
