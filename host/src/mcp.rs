@@ -336,25 +336,21 @@ impl Server {
             Some(Value::String(r)) => Some(r.as_str()),
             Some(other) => return Err(format!("env is a role name (a string), not {other}")),
         };
+        let known = || {
+            roles
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         match env {
             Some(r) if roles.iter().any(|x| *x == r) => Ok(r.to_owned()),
             Some(r) => Err(format!(
                 "there is no environment '{r}': the roles are {}",
-                roles
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                known()
             )),
             None if roles.len() == 1 => Ok(roles[0].clone()),
-            None => Err(format!(
-                "say which environment: env is one of {}",
-                roles
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
+            None => Err(format!("say which environment: env is one of {}", known())),
         }
     }
 

@@ -19,8 +19,8 @@ from typing import Any, Optional
 import gymnasium
 from gymnasium import spaces
 
-from ._pincer import InvalidActionError, PincerError, action_schema, check_action
-from .session import Session
+from ._pincer import InvalidActionError, action_schema, check_action
+from .session import Session, record_completion
 
 # Endings from outside the task's own dynamics: the step and time limits, a failed
 # environment or evaluator, an interruption.
@@ -175,13 +175,7 @@ class PincerEnv(gymnasium.Env):
         if task_id != self.task_id:
             self._spaces_for(task_id)  # raises for a task this session does not have
             self.task_id = task_id
-        now = self.session.start(task_id, seed or 0)
-        if now["ended"]:
-            rec = now["record"]
-            raise PincerError(
-                f"task {task_id} ended before its first action: "
-                f"{rec['termination']}: {rec.get('detail') or ''}"
-            )
+        now = self.session.begin(task_id, seed or 0)
         self._last, self._checkpoints = now["observation"], now["checkpoints"]
         self._completion = completion(self._checkpoints)
         return self._last, self._info(self._last, self._checkpoints, None)
@@ -199,7 +193,7 @@ class PincerEnv(gymnasium.Env):
         # interruption while deciding) keeps the last observation it had.
         if now["observation"] is not None:
             self._last, self._checkpoints = now["observation"], now["checkpoints"]
-        done = rec["passed"] / rec["total"] if rec["total"] else 0.0
+        done = record_completion(rec)
         reward = done - self._completion
         self._completion = done
         truncated = rec["termination"] in _TRUNCATING
@@ -222,7 +216,7 @@ class PincerEnv(gymnasium.Env):
                 termination=record["termination"],
                 detail=record.get("detail"),
                 success=record["termination"] == "success",
-                completion=record["passed"] / record["total"] if record["total"] else 0.0,
+                completion=record_completion(record),
                 record=record,
             )
         return info

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from ._pincer import PincerError
-from .session import Session
+from .session import Session, record_completion
 from .gym import completion as _completion
 from .pyautogui import ActionRefused, Parser
 
@@ -112,13 +112,7 @@ class DesktopEnv:
         self._role = roles[0]
         self._parser = Parser()
         self._record = None
-        now = self.session.start(task_id, seed or 0)
-        if now["ended"]:
-            rec = now["record"]
-            raise PincerError(
-                f"task {task_id} ended before its first action: "
-                f"{rec['termination']}: {rec.get('detail') or ''}"
-            )
+        now = self.session.begin(task_id, seed or 0)
         self._last, self._checkpoints = now["observation"], now["checkpoints"]
         return self._observation(self._last)
 
@@ -167,7 +161,7 @@ class DesktopEnv:
         self._record = now["record"]
         if now["observation"] is not None:
             self._last = now["observation"]
-        done = self._record["passed"] / self._record["total"] if self._record["total"] else 0.0
+        done = record_completion(self._record)
         info = {
             "termination": self._record["termination"],
             "detail": self._record.get("detail"),

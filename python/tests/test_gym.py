@@ -208,3 +208,28 @@ def test_ctrl_c_in_a_step_ends_the_episode_aborted(tmp_path: Path) -> None:
     assert "interrupted" in rest and proc.returncode == 0
     (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert record["termination"] == "aborted"
+
+
+def test_a_task_done_before_the_agent_acts_is_refused(tmp_path: Path) -> None:
+    """A checkpoint that passes before any action would score without the agent: the
+    episode is a broken setup, and reset says so instead of handing out an observation."""
+    import json
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "already.json").write_text(json.dumps({
+        "id": "already",
+        "instruction": "Make /tmp exist.",
+        "envs": {"desktop": {"platform": "linux"}},
+        "checkpoints": [{"id": "tmp", "env": "desktop", "check": "dir_exists",
+                         "args": {"path": "/tmp"}}],
+        "limits": {"max_steps": 5, "max_seconds": 60},
+    }))
+    env = pb.PincerEnv(str(tasks), "already", out=str(tmp_path / "run"))
+    try:
+        with pytest.raises(pb.PincerError, match="before its first action: broken-setup"):
+            env.reset()
+    finally:
+        env.close()
+    (record,) = [json.loads(l) for l in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert record["termination"] == "broken-setup"

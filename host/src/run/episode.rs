@@ -344,15 +344,6 @@ impl Session {
         &self.out
     }
 
-    /// The environment set's roles and their environments' names.
-    pub fn env_names(&self) -> BTreeMap<String, String> {
-        self.set
-            .envs
-            .iter()
-            .map(|(role, env)| (role.clone(), env.name().to_owned()))
-            .collect()
-    }
-
     /// Every role of the environment set, with its platform.
     pub fn platforms(&self) -> &BTreeMap<String, Platform> {
         &self.set.platforms
