@@ -283,6 +283,25 @@ impl Summary {
     }
 }
 
+/// Success rate by attempt (`--attempts`): entry `k - 1` is the share of scored task
+/// runs (infrastructure failures left out) that had succeeded by their `k`-th attempt, for
+/// `k` up to `attempts`. `runs` holds each task run's last ending and its attempt number.
+pub fn success_by_attempt(runs: &[(Termination, u32)], attempts: u32) -> Vec<f64> {
+    let scored: Vec<&(Termination, u32)> = runs
+        .iter()
+        .filter(|(t, _)| !t.is_infrastructure())
+        .collect();
+    (1..=attempts)
+        .map(|k| {
+            let by_then = scored
+                .iter()
+                .filter(|(t, a)| *t == Termination::Success && *a <= k)
+                .count();
+            by_then as f64 / scored.len().max(1) as f64
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -471,5 +490,22 @@ mod tests {
         assert_eq!(Termination::FalseCompletion.to_string(), "false-completion");
         assert_eq!(Termination::Undone.to_string(), "undone");
         assert_eq!(Termination::ALL.len(), 12);
+    }
+
+    #[test]
+    fn success_by_attempt_counts_a_success_from_its_attempt_on_and_leaves_out_infrastructure() {
+        use Termination::*;
+        let runs = [
+            (Success, 1),
+            (Success, 2),
+            (Success, 3),
+            (FalseCompletion, 3),
+            (EnvironmentError, 1),
+        ];
+        assert_eq!(success_by_attempt(&runs, 3), [0.25, 0.5, 0.75]);
+        // Never above the last attempt's rate, never below the first's.
+        assert_eq!(success_by_attempt(&runs, 1), [0.25]);
+        assert_eq!(success_by_attempt(&[], 2), [0.0, 0.0]);
+        assert_eq!(success_by_attempt(&[(Aborted, 2)], 2), [0.0, 0.0]);
     }
 }

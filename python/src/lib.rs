@@ -577,9 +577,12 @@ impl Agent for PyAgent {
 /// pincer's runner: environment sets in parallel, repeats and seeds, resume, results,
 /// trajectories and the report. Environments: `sets` (registered, one worker per
 /// `ROLE=ENV,...`), else `parallel` sets of VMs of image `vm` or of local desktops.
+/// `feedback` ("none", "step", "end") and `attempts` are `pincer run`'s `--feedback` and
+/// `--attempts`: what the agent is told of the checkpoints (in the observation's
+/// "feedback"), and how often a task run it failed is set up again and retried.
 /// Returns {"out", "records", "report"}.
 #[pyfunction]
-#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=1024, vm_cpus=2))]
+#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=1024, vm_cpus=2, feedback="none", attempts=1))]
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
@@ -601,6 +604,8 @@ fn run(
     vm: Option<String>,
     vm_memory: u32,
     vm_cpus: u32,
+    feedback: &str,
+    attempts: u32,
 ) -> PyResult<Py<PyAny>> {
     if !agent.bind(py).is_callable() {
         return Err(PyValueError::new_err(
@@ -611,9 +616,21 @@ fn run(
     let tasks = load_tasks(spec, task_ids)?;
     runner::prepare(&tasks, &pincer::eval::functions::Library::standard()).map_err(err)?;
     let observation = observation_config(observe, max_size)?;
+    let correction = feedback
+        .parse()
+        .and_then(|f| runner::task::Correction::new(f, attempts))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let out = out.unwrap_or_else(|| default_out(spec, name));
     let agent_name = format!("python:{name}");
-    let (_, identity) = runner::header(&agent_name, &tasks, repeat, seed, None, &observation, &[]);
+    let (_, identity) = runner::header(
+        &agent_name,
+        &tasks,
+        repeat,
+        seed,
+        None,
+        &observation,
+        correction,
+    );
     runner::check_out(&out, resume, None, &identity).map_err(err)?;
     let reg = Registry::locate(envs.as_deref());
     let callable = Arc::new(agent);
@@ -665,6 +682,7 @@ fn run(
             resume,
             shard: None,
             observation,
+            correction,
             cancel: cancel.clone(),
         })
         .await

@@ -56,6 +56,31 @@ def test_a_python_agent_runs_in_the_runner(tmp_path: Path) -> None:
         pb.run("demo", agent, task_ids=["terminal-make-project"], out=str(out))
 
 
+def test_a_failed_attempt_is_retried_and_the_agent_told_why(tmp_path: Path) -> None:
+    told: list[list[str]] = []
+
+    def learner(obs: dict):
+        if obs["step"] == 0:
+            told.append(list(obs["feedback"]))
+        if not any("did not pass" in f for f in obs["feedback"]) and obs["step"] == 0 and len(told) == 1:
+            return {"action": "complete"}  # too early: the checkpoints do not hold
+        if obs["step"] == 0:
+            return {"action": "type", "text": SOLUTIONS[obs["task"]]}
+        return {"action": "wait", "seconds": 0.3}
+
+    result = pb.run("demo", learner, task_ids=["terminal-make-project"], feedback="end", attempts=2,
+                    out=str(tmp_path / "run"))
+    (rec,) = result["records"]
+    assert rec["termination"] == "success"
+    assert [a["termination"] for a in rec["retried"]] == ["false-completion"]
+    assert told[0] == []
+    assert told[1][0].startswith("attempt 1 of 2 failed (false-completion)")
+    assert any(line.startswith("checkpoint ") and "did not pass" in line for line in told[1]), told[1]
+    assert "Success by attempt" in (tmp_path / "run" / "report.md").read_text()
+    with pytest.raises(ValueError, match="--attempts 2"):
+        pb.run("demo", learner, task_ids=["terminal-make-project"], feedback="end", out=str(tmp_path / "x"))
+
+
 def test_an_agent_that_raises_or_answers_garbage(tmp_path: Path) -> None:
     def raising(obs: dict):
         raise RuntimeError("the model is down")

@@ -14,6 +14,7 @@ use pincer::agent::{
 use pincer::metrics::Termination;
 use pincer::run::record::{self, StepRecord, TaskRecord};
 use pincer::run::sets::EnvSet;
+use pincer::run::task::{Correction, Feedback};
 use pincer::run::{AgentFactory, RunConfig};
 use pincer::task::{Platform, Task};
 use pincer_shared::observe::Rect;
@@ -1264,6 +1265,17 @@ async fn run_zenity(
     max_steps: u32,
     settings: Settings,
 ) -> (TaskRecord, Vec<StepRecord>, PathBuf) {
+    run_zenity_with(sb, id, max_steps, settings, Correction::default()).await
+}
+
+/// [`run_zenity`] with feedback and attempts.
+async fn run_zenity_with(
+    sb: &Sandbox,
+    id: &str,
+    max_steps: u32,
+    settings: Settings,
+    correction: Correction,
+) -> (TaskRecord, Vec<StepRecord>, PathBuf) {
     let desktop = sb.desktop(id, "800x600", &[]);
     let task = zenity_task(id, max_steps);
     let out = sb.path().join("run");
@@ -1286,6 +1298,7 @@ async fn run_zenity(
         resume: false,
         shard: None,
         observation: ObservationConfig::default(),
+        correction,
         cancel: Arc::new(AtomicBool::new(false)),
     })
     .await
@@ -1351,6 +1364,176 @@ fn assert_no_key_under(dir: &Path) {
     assert!(
         files >= 3,
         "results, run.json and a trajectory were written"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Self-correction: feedback and attempts
+// ---------------------------------------------------------------------------------------
+
+/// What attempt 2 of 2 is told first when attempt 1 ended with the agent saying it was done.
+const TOLD_FAILED: &str = "attempt 1 of 2 failed (false-completion)";
+
+/// What feedback on the zenity task's checkpoint says before the file is written.
+const NOT_WRITTEN: &str = "checkpoint 'written' did not pass: ";
+
+/// A model that says it is done at once until it is told how the attempt failed (the
+/// checkpoint's feedback), then solves the task as [`zenity_solver`] does.
+fn learner(p: Provider) -> Script {
+    let mut solver = zenity_solver(p);
+    let mut told = false;
+    Box::new(move |r: &Recorded| {
+        let text = text_of(&r.body);
+        told |= text.contains(TOLD_FAILED) && text.contains(NOT_WRITTEN);
+        if told {
+            solver(r)
+        } else {
+            call(p, "complete", json!({}), (100, 5))
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_attempt_is_retried_with_the_checkpoint_feedback_and_reports_count_success_by_attempt()
+ {
+    let p = Provider::OpenAi;
+    let sb = Sandbox::new();
+    let d = sb.desktop("retry-end", "800x600", &[]);
+    let standin = StandIn::start(learner(p)).await;
+    let file = write_task(&sb, &zenity_task("retry-end", 8));
+    let run = sb.path().join("run");
+    let mut cmd = pincer_run(&sb, &file, "openai:stand-in-model", &d.name);
+    cmd.args(["--agent-opt", &format!("base_url={}", standin.base_url(p))])
+        .args(["--feedback", "end", "--attempts", "2", "--out"])
+        .arg(&run);
+    let out = tokio::process::Command::from(cmd)
+        .output()
+        .await
+        .expect("run pincer");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("success by attempt: 1: 0.0%, 2: 100.0%"),
+        "{stdout}"
+    );
+    let rec = record::read_results(&run.join("results.jsonl"))
+        .unwrap()
+        .remove(0);
+    let steps = record::read_steps(&run.join(&rec.trajectory)).unwrap();
+    assert_succeeded(&rec, &steps);
+    assert_eq!(rec.attempt(), 2, "{rec:?}");
+    let first = &rec.retried[0];
+    assert_eq!(first.termination, Termination::FalseCompletion);
+    assert_eq!(first.actions, 1, "one action: complete");
+    assert!(first.told[0].starts_with(TOLD_FAILED), "{:?}", first.told);
+    assert!(
+        first
+            .told
+            .iter()
+            .any(|t| t.starts_with(NOT_WRITTEN) && t.contains("name.txt")),
+        "the checkpoint's feedback names what it saw: {:?}",
+        first.told
+    );
+    // Each attempt has its own trajectory; the record is the last one's.
+    assert_eq!(first.trajectory, "tasks/retry-end__r0");
+    assert_eq!(rec.trajectory, "tasks/retry-end__r0__a2");
+    assert_eq!(
+        record::read_steps(&run.join(&first.trajectory))
+            .unwrap()
+            .len(),
+        1
+    );
+    // Costs are every attempt's.
+    assert_eq!(rec.outcome().actions, rec.actions + 1);
+    // The first attempt was never given feedback during its steps (end, not step).
+    let requests = standin.requests();
+    assert!(
+        !text_of(&requests[0].body).contains("checkpoint"),
+        "no step feedback with --feedback end"
+    );
+    // The header says how the run was made; the reports count success by attempt.
+    let header: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(
+        header["correction"],
+        json!({"feedback": "end", "attempts": 2})
+    );
+    let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(md.contains("## Success by attempt"), "{md}");
+    assert!(md.contains("| 1 | 0 | 0.0% |"), "{md}");
+    assert!(md.contains("| 2 | 1 | 100.0% |"), "{md}");
+    assert!(md.contains("feedback end, up to 2 attempts"), "{md}");
+    let html = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(html.contains("attempt 1 of 2: false-completion after 1 actions"));
+    // Resuming with other attempts is another run.
+    let mut again = pincer_run(&sb, &file, "openai:stand-in-model", &d.name);
+    again
+        .args(["--agent-opt", &format!("base_url={}", standin.base_url(p))])
+        .args(["--feedback", "end", "--attempts", "3", "--resume", "--out"])
+        .arg(&run);
+    let out = again.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--feedback end --attempts 2 (here: --feedback end --attempts 3)"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_feedback_a_retry_is_told_only_that_the_attempt_failed() {
+    let p = Provider::OpenAi;
+    let sb = Sandbox::new();
+    let standin = StandIn::start(learner(p)).await;
+    let correction = Correction::new(Feedback::None, 2).unwrap();
+    let (rec, _, _) =
+        run_zenity_with(&sb, "retry-none", 8, standin.settings(p, &[]), correction).await;
+    // Never told what the checkpoint saw, the learner never learns.
+    assert_eq!(rec.termination, Termination::FalseCompletion);
+    assert_eq!(rec.attempt(), 2);
+    assert_eq!(rec.retried[0].told.len(), 1, "{:?}", rec.retried[0].told);
+    assert!(rec.retried[0].told[0].starts_with(TOLD_FAILED));
+    let requests = standin.requests();
+    assert_eq!(requests.len(), 2, "one decision per attempt");
+    assert!(text_of(&requests[1].body).contains(TOLD_FAILED));
+    assert!(!text_of(&requests[1].body).contains("checkpoint"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_feedback_tells_the_agent_what_each_checkpoint_sees_as_it_works() {
+    let p = Provider::OpenAi;
+    let sb = Sandbox::new();
+    let standin = StandIn::start(zenity_solver(p)).await;
+    let correction = Correction::new(Feedback::Step, 1).unwrap();
+    let (rec, steps, _) = run_zenity_with(
+        &sb,
+        "feedback-step",
+        8,
+        standin.settings(p, &[]),
+        correction,
+    )
+    .await;
+    assert_succeeded(&rec, &steps);
+    let texts: Vec<String> = standin
+        .requests()
+        .iter()
+        .map(|r| text_of(&r.body))
+        .collect();
+    assert!(
+        texts[0].contains("checkpoints: 0 of 1 passed"),
+        "{}",
+        texts[0]
+    );
+    // After the first action the checkpoint was judged, and its feedback is shown.
+    assert!(
+        texts[1..]
+            .iter()
+            .any(|t| t.contains("checkpoint 'written' not passed yet: ") && t.contains("name.txt")),
+        "{texts:?}"
     );
 }
 
@@ -1630,6 +1813,13 @@ fn pincer_run_stops_before_starting_when_the_key_or_an_option_is_wrong() {
     );
     let e = run("llama:3", &[]);
     assert!(e.contains("unknown provider 'llama'"), "{e}");
+    let mut cmd = pincer_run(&sb, &file, "openai:m", "nowhere");
+    let out = cmd.args(["--feedback", "end"]).output().unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("give --attempts 2 or more"),
+        "{e}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

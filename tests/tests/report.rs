@@ -400,6 +400,7 @@ fn write_run(dir: &Path) {
                 .collect(),
             trajectory: traj_rel,
             started_ms: start + ti as u64 * 40_000,
+            retried: vec![],
         };
         results.write(&rec).unwrap();
     }

@@ -90,6 +90,16 @@ pub(crate) struct RunArgs {
     /// Screen size of local desktops.
     #[arg(long, default_value = "1920x1080", value_parser = super::desktop::parse_size)]
     pub(super) size: (u32, u32),
+    /// What the agent is told of the checkpoints: none (the benchmark as published), step
+    /// (each checkpoint's state and what it saw, in every observation) or end (after a
+    /// failed attempt, for the next; needs --attempts 2 or more).
+    #[arg(long, default_value = "none", value_name = "none|step|end")]
+    pub(super) feedback: String,
+    /// Attempts per task run: one the agent failed is set up again and retried, the agent
+    /// told it failed (and, with --feedback, how), up to this many times; reports show
+    /// success by attempt.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub(super) attempts: u32,
     /// Do not write the HTML/Markdown report at the end.
     #[arg(long)]
     pub(super) no_report: bool,
@@ -206,6 +216,7 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
     )?;
     // Validate before starting anything.
     run::prepare(&tasks, &pincer::eval::functions::Library::standard())?;
+    let correction = correction(&a)?;
     let (agent, agent_name) = agent_factory(&agent_spec, &a.agent_opts)?;
     let observation = ObservationConfig::parse(&a.observe, a.max_size)
         .map_err(|e| anyhow::anyhow!("--observe: {e}"))?;
@@ -248,7 +259,7 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
         a.seed,
         a.shard.map(|s| s.count),
         &observation,
-        &[],
+        correction,
     );
     run::check_out(&out, a.resume, a.shard, &identity)?;
     run::shard::check_free(&out, a.shard)?;
@@ -346,6 +357,7 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
         resume: a.resume,
         shard: a.shard,
         observation,
+        correction,
         cancel: cancel.clone(),
     })
     .await;
@@ -377,6 +389,12 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--feedback` and `--attempts`, checked.
+pub(super) fn correction(a: &RunArgs) -> anyhow::Result<run::task::Correction> {
+    let feedback = a.feedback.parse().context("--feedback")?;
+    Ok(run::task::Correction::new(feedback, a.attempts)?)
+}
+
 /// The `pincer run` arguments that make one shard of this run (without `--shard`): the
 /// same tasks, agent, observation and seeds, into `out`, resuming what the shard finished.
 pub(crate) fn shard_args(a: &RunArgs, tasks: &str, out: &std::path::Path) -> Vec<String> {
@@ -404,6 +422,8 @@ pub(crate) fn shard_args(a: &RunArgs, tasks: &str, out: &std::path::Path) -> Vec
     push("--repeat", a.repeat.to_string());
     push("--seed", a.seed.to_string());
     push("--observe", a.observe.clone());
+    push("--feedback", a.feedback.clone());
+    push("--attempts", a.attempts.to_string());
     if let Some((w, h)) = a.max_size {
         push("--max-size", format!("{w}x{h}"));
     }

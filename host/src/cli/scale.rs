@@ -2,7 +2,7 @@
 //! engine the user already has. The shards are `pincer run --shard K/N` processes writing
 //! into one shared run directory; this side lays the run out, submits, follows, and merges.
 
-use super::run::{RunArgs, shard_args};
+use super::run::{RunArgs, correction, shard_args};
 use anyhow::{Context, bail};
 use pincer::agent::ObservationConfig;
 use pincer::run::{self, kube, slurm};
@@ -28,6 +28,7 @@ pub(super) async fn on_slurm(
 ) -> anyhow::Result<()> {
     // Nothing is written or submitted without Slurm's commands.
     slurm::check_tools()?;
+    let correction = correction(a)?;
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let out = std::fs::canonicalize(&out)?;
     let (meta, identity) = run::header(
@@ -37,7 +38,7 @@ pub(super) async fn on_slurm(
         a.seed,
         Some(n),
         observation,
-        &[],
+        correction,
     );
     run::found(&out, a.resume, &meta, &identity, tasks)?;
     let pincer = std::env::current_exe().context("finding this pincer binary")?;

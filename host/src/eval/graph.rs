@@ -664,6 +664,9 @@ pub struct Evaluator {
     /// For passed checkpoints, whether they still held at the end ([`Evaluator::finish`]).
     held: Vec<Option<bool>>,
     ready: BTreeSet<usize>,
+    /// Whether steps judge the checkpoints that fail too, writing their feedback at once
+    /// (`--feedback step`; otherwise only [`Self::finish`] does).
+    explain: bool,
     /// The batches last sent, by role.
     sent: Vec<Sent>,
     /// Buffers for the replies of a step, kept between steps.
@@ -686,10 +689,17 @@ impl Evaluator {
             held: vec![None; graph.nodes.len()],
             remaining,
             ready,
+            explain: false,
             sent: graph.roles.iter().map(|_| Sent::default()).collect(),
             reads: Reads::new(graph.nodes.len()),
             graph,
         }
+    }
+
+    /// Makes every step judge the checkpoints that fail as well, so each ready checkpoint's
+    /// feedback says what the latest step saw (for agents given feedback at every step).
+    pub fn explain_every_step(&mut self) {
+        self.explain = true;
     }
 
     /// The check before the first action: which ready checkpoints already pass. Any that
@@ -760,12 +770,20 @@ impl Evaluator {
                     error,
                 };
                 // Feedback is written only when a verdict changes to a pass (failing ones
-                // get theirs from `finish` when they are shown).
-                let passed = n.check.passes(&buf, log).map_err(failed)?;
+                // get theirs from `finish` when they are shown), unless every step explains.
+                let passed = if self.explain {
+                    let v = n.check.judge(&buf, log).map_err(failed)?;
+                    self.feedback[i] = Some(v.feedback);
+                    v.passed
+                } else {
+                    n.check.passes(&buf, log).map_err(failed)?
+                };
                 self.checks[i] += 1;
                 report.checked += 1;
                 if passed {
-                    self.feedback[i] = Some(n.check.judge(&buf, log).map_err(failed)?.feedback);
+                    if !self.explain {
+                        self.feedback[i] = Some(n.check.judge(&buf, log).map_err(failed)?.feedback);
+                    }
                     self.passed_at[i] = Some(step);
                     self.passed_ms[i] = Some(self.started.elapsed().as_millis() as u64);
                     self.ready.remove(&i);

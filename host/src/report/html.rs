@@ -165,11 +165,15 @@ fn summary(out: &mut String, run: &RunDir) {
         }
         out.push_str("</div>");
     }
+    let by_attempt = tables::by_attempt(run).map(|t| ("Success by attempt", t));
     for (title, t) in [
         ("By platform class", tables::by_class(run)),
         ("By termination", tables::by_termination(run)),
-        ("Harness overhead per step", tables::overhead(run)),
-    ] {
+    ]
+    .into_iter()
+    .chain(by_attempt)
+    .chain([("Harness overhead per step", tables::overhead(run))])
+    {
         let _ = write!(out, "<h2>{title}</h2>{}", table(&t));
     }
     out.push_str("</section>");
@@ -373,6 +377,22 @@ fn task_run(
             "<div class=\"detail k-{}\">{}</div>",
             kind(rec.termination),
             esc(&clip(d, TEXT_CAP))
+        );
+    }
+    for (k, a) in rec.retried.iter().enumerate() {
+        let _ = write!(
+            out,
+            "<details class=\"note\"><summary>attempt {} of {}: {} after {} actions, {} checkpoints passed ({})</summary><ul>{}</ul></details>",
+            k + 1,
+            rec.attempt(),
+            esc(&a.termination.to_string()),
+            a.actions,
+            a.passed,
+            esc(&a.trajectory),
+            a.told
+                .iter()
+                .map(|t| format!("<li>{}</li>", esc(&clip(t, TEXT_CAP))))
+                .collect::<String>()
         );
     }
     let mut notes: Vec<String> = r.note.iter().cloned().collect();

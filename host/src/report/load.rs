@@ -4,6 +4,7 @@
 
 use super::ReportError;
 use crate::run::record::{self, StepRecord, TaskRecord};
+use crate::run::task::Correction;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
@@ -34,6 +35,9 @@ pub(crate) struct Meta {
     pub(crate) sets: Vec<(String, Vec<String>)>,
     /// What agents saw ("marks, screenshot, max 1280x800").
     pub(crate) observation: Option<String>,
+    /// What agents were told of the checkpoints and how many attempts they had (`None`:
+    /// nothing and one, as in runs before these existed).
+    pub(crate) correction: Option<Correction>,
 }
 
 /// One task run: its record and its trajectory.
@@ -206,6 +210,7 @@ fn read_meta(path: &Path) -> Meta {
         seed: v["seed"].as_u64(),
         sets,
         observation: v.get("observation").map(describe_observation),
+        correction: serde_json::from_value(v["correction"].clone()).ok(),
     }
 }
 

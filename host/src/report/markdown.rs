@@ -2,6 +2,7 @@
 
 use super::load::RunDir;
 use super::tables::{self, Table};
+use crate::run::task::Correction;
 use std::fmt::Write;
 
 /// The Markdown report.
@@ -10,12 +11,17 @@ pub(crate) fn render(run: &RunDir) -> String {
     for (k, v) in header(run) {
         let _ = writeln!(out, "- **{k}**: {}", inline(&v));
     }
+    let by_attempt = tables::by_attempt(run).map(|t| ("Success by attempt", t));
     for (title, table) in [
         ("By platform class", tables::by_class(run)),
         ("By termination", tables::by_termination(run)),
+    ]
+    .into_iter()
+    .chain(by_attempt)
+    .chain([
         ("Task runs", tables::tasks(run)),
         ("Harness overhead per step", tables::overhead(run)),
-    ] {
+    ]) {
         let _ = write!(out, "\n## {title}\n\n{}", table_md(&table));
     }
     out
@@ -79,6 +85,12 @@ pub(crate) fn header(run: &RunDir) -> Vec<(&'static str, String)> {
     }
     if let Some(o) = &m.observation {
         h.push(("observation", o.clone()));
+    }
+    if let Some(c) = m.correction.filter(|c| *c != Correction::default()) {
+        h.push((
+            "self-correction",
+            format!("feedback {}, up to {} attempts", c.feedback, c.attempts),
+        ));
     }
     if let Some(w) = tables::when(run) {
         h.push(("when", w));

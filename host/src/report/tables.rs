@@ -194,6 +194,48 @@ pub(crate) fn by_termination(run: &RunDir) -> Table {
     }
 }
 
+/// How many attempts the run's task runs had (the run's `--attempts`, or the most any
+/// record shows).
+pub(crate) fn attempts(run: &RunDir) -> u32 {
+    let recorded = run.runs.iter().map(|r| r.record.attempt()).max();
+    let allowed = run.meta.correction.map(|c| c.attempts);
+    recorded.max(allowed).unwrap_or(1)
+}
+
+/// Success by attempt, for runs that let agents retry (`--attempts`): how many task runs
+/// succeeded at each attempt, and the success rate by then.
+pub(crate) fn by_attempt(run: &RunDir) -> Option<Table> {
+    let attempts = attempts(run);
+    if attempts < 2 {
+        return None;
+    }
+    let ends: Vec<(Termination, u32)> = run
+        .runs
+        .iter()
+        .map(|r| (r.record.termination, r.record.attempt()))
+        .collect();
+    let rates = crate::metrics::success_by_attempt(&ends, attempts);
+    let rows = (1..=attempts)
+        .zip(rates)
+        .map(|(k, rate)| {
+            let at = ends
+                .iter()
+                .filter(|(t, a)| *t == Termination::Success && *a == k)
+                .count();
+            vec![text(k.to_string()), text(at.to_string()), text(pct(rate))]
+        })
+        .collect();
+    Some(Table {
+        head: vec!["attempt", "succeeded at it", "success rate by then"],
+        numeric: vec![true, true, true],
+        rows,
+        note: Some(
+            "A failed attempt is set up again and retried, the agent told how it failed; rates are over scored task runs."
+                .into(),
+        ),
+    })
+}
+
 /// One row per task run.
 pub(crate) fn tasks(run: &RunDir) -> Table {
     let rows = run

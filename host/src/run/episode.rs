@@ -147,6 +147,7 @@ impl Episode {
             let ctx = task::Context {
                 set: &set,
                 observation,
+                correction: task::Correction::default(),
                 out: &out,
                 cancel: &stop,
                 progress: &Quiet,
@@ -274,8 +275,15 @@ impl Session {
     /// environments: local desktops for every Linux role the tasks have, or named ones.
     pub async fn open(reg: Registry, cfg: SessionConfig) -> Result<Self, RunError> {
         let graphs = super::prepare(&cfg.tasks, &Library::standard())?;
-        let (meta, identity) =
-            super::header(&cfg.agent, &cfg.tasks, 1, 0, None, &cfg.observation, &[]);
+        let (meta, identity) = super::header(
+            &cfg.agent,
+            &cfg.tasks,
+            1,
+            0,
+            None,
+            &cfg.observation,
+            task::Correction::default(),
+        );
         super::found(&cfg.out, true, &meta, &identity, &cfg.tasks)?;
         // One process writes a run directory: repeats and trajectories are numbered here.
         let hold = shard::Hold::take(&cfg.out, None)?;

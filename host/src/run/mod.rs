@@ -164,6 +164,8 @@ pub struct RunConfig {
     pub shard: Option<shard::Shard>,
     /// What agents see.
     pub observation: ObservationConfig,
+    /// What agents are told of the checkpoints, and their attempts.
+    pub correction: task::Correction,
     /// Set on Ctrl-C.
     pub cancel: Arc<AtomicBool>,
 }
@@ -342,7 +344,7 @@ pub fn header(
     seed: u64,
     shards: Option<u32>,
     observation: &ObservationConfig,
-    sets: &[(String, Vec<String>)],
+    correction: task::Correction,
 ) -> (serde_json::Value, shard::Identity) {
     let observation = serde_json::to_value(observation).unwrap_or_default();
     let tasks_text = serde_json::to_string(tasks).unwrap_or_default();
@@ -356,15 +358,16 @@ pub fn header(
         tasks_sha256: crate::image::build::hex(
             ring::digest::digest(&ring::digest::SHA256, tasks_text.as_bytes()).as_ref(),
         ),
+        correction,
     };
     let mut meta = serde_json::json!({
         "agent": agent,
         "tasks": identity.tasks,
         "repeat": repeat,
         "seed": seed,
-        "sets": sets,
         "observation": observation,
         "tasks_sha256": identity.tasks_sha256,
+        "correction": correction,
     });
     if let Some(n) = shards {
         meta["shards"] = n.into();
@@ -437,15 +440,16 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
         .iter()
         .map(|s| (s.name.clone(), s.envs.keys().cloned().collect()))
         .collect();
-    let (meta, identity) = header(
+    let (mut meta, identity) = header(
         &cfg.agent_name,
         &cfg.tasks,
         cfg.repeat,
         cfg.seed,
         cfg.shard.map(|s| s.count),
         &cfg.observation,
-        &sets,
+        cfg.correction,
     );
+    meta["sets"] = serde_json::json!(sets);
     check_out(&cfg.out, cfg.resume, cfg.shard, &identity)?;
     // A shard writes the header only if it is the first; a resumed run must be this run.
     if cfg.shard.is_some() || cfg.resume {
@@ -544,6 +548,7 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
                 let ctx = task::Context {
                     set: &set,
                     observation: cfg.observation,
+                    correction: cfg.correction,
                     out: &cfg.out,
                     cancel: &cfg.cancel,
                     progress: display.as_ref(),
@@ -647,6 +652,19 @@ pub fn summary_table(records: &[TaskRecord]) -> String {
             .map(|(t, n)| format!("{t} {n}"))
             .collect();
         let _ = writeln!(out, "terminations: {}", ends.join(", "));
+    }
+    let attempts = records.iter().map(TaskRecord::attempt).max().unwrap_or(1);
+    if attempts > 1 {
+        let ends: Vec<_> = records
+            .iter()
+            .map(|r| (r.termination, r.attempt()))
+            .collect();
+        let rates: Vec<String> = crate::metrics::success_by_attempt(&ends, attempts)
+            .iter()
+            .enumerate()
+            .map(|(k, r)| format!("{}: {:.1}%", k + 1, r * 100.0))
+            .collect();
+        let _ = writeln!(out, "success by attempt: {}", rates.join(", "));
     }
     let mut harness: Vec<f64> = records
         .iter()

@@ -52,10 +52,15 @@ pub struct TaskRecord {
     pub trajectory: String,
     /// Unix time (ms) when it started.
     pub started_ms: u64,
+    /// The earlier attempts, which failed and were retried (`--attempts`); the rest of the
+    /// record is the last attempt's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retried: Vec<Attempt>,
 }
 
 impl TaskRecord {
-    /// The scoring view of this record.
+    /// The scoring view of this record: the last attempt's ending, and the cost (actions,
+    /// tokens, time) of every attempt.
     pub fn outcome(&self) -> Outcome {
         Outcome {
             task: self.task.clone(),
@@ -65,9 +70,51 @@ impl TaskRecord {
             passed: self.passed,
             final_passed: self.final_passed,
             total: self.total,
-            actions: self.actions,
-            tokens: self.usage.total(),
-            wall_ms: self.wall_ms,
+            actions: self.actions + self.retried.iter().map(|a| a.actions).sum::<u32>(),
+            tokens: self.usage.total() + self.retried.iter().map(|a| a.usage.total()).sum::<u64>(),
+            wall_ms: self.wall_ms + self.retried.iter().map(|a| a.wall_ms).sum::<u64>(),
+        }
+    }
+
+    /// Which attempt this record's ending is (1: the first).
+    pub fn attempt(&self) -> u32 {
+        self.retried.len() as u32 + 1
+    }
+}
+
+/// An attempt of a task run that failed and was tried again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// Why it ended.
+    pub termination: Termination,
+    /// Details of the ending.
+    pub detail: Option<String>,
+    /// Checkpoints passed (latched).
+    pub passed: usize,
+    /// Agent actions executed (waits excluded).
+    pub actions: u32,
+    /// Model tokens.
+    pub usage: Usage,
+    /// Wall time from setup to teardown, milliseconds.
+    pub wall_ms: u64,
+    /// Its trajectory directory, relative to the run directory.
+    pub trajectory: String,
+    /// What the agent was told of it at the start of the next attempt.
+    pub told: Vec<String>,
+}
+
+impl Attempt {
+    /// The summary of a failed attempt's record, and what the next attempt is told.
+    pub fn of(rec: &TaskRecord, told: Vec<String>) -> Self {
+        Self {
+            termination: rec.termination,
+            detail: rec.detail.clone(),
+            passed: rec.passed,
+            actions: rec.actions,
+            usage: rec.usage,
+            wall_ms: rec.wall_ms,
+            trajectory: rec.trajectory.clone(),
+            told,
         }
     }
 }
@@ -240,6 +287,7 @@ mod tests {
             progress: vec![],
             trajectory: "tasks/t-0".into(),
             started_ms: 0,
+            retried: vec![],
         };
         w.write(&rec).unwrap();
         drop(w);

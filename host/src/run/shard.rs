@@ -6,6 +6,7 @@
 //! finds one from another run refuses the directory. Readers merge every results file.
 
 use super::record::{self, TaskRecord};
+use super::task::Correction;
 use super::{RunError, io};
 use crate::metrics::Termination;
 use serde::{Deserialize, Serialize};
@@ -141,6 +142,10 @@ pub struct Identity {
     /// the same task files; empty when not recorded).
     #[serde(default)]
     pub tasks_sha256: String,
+    /// How agents may correct themselves (feedback, attempts; runs written before it was
+    /// recorded had none and one).
+    #[serde(default)]
+    pub correction: Correction,
 }
 
 impl Identity {
@@ -178,6 +183,14 @@ impl Identity {
             diffs.push(format!(
                 "observation {} (here: {})",
                 self.observation, other.observation
+            ));
+        }
+        if self.correction != other.correction {
+            let c = |c: &Correction| format!("--feedback {} --attempts {}", c.feedback, c.attempts);
+            diffs.push(format!(
+                "{} (here: {})",
+                c(&self.correction),
+                c(&other.correction)
             ));
         }
         let (ours, theirs) = (&self.tasks_sha256, &other.tasks_sha256);
@@ -486,8 +499,17 @@ mod tests {
             repeat: 1,
             observation: serde_json::json!({"marks": true}),
             tasks_sha256: "aa".into(),
+            correction: Correction::default(),
         };
         assert_eq!(a.difference(&a.clone()), None);
+        let retried = Identity {
+            correction: Correction::new(super::super::task::Feedback::End, 3).unwrap(),
+            ..a.clone()
+        };
+        assert_eq!(
+            a.difference(&retried).unwrap(),
+            "--feedback none --attempts 1 (here: --feedback end --attempts 3)"
+        );
         let b = Identity {
             agent: "random".into(),
             shards: Some(2),

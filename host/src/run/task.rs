@@ -5,17 +5,18 @@
 //! decisions between phases (limits, what an action ends, interruption, the ending on the
 //! final state) are plain functions, tested on their own.
 
-use super::record::{ImageRef, JsonlWriter, StepRecord, TaskRecord, Timing};
+use super::record::{Attempt, ImageRef, JsonlWriter, StepRecord, TaskRecord, Timing};
 use super::sets::EnvSet;
 use crate::agent::actions::{self, AgentAction, Marks};
 use crate::agent::observe::ObservationConfig;
 use crate::agent::observe::View;
 use crate::agent::{Agent, Decision, Observation, TaskBrief, Usage};
-use crate::eval::graph::{Envs, Evaluator, Graph, StepError};
+use crate::eval::graph::{Envs, Evaluator, Graph, NodeProgress, StepError};
 use crate::eval::{AgentEvent, AgentLog};
 use crate::metrics::Termination;
 use crate::observe;
 use crate::task::{Task, steps};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -31,12 +32,105 @@ pub trait Progress: Send + Sync {
     fn status(&self, set: &str, task: &str, text: &str);
 }
 
+/// What an agent is told of the checkpoints (`--feedback`): nothing (the benchmark as
+/// published), their feedback after every step, or at the end of a failed attempt, for the
+/// next one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Feedback {
+    /// Nothing.
+    #[default]
+    None,
+    /// Each checkpoint's state and feedback in every observation, and after a failed
+    /// attempt.
+    Step,
+    /// Each checkpoint's state and feedback after a failed attempt only.
+    End,
+}
+
+impl std::str::FromStr for Feedback {
+    type Err = CorrectionError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(Self::None),
+            "step" => Ok(Self::Step),
+            "end" => Ok(Self::End),
+            other => Err(CorrectionError::Feedback(other.to_owned())),
+        }
+    }
+}
+
+impl std::fmt::Display for Feedback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::None => "none",
+            Self::Step => "step",
+            Self::End => "end",
+        })
+    }
+}
+
+/// Most attempts a task run may have.
+pub const MAX_ATTEMPTS: u32 = 10;
+
+/// How an agent may correct itself: what it is told of the checkpoints, and how many
+/// attempts a task run has (a failed attempt is set up again and retried, the agent told
+/// how it failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Correction {
+    /// What the agent is told of the checkpoints.
+    pub feedback: Feedback,
+    /// Attempts per task run (1: no retry).
+    pub attempts: u32,
+}
+
+impl Default for Correction {
+    fn default() -> Self {
+        Self {
+            feedback: Feedback::None,
+            attempts: 1,
+        }
+    }
+}
+
+/// Settings of [`Correction`] that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CorrectionError {
+    /// An unknown feedback mode.
+    #[error("unknown feedback mode '{0}': use none, step or end")]
+    Feedback(String),
+    /// Attempts out of range.
+    #[error("{0} attempts: give 1 to {MAX_ATTEMPTS} (1 runs each task once)")]
+    Attempts(u32),
+    /// Feedback at the end with nothing after the end.
+    #[error(
+        "feedback at the end of an attempt needs a next attempt to use it: give --attempts 2 or more, or --feedback step"
+    )]
+    EndWithoutRetry,
+}
+
+impl Correction {
+    /// Checked settings.
+    pub fn new(feedback: Feedback, attempts: u32) -> Result<Self, CorrectionError> {
+        if attempts == 0 || attempts > MAX_ATTEMPTS {
+            return Err(CorrectionError::Attempts(attempts));
+        }
+        if feedback == Feedback::End && attempts == 1 {
+            return Err(CorrectionError::EndWithoutRetry);
+        }
+        Ok(Self { feedback, attempts })
+    }
+}
+
 /// Everything a task run needs besides the task.
 pub struct Context<'a> {
     /// The environments.
     pub set: &'a EnvSet,
     /// What agents see.
     pub observation: ObservationConfig,
+    /// What agents are told of the checkpoints, and their attempts.
+    pub correction: Correction,
     /// The run directory.
     pub out: &'a Path,
     /// Set on Ctrl-C.
@@ -95,10 +189,12 @@ fn now_ms() -> u64 {
 /// Runs one task to its end and returns its record. Infrastructure failures end the task
 /// with the matching termination; they never panic the worker.
 ///
-/// The phases, in order: reset (VMs back to their golden state), setup (the task's steps
-/// on every role), the initial check, the
-/// steps (observe, decide, act, evaluate) until something ends the run, the final check
-/// on the state the run left, teardown, and the record.
+/// An attempt's phases, in order: reset (VMs back to their golden state), setup (the
+/// task's steps on every role), the initial check, the steps (observe, decide, act,
+/// evaluate) until something ends the run, the final check on the state the run left,
+/// teardown, and the record. An attempt the agent failed is made again, from reset, while
+/// `--attempts` allow, the agent told how it failed ([`told_after`]); the record is the
+/// last attempt's, the earlier ones summed up in it.
 pub async fn run(
     task: &Task,
     graph: Arc<Graph>,
@@ -107,13 +203,43 @@ pub async fn run(
     seed: u64,
     ctx: &Context<'_>,
 ) -> TaskRecord {
-    let mut r = TaskRun::new(task, graph, repeat, ctx);
+    let mut retried = Vec::new();
+    let mut told = Vec::new();
+    loop {
+        let attempt = retried.len() as u32 + 1;
+        let r = TaskRun::new(task, graph.clone(), repeat, attempt, ctx);
+        let mut rec = run_attempt(r, agent, seed, told).await;
+        if attempt >= ctx.correction.attempts
+            || !worth_retrying(rec.termination)
+            || ctx.cancel.load(Ordering::SeqCst)
+        {
+            rec.retried = retried;
+            return rec;
+        }
+        told = told_after(&rec, attempt, ctx.correction);
+        ctx.progress.status(
+            &ctx.set.name,
+            &task.id,
+            &format!("attempt {attempt} ended {}: trying again", rec.termination),
+        );
+        retried.push(Attempt::of(&rec, told.clone()));
+    }
+}
+
+/// One attempt of a task run (see [`run`]), the agent first told `told`.
+async fn run_attempt(
+    mut r: TaskRun<'_>,
+    agent: &mut dyn Agent,
+    seed: u64,
+    told: Vec<String>,
+) -> TaskRecord {
+    let cancelled = r.ctx.cancel;
     let end = async {
         let mut steps_file = r.trajectory()?;
         r.reset().await?;
         r.setup().await?;
         r.initial_check().await?;
-        r.steps(agent, &mut steps_file).await
+        r.steps(agent, &mut steps_file, told).await
     }
     .await
     .err()
@@ -123,10 +249,45 @@ pub async fn run(
             "the step loop ended without a reason".to_owned(),
         )
     });
-    let end = interrupted(end, ctx.cancel.load(Ordering::SeqCst));
+    let end = interrupted(end, cancelled.load(Ordering::SeqCst));
     let end = r.final_check(end).await;
     r.teardown().await;
     r.record(&agent.name(), seed, end)
+}
+
+/// Whether an attempt that ended so is made again: the agent failed it (not the
+/// environment, the evaluator or an interruption, nor the model's service).
+fn worth_retrying(t: Termination) -> bool {
+    !(t == Termination::Success || t == Termination::AgentError || t.is_infrastructure())
+}
+
+/// What the agent is told at the start of the attempt after a failed one: that it failed
+/// and was set up again and, with feedback, how it ended and each checkpoint's state.
+fn told_after(rec: &TaskRecord, attempt: u32, c: Correction) -> Vec<String> {
+    let mut told = vec![format!(
+        "attempt {attempt} of {} failed ({}); the task was set up again from the start: try again",
+        c.attempts, rec.termination
+    )];
+    if c.feedback == Feedback::None {
+        return told;
+    }
+    if let Some(d) = &rec.detail {
+        told.push(format!("how it ended: {d}"));
+    }
+    told.extend(
+        rec.progress
+            .iter()
+            .map(|p| match (p.passed_at, p.held_at_end, &p.feedback) {
+                (Some(_), Some(false), Some(f)) => format!("checkpoint '{}': {f}", p.id),
+                (Some(_), _, _) => format!("checkpoint '{}' passed", p.id),
+                (None, _, Some(f)) => format!("checkpoint '{}' did not pass: {f}", p.id),
+                (None, _, None) => format!(
+                    "checkpoint '{}' was not checked: it waits for another checkpoint",
+                    p.id
+                ),
+            }),
+    );
+    told
 }
 
 /// The state of one task run, shared by its phases.
@@ -144,23 +305,41 @@ struct TaskRun<'a> {
     harness: Vec<f64>,
     /// The trajectory directory, relative to the run directory.
     traj_rel: String,
+    /// Checkpoints that passed after this many actions were last shown passing to the
+    /// agent (`--feedback step`).
+    shown_through: u32,
     started: Instant,
     started_ms: u64,
 }
 
 impl<'a> TaskRun<'a> {
-    fn new(task: &'a Task, graph: Arc<Graph>, repeat: u32, ctx: &'a Context<'a>) -> Self {
+    fn new(
+        task: &'a Task,
+        graph: Arc<Graph>,
+        repeat: u32,
+        attempt: u32,
+        ctx: &'a Context<'a>,
+    ) -> Self {
+        let mut evaluator = Evaluator::new(graph);
+        if ctx.correction.feedback == Feedback::Step {
+            evaluator.explain_every_step();
+        }
+        let mut traj_rel = format!("tasks/{}__r{repeat}", crate::task::sanitize(&task.id));
+        if attempt > 1 {
+            traj_rel.push_str(&format!("__a{attempt}"));
+        }
         Self {
             task,
             ctx,
             repeat,
-            evaluator: Evaluator::new(graph),
+            evaluator,
             envs: Envs(ctx.set.envs.clone()),
             log: AgentLog::default(),
             usage: Usage::default(),
             actions_done: 0,
             harness: Vec::new(),
-            traj_rel: format!("tasks/{}__r{repeat}", crate::task::sanitize(&task.id)),
+            traj_rel,
+            shown_through: 0,
             started: Instant::now(),
             started_ms: now_ms(),
         }
@@ -281,6 +460,7 @@ impl<'a> TaskRun<'a> {
         &mut self,
         agent: &mut dyn Agent,
         steps_file: &mut JsonlWriter,
+        told: Vec<String>,
     ) -> Result<(), End> {
         let task = self.task;
         let brief = TaskBrief {
@@ -301,7 +481,10 @@ impl<'a> TaskRun<'a> {
         agent
             .begin(&brief)
             .map_err(|e| End::new(Termination::AgentError, e.to_string()))?;
-        let mut turn = Turn::default();
+        let mut turn = Turn {
+            feedback: told,
+            ..Turn::default()
+        };
         // The views taken while the last action was evaluated (both only read the state
         // the action left), so a step costs the longer of the two, not their sum.
         let mut seen_already = None;
@@ -372,7 +555,7 @@ impl<'a> TaskRun<'a> {
     /// Shows the agent the views taken after the last action, if there are any, when the
     /// run ends: the state it ended in, before the final check and teardown.
     fn show_last(
-        &self,
+        &mut self,
         agent: &mut dyn Agent,
         views: Option<Vec<Result<View, observe::ObserveError>>>,
         turn: &mut Turn,
@@ -388,11 +571,15 @@ impl<'a> TaskRun<'a> {
     /// environment's failure, never the agent's), the feedback on its last actions, and
     /// each checkpoint's state.
     fn observation(
-        &self,
+        &mut self,
         views: Vec<Result<View, observe::ObserveError>>,
-        feedback: Vec<String>,
+        mut feedback: Vec<String>,
     ) -> Result<Observation, End> {
         let progress = self.evaluator.progress();
+        if self.ctx.correction.feedback == Feedback::Step {
+            feedback.extend(step_feedback(&progress, self.shown_through));
+            self.shown_through = self.actions_done;
+        }
         let mut obs = Observation {
             step: self.actions_done,
             views: Vec::new(),
@@ -607,8 +794,30 @@ impl<'a> TaskRun<'a> {
             progress: self.evaluator.progress(),
             trajectory: self.traj_rel,
             started_ms: self.started_ms,
+            retried: Vec::new(),
         }
     }
+}
+
+/// What `--feedback step` tells the agent before a decision: the checkpoints that passed
+/// since it was last told (after `shown_through` actions), and what each checkpoint still
+/// waiting to pass saw at the latest step.
+fn step_feedback(progress: &[NodeProgress], shown_through: u32) -> Vec<String> {
+    let passed = progress.iter().filter(|p| p.passed_at.is_some()).count();
+    let mut lines = vec![format!(
+        "checkpoints: {passed} of {} passed",
+        progress.len()
+    )];
+    for p in progress {
+        match (p.passed_at, &p.feedback) {
+            (Some(at), _) if at > shown_through => {
+                lines.push(format!("checkpoint '{}' passed", p.id));
+            }
+            (None, Some(f)) => lines.push(format!("checkpoint '{}' not passed yet: {f}", p.id)),
+            _ => {}
+        }
+    }
+    lines
 }
 
 /// Every environment of the task seen at once.
@@ -1002,5 +1211,122 @@ mod tests {
         assert_eq!(end.termination, Termination::InvalidAction);
         assert_eq!(end.detail.as_deref(), Some("bad json"));
         assert_eq!(turn.feedback, ["one", "two", "three"]);
+    }
+
+    #[test]
+    fn corrections_that_cannot_work_are_refused_naming_what_to_give() {
+        assert_eq!("step".parse(), Ok(Feedback::Step));
+        let e = "always".parse::<Feedback>().unwrap_err().to_string();
+        assert!(
+            e.contains("'always'") && e.contains("none, step or end"),
+            "{e}"
+        );
+        for n in [0, MAX_ATTEMPTS + 1] {
+            let e = Correction::new(Feedback::None, n).unwrap_err().to_string();
+            assert!(e.contains("give 1 to 10"), "{e}");
+        }
+        let e = Correction::new(Feedback::End, 1).unwrap_err().to_string();
+        assert!(e.contains("--attempts 2"), "{e}");
+        assert!(Correction::new(Feedback::End, 2).is_ok());
+        assert!(Correction::new(Feedback::Step, 1).is_ok());
+    }
+
+    #[test]
+    fn only_what_the_agent_failed_is_tried_again() {
+        for t in Termination::ALL {
+            let expected = matches!(
+                t,
+                Termination::Undone
+                    | Termination::FalseCompletion
+                    | Termination::Infeasible
+                    | Termination::StepLimit
+                    | Termination::TimeLimit
+                    | Termination::InvalidAction
+            );
+            assert_eq!(worth_retrying(t), expected, "{t}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_retry_is_told_each_checkpoint_only_with_feedback() {
+        let files = Files::default();
+        files.present.lock().unwrap().insert("/a".into());
+        let mut ev = evaluator();
+        ev.step(1, &files, &AgentLog::default()).await.unwrap();
+        files.present.lock().unwrap().clear();
+        ev.finish(&files, &AgentLog::default()).await.unwrap();
+        let rec = TaskRecord {
+            task: "t".into(),
+            repeat: 0,
+            seed: 0,
+            agent: "a".into(),
+            class: crate::task::PlatformClass::SingleDesktop,
+            instruction: "x".into(),
+            termination: Termination::StepLimit,
+            detail: Some("15 actions".into()),
+            passed: 1,
+            final_passed: Some(0),
+            total: 3,
+            actions: 15,
+            usage: Usage::default(),
+            wall_ms: 1,
+            harness_ms_p50: 0.0,
+            env_set: "s0".into(),
+            progress: ev.progress(),
+            trajectory: "tasks/t__r0".into(),
+            started_ms: 0,
+            retried: vec![],
+        };
+        let bare = told_after(&rec, 1, Correction::new(Feedback::None, 3).unwrap());
+        assert_eq!(
+            bare,
+            [
+                "attempt 1 of 3 failed (step-limit); the task was set up again from the start: try again"
+            ]
+        );
+        let told = told_after(&rec, 1, Correction::new(Feedback::End, 3).unwrap());
+        assert_eq!(told[0], bare[0]);
+        assert_eq!(told[1], "how it ended: 15 actions");
+        assert!(
+            told[2].starts_with("checkpoint 'a': passed at step 1 but no longer holds: "),
+            "{told:?}"
+        );
+        assert!(
+            told[3].starts_with("checkpoint 'b' did not pass: "),
+            "{told:?}"
+        );
+        assert!(
+            told[4].starts_with("checkpoint 'answer' did not pass: "),
+            "{told:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn step_feedback_names_new_passes_once_and_what_waiting_checkpoints_saw() {
+        let files = Files::default();
+        let mut ev = evaluator();
+        ev.explain_every_step();
+        ev.step(1, &files, &AgentLog::default()).await.unwrap();
+        let lines = step_feedback(&ev.progress(), 0);
+        assert_eq!(lines[0], "checkpoints: 0 of 3 passed");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("checkpoint 'a' not passed yet: ")),
+            "{lines:?}"
+        );
+        // 'b' waits for 'a': never judged, never shown.
+        assert!(!lines.iter().any(|l| l.contains("'b'")), "{lines:?}");
+        files.present.lock().unwrap().insert("/a".into());
+        ev.step(2, &files, &AgentLog::default()).await.unwrap();
+        let lines = step_feedback(&ev.progress(), 1);
+        assert_eq!(lines[0], "checkpoints: 1 of 3 passed");
+        assert!(
+            lines.contains(&"checkpoint 'a' passed".to_owned()),
+            "{lines:?}"
+        );
+        // Shown once: the next decision (after 2 actions) is not told again.
+        let lines = step_feedback(&ev.progress(), 2);
+        assert!(!lines.iter().any(|l| l.contains("'a'")), "{lines:?}");
     }
 }
