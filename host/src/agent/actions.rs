@@ -225,27 +225,26 @@ impl AgentAction {
     /// Maps every point target through `f` (element targets stay): for clients that give
     /// coordinates on a scaled image.
     pub fn map_points(&mut self, f: impl Fn(i32, i32) -> (i32, i32)) {
-        let map = |t: &mut Target| {
+        for t in self.targets_mut() {
             if let Target::Point { x, y } = t {
                 (*x, *y) = f(*x, *y);
             }
-        };
+        }
+    }
+
+    /// Every target of the action (a drag or swipe has two).
+    pub fn targets_mut(&mut self) -> Vec<&mut Target> {
         match self {
             Self::Click { target, .. }
             | Self::DoubleClick { target, .. }
             | Self::RightClick { target, .. }
             | Self::Move { target, .. }
             | Self::Tap { target, .. }
-            | Self::LongPress { target, .. } => map(target),
+            | Self::LongPress { target, .. } => vec![target],
             Self::Type { target, .. } | Self::Scroll { target, .. } => {
-                if let Some(t) = target {
-                    map(t);
-                }
+                target.as_mut().into_iter().collect()
             }
-            Self::Drag { from, to, .. } | Self::Swipe { from, to, .. } => {
-                map(from);
-                map(to);
-            }
+            Self::Drag { from, to, .. } | Self::Swipe { from, to, .. } => vec![from, to],
             Self::Key { .. }
             | Self::Hotkey { .. }
             | Self::Text { .. }
@@ -254,7 +253,7 @@ impl AgentAction {
             | Self::Wait { .. }
             | Self::Complete
             | Self::Submit { .. }
-            | Self::Infeasible { .. } => {}
+            | Self::Infeasible { .. } => Vec::new(),
         }
     }
 

@@ -9,6 +9,7 @@ mod image;
 mod mcp;
 mod observe;
 mod ops;
+mod replay;
 mod run;
 mod scale;
 mod task;
@@ -74,6 +75,9 @@ enum Command {
     /// Serve environments and tasks to an MCP client over stdio: screenshots, marks, the
     /// UI tree, tasks that are scored, and (with --allow-actions) the agent actions.
     Mcp(mcp::McpArgs),
+    /// Replay a recorded task run (a trajectory) after the task's setup and report where
+    /// the checkpoints or the screen diverge from the recording.
+    Replay(replay::ReplayArgs),
     /// Write the Markdown and HTML report of a run directory.
     Report {
         /// The run directory.
@@ -158,7 +162,8 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
         | Command::Bench(_)
         | Command::Demo(_)
         | Command::Task(_)
-        | Command::Mcp(_) => tokio::runtime::Builder::new_multi_thread(),
+        | Command::Mcp(_)
+        | Command::Replay(_) => tokio::runtime::Builder::new_multi_thread(),
         Command::Desktop(_)
         | Command::Env(_)
         | Command::Image(_)
@@ -194,6 +199,7 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
         Command::Task(c) => task::run(c, &reg).await,
         Command::Run(a) => run::run(*a, &reg).await,
         Command::Mcp(a) => mcp::run(a, &reg).await,
+        Command::Replay(a) => replay::run(a, &reg).await,
         Command::Report { dir } => {
             let p = pincer::report::write(&dir)?;
             println!("{}\n{}", p.html.display(), p.markdown.display());

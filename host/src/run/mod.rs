@@ -6,6 +6,7 @@
 pub mod episode;
 pub mod kube;
 pub mod record;
+pub mod replay;
 pub mod sets;
 pub mod shard;
 pub mod slurm;
