@@ -11,6 +11,7 @@ pub mod android;
 pub mod bench;
 pub mod compose;
 pub mod crab;
+pub mod dataset;
 pub mod desktop;
 pub mod env;
 pub mod eval;

@@ -2,6 +2,7 @@
 //! holds the global options and the shared helpers (connecting to `--env`, printing errors).
 
 mod android;
+mod dataset;
 mod demo;
 mod desktop;
 mod envs;
@@ -74,6 +75,13 @@ enum Command {
     /// Serve environments and tasks to an MCP client over stdio: screenshots, marks, the
     /// UI tree, tasks that are scored, and (with --allow-actions) the agent actions.
     Mcp(mcp::McpArgs),
+    /// Datasets from real runs: grounding items from live UI trees, inverse-dynamics and
+    /// success-detection items from run directories (AgentStudio's formats).
+    #[command(subcommand)]
+    Dataset(dataset::DatasetCmd),
+    /// Score a model's answers on a dataset: grounding accuracy, inverse-dynamics accuracy,
+    /// success-detection precision, recall, F1 and accuracy.
+    Eval(dataset::EvalArgs),
     /// Write the Markdown and HTML report of a run directory.
     Report {
         /// The run directory.
@@ -172,6 +180,8 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
         | Command::Launch(_)
         | Command::File(_)
         | Command::Report { .. }
+        | Command::Dataset(_)
+        | Command::Eval(_)
         | Command::Token(_) => tokio::runtime::Builder::new_current_thread(),
     }
 }
@@ -199,6 +209,8 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
             println!("{}\n{}", p.html.display(), p.markdown.display());
             Ok(())
         }
+        Command::Dataset(c) => dataset::run(c, &reg).await,
+        Command::Eval(a) => dataset::eval(a),
         Command::Token(a) => envs::token(a),
         Command::Demo(a) => demo::run(a, &reg).await,
     }
