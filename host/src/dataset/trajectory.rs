@@ -265,11 +265,12 @@ fn names_element(v: &serde_json::Value) -> bool {
 
 /// Builds an inverse-dynamics set in `out` from the trajectories of `runs`.
 pub fn idm(runs: &[PathBuf], out: &Path) -> Result<Built<IdmItem>, DatasetError> {
+    // Read first: nothing is made for runs that cannot be read.
+    let trajs = read_runs(runs)?;
     let mut images = Images {
         dir: super::prepare(out, IDM_FILE)?,
         copied: BTreeSet::new(),
     };
-    let trajs = read_runs(runs)?;
     let mut built = Built::new(trajs.len());
     for t in &trajs {
         let (plat, space) = platform(t.record.class);
@@ -324,11 +325,12 @@ pub fn idm(runs: &[PathBuf], out: &Path) -> Result<Built<IdmItem>, DatasetError>
 /// Builds a success-detection set in `out` from the task runs of `runs`: every run the
 /// graph graded (infrastructure failures left out) that has at least one frame.
 pub fn critic(runs: &[PathBuf], out: &Path) -> Result<Built<CriticItem>, DatasetError> {
+    // Read first: nothing is made for runs that cannot be read.
+    let trajs = read_runs(runs)?;
     let mut images = Images {
         dir: super::prepare(out, CRITIC_FILE)?,
         copied: BTreeSet::new(),
     };
-    let trajs = read_runs(runs)?;
     let mut built = Built::new(trajs.len());
     let mut action_no = 0usize;
     for t in &trajs {
