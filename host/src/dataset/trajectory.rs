@@ -395,3 +395,180 @@ pub fn critic(runs: &[PathBuf], out: &Path) -> Result<Built<CriticItem>, Dataset
     write_jsonl(&out.join(CRITIC_FILE), &built.items)?;
     Ok(built)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataset::IMAGES_DIR;
+    use crate::run::record::{ImageRef, JsonlWriter, Timing};
+    use serde_json::json;
+
+    fn record(task: &str, termination: Termination) -> TaskRecord {
+        TaskRecord {
+            task: task.into(),
+            repeat: 0,
+            seed: 0,
+            agent: "oracle".into(),
+            class: PlatformClass::SingleDesktop,
+            instruction: format!("do {task}"),
+            termination,
+            detail: None,
+            passed: 1,
+            final_passed: Some(1),
+            total: 1,
+            actions: 1,
+            usage: Default::default(),
+            wall_ms: 1,
+            harness_ms_p50: 1.0,
+            env_set: "s0".into(),
+            progress: vec![],
+            trajectory: format!("tasks/{task}"),
+            started_ms: 0,
+        }
+    }
+
+    fn step(n: u32, actions: Vec<serde_json::Value>, results: &[&str]) -> StepRecord {
+        StepRecord {
+            step: n,
+            images: ["screenshot", "marks"]
+                .iter()
+                .map(|kind| ImageRef {
+                    role: "desktop".into(),
+                    kind: (*kind).into(),
+                    file: format!("step-{n:03}-desktop-{kind}.png"),
+                })
+                .collect(),
+            elements: vec![],
+            thought: None,
+            actions,
+            results: results.iter().map(|r| (*r).to_owned()).collect(),
+            invalid: None,
+            exchanges: vec![],
+            usage: Default::default(),
+            evaluation: vec![],
+            passed: vec![],
+            timing: Timing::default(),
+        }
+    }
+
+    /// A run directory with the given task runs and their steps (image files included).
+    fn run_dir(dir: &Path, runs: &[(TaskRecord, Vec<StepRecord>)]) {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut results = JsonlWriter::append(&dir.join("results.jsonl")).unwrap();
+        for (rec, steps) in runs {
+            let traj = dir.join(&rec.trajectory);
+            std::fs::create_dir_all(&traj).unwrap();
+            let mut w = JsonlWriter::append(&traj.join("steps.jsonl")).unwrap();
+            for s in steps {
+                w.write(s).unwrap();
+                for i in &s.images {
+                    std::fs::write(traj.join(&i.file), b"png").unwrap();
+                }
+            }
+            results.write(rec).unwrap();
+        }
+    }
+
+    fn click(x: i32) -> serde_json::Value {
+        json!({"action": "click", "env": "desktop", "target": {"x": x, "y": 5}})
+    }
+
+    #[test]
+    fn only_single_executed_gui_actions_with_frames_around_them_make_idm_items() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        let steps = vec![
+            step(1, vec![click(1)], &["ok"]),
+            step(2, vec![click(2)], &["invalid argument: off screen"]),
+            step(
+                3,
+                vec![json!({"action": "click", "env": "desktop", "target": {"element": 4}})],
+                &["ok"],
+            ),
+            step(4, vec![click(3), click(4)], &["ok", "ok"]),
+            step(5, vec![json!({"action": "wait", "seconds": 1.0})], &["ok"]),
+            step(6, vec![click(5)], &["ok"]),
+            // The last step has no frame after it.
+            step(7, vec![json!({"action": "complete"})], &["ok"]),
+        ];
+        run_dir(&run, &[(record("t", Termination::Success), steps)]);
+        let out = dir.path().join("idm");
+        let built = idm(std::slice::from_ref(&run), &out).unwrap();
+        let points: Vec<i64> = built
+            .items
+            .iter()
+            .map(|i| i.metadata.action["target"]["x"].as_i64().unwrap())
+            .collect();
+        assert_eq!(points, vec![1, 5]);
+        assert_eq!(
+            built.items[0].obs_before,
+            "r0-tasks_t-step-001-desktop-screenshot.png"
+        );
+        assert_eq!(
+            built.items[0].obs_after,
+            "r0-tasks_t-step-002-desktop-screenshot.png"
+        );
+        assert_eq!(built.items[1].step, 6);
+        assert_eq!(
+            built.skipped.values().sum::<usize>(),
+            4,
+            "{:?}",
+            built.skipped
+        );
+        assert_eq!(built.images, 4);
+        let images = out.join(IMAGES_DIR);
+        assert!(
+            !images
+                .join("r0-tasks_t-step-003-desktop-screenshot.png")
+                .exists()
+        );
+        assert!(
+            images
+                .join("r0-tasks_t-step-007-desktop-screenshot.png")
+                .is_file()
+        );
+        // The set is not written twice into one directory.
+        assert!(matches!(
+            idm(&[run], &out).unwrap_err(),
+            DatasetError::NotEmpty(_)
+        ));
+    }
+
+    #[test]
+    fn critic_labels_are_the_graphs_and_infrastructure_failures_are_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        let two = || {
+            vec![
+                step(1, vec![click(1)], &["ok"]),
+                step(2, vec![json!({"action": "complete"})], &["ok"]),
+            ]
+        };
+        run_dir(
+            &run,
+            &[
+                (record("won", Termination::Success), two()),
+                (record("undone", Termination::Undone), two()),
+                (record("crashed", Termination::EnvironmentError), two()),
+                (record("broken", Termination::BrokenSetup), vec![]),
+            ],
+        );
+        let built = critic(&[run], &dir.path().join("critic")).unwrap();
+        let labels: Vec<(&str, bool)> = built
+            .items
+            .iter()
+            .map(|i| (i.metadata.task.as_str(), i.is_success))
+            .collect();
+        assert_eq!(labels, vec![("won", true), ("undone", false)]);
+        assert_eq!(built.skipped.values().sum::<usize>(), 2);
+        let won = &built.items[0];
+        assert_eq!(won.actions.len(), 2);
+        assert_eq!(won.actions[0].obs_after, won.actions[1].obs_before);
+        assert_eq!(won.actions[1].obs_after, None);
+        assert_eq!(won.actions[1].metadata.repr, "complete");
+        assert!(matches!(
+            critic(&[dir.path().join("nothing")], &dir.path().join("c2")).unwrap_err(),
+            DatasetError::NotARun(_)
+        ));
+    }
+}
