@@ -529,12 +529,11 @@ li{font-size:14px}</style></head><body>\n",
                 title = esc(&it.instruction),
             );
         }
-        out.push_str("</div><ol>");
+        out.push_str("</div><ul>");
         for it in &its {
             let _ = write!(
                 out,
-                "<li value=\"{}\"><b>{}</b> {} <small>[{}, {}, {}, {}] {}</small></li>",
-                it.id.trim_start_matches('g').parse::<u64>().unwrap_or(0),
+                "<li><b>{}</b> {} <small>[{}, {}, {}, {}] {}</small></li>",
                 esc(&it.id),
                 esc(&it.instruction),
                 it.bbox[0],
@@ -544,7 +543,7 @@ li{font-size:14px}</style></head><body>\n",
                 esc(&it.raw_instruction)
             );
         }
-        out.push_str("</ol></figure>\n");
+        out.push_str("</ul></figure>\n");
     }
     out.push_str("</body></html>\n");
     out

@@ -47,6 +47,9 @@ pub enum ScoreError {
         /// What went wrong.
         source: std::io::Error,
     },
+    /// The dataset directory has no metadata file of this format.
+    #[error("{0}: no such file; is --dataset a set of this kind (made by `pincer dataset`)?")]
+    NoDataset(PathBuf),
     /// A line of the dataset is not an item of this format.
     #[error(
         "{path} line {line}: not an item of this dataset format ({reason}); is --dataset a set of this kind?"
@@ -160,6 +163,9 @@ fn lines(path: &Path) -> Result<Vec<(usize, String)>, ScoreError> {
 
 /// The items of a dataset's metadata file, in order.
 fn items<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, ScoreError> {
+    if !path.is_file() {
+        return Err(ScoreError::NoDataset(path.to_owned()));
+    }
     lines(path)?
         .into_iter()
         .map(|(line, l)| {
@@ -483,6 +489,11 @@ mod tests {
         write(other.path(), GROUND_FILE, &[serde_json::json!({"id": 3})]);
         let e = ground(other.path(), &p).unwrap_err();
         assert!(matches!(e, ScoreError::Dataset { line: 1, .. }), "{e:?}");
+        // A set of another kind, or none.
+        assert!(matches!(
+            idm(dir.path(), &p).unwrap_err(),
+            ScoreError::NoDataset(f) if f.ends_with(IDM_FILE)
+        ));
     }
 
     fn idm_item(id: &str, action: Value) -> Value {
