@@ -244,6 +244,39 @@ async fn grounding_items_from_the_demo_apps_hit_what_they_name() {
         "{err}"
     );
     assert!(bad.stdout.is_empty());
+
+    // A phone's task is not set up on a desktop: named, and nothing captured for it.
+    let phone_tasks = sb.path().join("phone-tasks");
+    std::fs::create_dir_all(&phone_tasks).unwrap();
+    let task = json!({
+        "id": "phone-rename",
+        "instruction": "Rename the phone's Bluetooth to 'new'.",
+        "envs": {"phone": {"platform": "android"}},
+        "setup": {"phone": [{"do": "put_setting", "namespace": "secure", "key": "bluetooth_name", "value": "old"}]},
+        "checkpoints": [{"id": "renamed", "env": "phone", "check": "android_setting",
+            "args": {"namespace": "secure", "key": "bluetooth_name", "value": {"equals": "new"}}}]
+    });
+    std::fs::write(phone_tasks.join("phone-rename.json"), task.to_string()).unwrap();
+    let none = sb.path().join("none");
+    let stdout = sb.pincer_ok(&[
+        "dataset",
+        "ground",
+        "--tasks",
+        phone_tasks.to_str().unwrap(),
+        "--env",
+        "grounded",
+        "-o",
+        none.to_str().unwrap(),
+    ]);
+    assert!(
+        stdout
+            .contains("skipped phone-rename: its environment is android, and 'grounded' is linux"),
+        "{stdout}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(none.join("metadata.jsonl")).unwrap(),
+        ""
+    );
 }
 
 #[test]

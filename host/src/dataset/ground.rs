@@ -353,9 +353,9 @@ pub async fn screen(env: &Environment, w: &mut Writer) -> Result<usize, DatasetE
 /// Tasks whose screen could not be made, and why.
 pub type Skipped = Vec<(String, String)>;
 
-/// For each task that needs one environment: its setup on `env`, the items of the screen
-/// it made, its teardown. Tasks needing several environments, and tasks whose setup fails,
-/// are skipped and named.
+/// For each task that needs one environment of `env`'s platform: its setup on `env`, the
+/// items of the screen it made, its teardown. Other tasks, and tasks whose setup fails, are
+/// skipped and named.
 pub async fn from_tasks(
     env: &Environment,
     tasks: &[Task],
@@ -364,10 +364,24 @@ pub async fn from_tasks(
 ) -> Result<Skipped, DatasetError> {
     let mut skipped = Vec::new();
     for task in tasks {
-        let [(role, _)] = task.envs.iter().collect::<Vec<_>>()[..] else {
+        let [(role, need)] = task.envs.iter().collect::<Vec<_>>()[..] else {
             skipped.push((task.id.clone(), "needs more than one environment".into()));
             continue;
         };
+        if let Some(info) = env.info()
+            && info.platform != need.platform.to_string()
+        {
+            skipped.push((
+                task.id.clone(),
+                format!(
+                    "its environment is {}, and '{}' is {}",
+                    need.platform,
+                    env.name(),
+                    info.platform
+                ),
+            ));
+            continue;
+        }
         let none = Vec::new();
         let setup = task.setup.get(role).unwrap_or(&none);
         if let Err((i, e)) = steps::run_all(env, setup, &mut |_| {}).await {
