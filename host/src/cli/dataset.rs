@@ -177,7 +177,7 @@ async fn ground_set(a: GroundArgs, reg: &Registry) -> anyhow::Result<()> {
                 }
                 None => a.env[0].clone(),
             };
-            let result = async {
+            let work = async {
                 let env = reg.connect(Some(&name), Deadlines::default()).await?;
                 Ok::<_, anyhow::Error>(
                     ground::from_tasks(&env, &tasks, &mut w, &mut |task, n| {
@@ -185,8 +185,12 @@ async fn ground_set(a: GroundArgs, reg: &Registry) -> anyhow::Result<()> {
                     })
                     .await?,
                 )
-            }
-            .await;
+            };
+            // Ctrl-C still stops the desktop started for the command.
+            let result = tokio::select! {
+                r = work => r,
+                _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted before the metadata was written")),
+            };
             if let Some(n) = &local {
                 desktop::down(reg, n).await?;
             }
