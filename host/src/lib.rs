@@ -2,7 +2,8 @@
 //! desktops ([`desktop`]), VM images built from recipes ([`image`]) and QEMU VMs reset
 //! from their golden state ([`vm`]), Android devices through adb ([`android`]), tasks ([`task`]), the graph evaluator ([`eval`]), agents
 //! ([`agent`]) and what they are shown ([`observe`]), the benchmark runner ([`run`]), its
-//! reports ([`report`]) and latency benchmarks ([`bench`]). The modules are layered as
+//! reports ([`report`]), datasets made from runs ([`dataset`]) and latency benchmarks
+//! ([`bench`]). The modules are layered as
 //! `ARCHITECTURE.md` lists them (a test holds them to it). The `pincer` binary is a thin CLI
 //! over this library.
 
@@ -11,6 +12,7 @@ pub mod android;
 pub mod bench;
 pub mod compose;
 pub mod crab;
+pub mod dataset;
 pub mod desktop;
 pub mod env;
 pub mod eval;

@@ -2,6 +2,7 @@
 //! holds the global options and the shared helpers (connecting to `--env`, printing errors).
 
 mod android;
+mod dataset;
 mod demo;
 mod desktop;
 mod envs;
@@ -78,6 +79,13 @@ enum Command {
     /// Replay a recorded task run (a trajectory) after the task's setup and report where
     /// the checkpoints or the screen diverge from the recording.
     Replay(replay::ReplayArgs),
+    /// Datasets from real runs: grounding items from live UI trees, inverse-dynamics and
+    /// success-detection items from run directories (AgentStudio's formats).
+    #[command(subcommand)]
+    Dataset(dataset::DatasetCmd),
+    /// Score a model's answers on a dataset: grounding accuracy, inverse-dynamics accuracy,
+    /// success-detection precision, recall, F1 and accuracy.
+    Eval(dataset::EvalArgs),
     /// Write the Markdown and HTML report of a run directory.
     Report {
         /// The run directory.
@@ -177,6 +185,8 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
         | Command::Launch(_)
         | Command::File(_)
         | Command::Report { .. }
+        | Command::Dataset(_)
+        | Command::Eval(_)
         | Command::Token(_) => tokio::runtime::Builder::new_current_thread(),
     }
 }
@@ -205,6 +215,8 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
             println!("{}\n{}", p.html.display(), p.markdown.display());
             Ok(())
         }
+        Command::Dataset(c) => dataset::run(c, &reg).await,
+        Command::Eval(a) => dataset::eval(a),
         Command::Token(a) => envs::token(a),
         Command::Demo(a) => demo::run(a, &reg).await,
     }

@@ -1,7 +1,7 @@
 //! HTML escaping, shared by the report's page and its graph drawings.
 
 /// Text safe in HTML content and in quoted attribute values.
-pub(super) fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + s.len() / 8);
     for c in s.chars() {
         match c {

@@ -6,7 +6,7 @@
 //! (finished, interrupted, or copied from another machine) can be reported again with
 //! `pincer report DIR`.
 
-mod escape;
+pub(crate) mod escape;
 mod graph;
 mod html;
 mod images;
