@@ -23,4 +23,5 @@ mod picture;
 pub mod report;
 pub mod run;
 pub mod task;
+pub mod video;
 pub mod vm;
