@@ -5,9 +5,10 @@
 use pincer::env::{ClientError, Environment, VideoStream};
 use pincer_shared::WireError;
 use pincer_shared::action::{Action, MouseButton, Point};
-use pincer_shared::observe::{ImageFormat, VideoRequest};
-use pincer_tests::Sandbox;
-use std::time::Duration;
+use pincer_shared::limits::MAX_VIDEO_STREAMS;
+use pincer_shared::observe::{ImageFormat, ScreenshotRequest, VideoRequest};
+use pincer_tests::{Sandbox, eventually};
+use std::time::{Duration, Instant};
 
 fn video(max_fps: u32, duration_ms: u64) -> VideoRequest {
     VideoRequest {
@@ -217,4 +218,61 @@ async fn pincer_video_writes_an_mp4_of_what_changed() {
         !sb.path().join("screen.mp4.frames").exists(),
         "the frames' directory is removed"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_never_reads_its_streams_hurts_no_one() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("video-greedy", "1280x800", &[]);
+    let greedy = d.connect().await;
+    let other = d.connect().await;
+    repaint_every(&other, "0.05").await;
+    // One host takes every place with streams of raw frames (4 MB each) it never reads.
+    let raw = VideoRequest {
+        format: ImageFormat::Raw { zstd: None },
+        ..video(30, 600_000)
+    };
+    let mut held = Vec::new();
+    for _ in 0..MAX_VIDEO_STREAMS {
+        held.push(greedy.video(raw).await.unwrap());
+    }
+    // Another is told the guest is busy, in so many words...
+    match other.video(video(5, 1000)).await {
+        Err(ClientError::Guest {
+            source: WireError::Busy { message },
+            ..
+        }) => assert!(message.contains("video streams"), "{message}"),
+        other => panic!("a fifth stream: {other:?}"),
+    }
+    // ...while its screenshots and pings are served as ever.
+    for _ in 0..10 {
+        let t = Instant::now();
+        let shot = other
+            .screenshot(ScreenshotRequest {
+                format: ImageFormat::Jpeg { quality: 70 },
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(shot.meta.width, 1280);
+        other.ping().await.unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            t.elapsed()
+        );
+    }
+    // The streams nobody reads are cut off once their frames wait too long, and their
+    // places serve others.
+    let mut fresh = eventually(Duration::from_secs(40), || async {
+        other.video(video(10, 3000)).await.ok()
+    })
+    .await
+    .expect("a place frees up once the unread streams are cut off");
+    let mut frames = 0;
+    while let Some(_frame) = fresh.next().await.unwrap() {
+        frames += 1;
+    }
+    assert!(frames >= 5, "{frames} frames in 3 s of a repainting screen");
+    drop(held);
 }
