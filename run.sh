@@ -29,7 +29,7 @@ RUN_PKGS="xvfb xauth dbus dbus-x11 at-spi2-core libatk-adaptor libgail-common op
   x11-xserver-utils x11-utils libglib2.0-bin gsettings-desktop-schemas dconf-service
   dconf-gsettings-backend fonts-dejavu-core gtk-3-examples zenity mousepad xfce4-terminal
   galculator thunar libreoffice-calc libreoffice-writer libreoffice-gtk3 chromium
-  xdotool xclip dconf-cli imagemagick x11vnc procps"
+  xdotool xclip dconf-cli imagemagick x11vnc procps ffmpeg"
 
 # VMs and images: mmdebstrap builds, QEMU runs (qemu-system-x86 and qemu-utils must come
 # from one suite: see vm_deps), mkfs.ext4 makes file systems, podman imports container images.

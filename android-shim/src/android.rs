@@ -53,6 +53,7 @@ pub(crate) struct Android {
 impl Platform for Android {
     type Input = PhoneInput;
     type Screen = PhoneScreen;
+    type Damage = Lacking;
     type Windows = Apps;
     type Clipboard = Lacking;
     type Accessibility = Uiautomator;
@@ -95,6 +96,10 @@ impl Platform for Android {
 
     fn screen(&self) -> PhoneScreen {
         PhoneScreen
+    }
+
+    fn damage(&self) -> Lacking {
+        Lacking
     }
 
     fn windows(&self) -> Apps {

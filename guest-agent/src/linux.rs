@@ -5,6 +5,7 @@
 
 use crate::a11y::A11y;
 use crate::clipboard::Clipboard;
+use crate::damage::Damage;
 use crate::input::Input;
 use crate::screen::Screen;
 use crate::settings::Gsettings;
@@ -30,6 +31,7 @@ impl Linux {
 impl Platform for Linux {
     type Input = Input;
     type Screen = Screen;
+    type Damage = Damage;
     type Windows = Windows;
     type Clipboard = Clipboard;
     type Accessibility = A11y;
@@ -44,6 +46,7 @@ impl Platform for Linux {
         capability::PROBE,
         capability::WINDOW,
         capability::CLIPBOARD,
+        capability::VIDEO,
     ];
 
     /// PRETTY_NAME from os-release, or the kernel name.
@@ -64,6 +67,10 @@ impl Platform for Linux {
 
     fn screen(&self) -> Screen {
         Screen::new(self.display.clone())
+    }
+
+    fn damage(&self) -> Damage {
+        Damage::new(self.display.clone())
     }
 
     fn windows(&self) -> Windows {

@@ -6,6 +6,7 @@
 
 mod a11y;
 mod clipboard;
+mod damage;
 mod input;
 mod install;
 mod linux;

@@ -4,6 +4,7 @@
 //! Bulk bytes never pass through serde, and neither an upload nor a large read is ever held
 //! in memory whole.
 
+use crate::video::Frames;
 use pincer_shared::Response;
 use pincer_shared::limits::MAX_RESPONSE_HEADER;
 use pincer_shared::transport::stream::{finish, write_body, write_header};
@@ -74,6 +75,8 @@ pub enum Reply {
     Bytes(Response, Vec<u8>),
     /// A header and a file read from disk while it is sent (bulk reads).
     Stream(Response, FileStream),
+    /// Video frames, each a header and its image, as they are grabbed.
+    Frames(Frames),
 }
 
 impl From<Result<Response, pincer_shared::WireError>> for Reply {
@@ -94,6 +97,7 @@ impl Reply {
                 file.send(send).await?;
                 finish(send).await
             }
+            Self::Frames(frames) => frames.send(send).await,
         }
     }
 }

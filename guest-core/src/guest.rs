@@ -14,11 +14,12 @@ use crate::platform::{
     Settings as _, Windows as _,
 };
 use crate::subsystem::{Sub, in_thread};
+use crate::video::{Frames, Shots, Sources};
 use crate::{exec, fs, processes};
 use pincer_shared::android::AndroidAnswer;
 use pincer_shared::handshake::GuestInfo;
 use pincer_shared::identity::Token;
-use pincer_shared::limits::MAX_BATCH;
+use pincer_shared::limits::{MAX_BATCH, MAX_VIDEO_STREAMS};
 use pincer_shared::message::capability;
 use pincer_shared::observe::{ScreenInfo, TreeRequest, TreeScope};
 use pincer_shared::probe::{Probe, ProbeReply};
@@ -48,6 +49,10 @@ pub struct Config {
 pub struct Guest<P: Platform> {
     pub(crate) config: Config,
     screen: Sub<Shots<P::Screen>>,
+    /// How often the screen changed, for video streams; one tracker shared by every stream.
+    damage: Sub<P::Damage>,
+    /// Places for video streams; one more than these is answered `Busy`.
+    video_slots: Arc<tokio::sync::Semaphore>,
     input: Sub<P::Input>,
     windows: Sub<P::Windows>,
     /// Window operations on their own connection: they wait up to two seconds for their
@@ -73,14 +78,6 @@ impl<P: Platform> fmt::Debug for Guest<P> {
     }
 }
 
-/// The screen and the encoder its frames go through, which keeps its buffers between
-/// captures.
-#[derive(Debug)]
-struct Shots<S> {
-    screen: S,
-    encoder: FrameEncoder,
-}
-
 /// How long a handshake waits for fresh screen geometry before it sends the last known one.
 /// Hosts give the whole handshake 3 s, and a long capture or a hung X server must not lock
 /// out a host that only wants to ping.
@@ -96,6 +93,8 @@ impl<P: Platform> Guest<P> {
         };
         Self {
             screen: Sub::new("screen capture", shots),
+            damage: Sub::new("screen change tracker", platform.damage()),
+            video_slots: Arc::new(tokio::sync::Semaphore::new(MAX_VIDEO_STREAMS)),
             input: Sub::new("input injector", platform.input()),
             windows: Sub::new("window reader", platform.windows()),
             window_ops: Sub::new("window controller", platform.windows()),
@@ -234,6 +233,25 @@ impl<P: Platform> Guest<P> {
                     .unwrap_or_else(|e| Reply::Msg(Response::Error(e)))
             }
             Request::Setup(s) => self.setup(s, body).await.into(),
+            Request::Video(req) => {
+                if let Err(message) = req.validate() {
+                    return Reply::Msg(Response::Error(WireError::InvalidArgument { message }));
+                }
+                let Ok(slot) = self.video_slots.clone().try_acquire_owned() else {
+                    return Reply::Msg(Response::Error(WireError::Busy {
+                        message: format!(
+                            "this guest already serves {MAX_VIDEO_STREAMS} video streams; \
+                             stop one, or wait until one ends"
+                        ),
+                    }));
+                };
+                let sources = Sources {
+                    screen: self.screen.clone(),
+                    damage: self.damage.clone(),
+                    started: self.started,
+                };
+                Reply::Frames(Frames::start(req, sources, slot))
+            }
         }
     }
 
@@ -425,6 +443,38 @@ mod tests {
             guest.check_class(&Request::Batch([Probe::Windows].into())),
             Ok(())
         );
+    }
+
+    /// Video needs the platform's screen changes: without them the stream's one reply is
+    /// `Unsupported`; garbage values are refused before any stream starts.
+    #[tokio::test]
+    async fn video_is_refused_without_screen_changes_and_for_garbage_values() {
+        use pincer_shared::observe::{ImageFormat, VideoRequest};
+        let guest = guest(false);
+        let req = VideoRequest {
+            max_fps: 10,
+            format: ImageFormat::Jpeg { quality: 50 },
+            max_size: None,
+            duration_ms: 5000,
+        };
+        let Reply::Frames(mut frames) =
+            guest.handle(Request::Video(req), RequestBody::none()).await
+        else {
+            panic!("a valid request starts a stream");
+        };
+        match frames.next().await {
+            Some(Err(WireError::Unsupported { what })) => assert!(what.contains("video"), "{what}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            frames.next().await.is_none(),
+            "the stream ends after its error"
+        );
+        let garbage = VideoRequest { max_fps: 0, ..req };
+        assert!(matches!(
+            ask(&guest, Request::Video(garbage)).await,
+            Response::Error(WireError::InvalidArgument { .. })
+        ));
     }
 
     /// Invalid actions are refused by the core whatever the platform; a capability the

@@ -5,7 +5,8 @@
 //! [`confine`]), programs ([`exec`]), processes, batches and their byte budgets itself, and
 //! the rest through its [`Platform`]: input, screen, UI tree, windows or apps, clipboard
 //! and settings, each behind a trait in [`platform`]. Screen frames are encoded here
-//! ([`encode`]), so both guests send the same PNG, JPEG and raw+zstd bodies.
+//! ([`encode`]), so both guests send the same PNG, JPEG and raw+zstd bodies, and video
+//! streams (`video`) grab them when the platform reports the screen changed.
 
 mod body;
 mod budget;
@@ -21,7 +22,9 @@ pub mod startup;
 mod subsystem;
 #[cfg(test)]
 mod testutil;
+mod video;
 
 pub use body::{FileStream, Reply, RequestBody};
 pub use guest::{Config, Guest};
 pub use platform::Platform;
+pub use video::Frames;

@@ -1,5 +1,5 @@
-//! What a guest's platform plugs into the core: one trait per capability (input, screen, UI
-//! tree, windows or apps, clipboard, settings, a phone's own state) and [`Platform`], which names a platform's
+//! What a guest's platform plugs into the core: one trait per capability (input, screen,
+//! screen changes, UI tree, windows or apps, clipboard, settings, a phone's own state) and [`Platform`], which names a platform's
 //! implementations and makes them. The core owns everything around them: it checks requests
 //! before they reach a capability, serialises each blocking one on a thread of its own, and
 //! turns their panics into errors.
@@ -30,6 +30,8 @@ pub trait Platform: Send + Sync + 'static {
     type Input: Input;
     /// The screen's pixels and geometry.
     type Screen: Screen;
+    /// Whether the screen changed, for video streams.
+    type Damage: Damage;
     /// Top-level windows, or apps on a phone.
     type Windows: Windows;
     /// The clipboard's text.
@@ -54,6 +56,8 @@ pub trait Platform: Send + Sync + 'static {
     fn input(&self) -> Self::Input;
     /// Makes the screen capture.
     fn screen(&self) -> Self::Screen;
+    /// Makes the screen change tracker, which every video stream shares.
+    fn damage(&self) -> Self::Damage;
     /// Makes a window (or app) reader. Called twice: window operations wait for their
     /// effect, so they get one of their own and probes never queue behind them.
     fn windows(&self) -> Self::Windows;
@@ -88,6 +92,14 @@ pub trait Screen: Send + Debug + 'static {
         req: &ScreenshotRequest,
         encoder: &mut FrameEncoder,
     ) -> Result<(ScreenshotMeta, Vec<u8>), WireError>;
+}
+
+/// How often the screen changed (on X11, what the DAMAGE extension reports), so that video
+/// streams grab a frame only after something drew.
+pub trait Damage: Send + Debug + 'static {
+    /// A count that grows whenever the screen changed since the previous call; it starts
+    /// (and starts watching) on the first call. Never blocks for a change.
+    fn changes(&mut self) -> Result<u64, WireError>;
 }
 
 /// Top-level windows (on a phone: apps and their activities).
@@ -177,6 +189,12 @@ impl Screen for Lacking {
         _: &mut FrameEncoder,
     ) -> Result<(ScreenshotMeta, Vec<u8>), WireError> {
         Self::refuse("a screen")
+    }
+}
+
+impl Damage for Lacking {
+    fn changes(&mut self) -> Result<u64, WireError> {
+        Self::refuse("screen change tracking (video)")
     }
 }
 

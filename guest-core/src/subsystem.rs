@@ -22,6 +22,17 @@ pub(crate) struct Sub<S> {
     name: &'static str,
 }
 
+impl<S> Clone for Sub<S> {
+    /// The same subsystem, for another task: the turns are shared.
+    fn clone(&self) -> Self {
+        Self {
+            state: self.state.clone(),
+            gate: self.gate.clone(),
+            name: self.name,
+        }
+    }
+}
+
 impl<S: Send + 'static> Sub<S> {
     pub(crate) fn new(name: &'static str, state: S) -> Self {
         Self {

@@ -90,6 +90,7 @@ impl Screen for FakeScreen {
 impl Platform for Fake {
     type Input = Lacking;
     type Screen = FakeScreen;
+    type Damage = Lacking;
     type Windows = Lacking;
     type Clipboard = Lacking;
     type Accessibility = Lacking;
@@ -111,6 +112,10 @@ impl Platform for Fake {
         FakeScreen {
             freeze: self.freeze.clone(),
         }
+    }
+
+    fn damage(&self) -> Lacking {
+        Lacking
     }
 
     fn windows(&self) -> Lacking {

@@ -25,4 +25,5 @@ mod picture;
 pub mod report;
 pub mod run;
 pub mod task;
+pub mod video;
 pub mod vm;

@@ -648,6 +648,14 @@ mod tests {
                 }
             ),
             arb_setup().prop_map(Request::Setup),
+            (arb_screenshot(), any::<u32>(), any::<u64>()).prop_map(
+                |(shot, max_fps, duration_ms)| Request::Video(crate::observe::VideoRequest {
+                    max_fps,
+                    format: shot.format,
+                    max_size: shot.max_size,
+                    duration_ms,
+                })
+            ),
         ]
     }
 

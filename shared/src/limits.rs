@@ -34,3 +34,9 @@ pub const MAX_TREE_DEPTH: u32 = 300;
 pub const MAX_IMAGE_EDGE: u32 = 16_384;
 /// Largest clipboard text set or returned.
 pub const MAX_CLIPBOARD_TEXT: usize = 16 * 1024 * 1024;
+/// Most frames per second a video stream may ask for.
+pub const MAX_VIDEO_FPS: u32 = 60;
+/// Longest a video stream may run before the guest ends it (a host may stop it sooner).
+pub const MAX_VIDEO_DURATION_MS: u64 = 24 * 3600 * 1000;
+/// Most video streams a guest serves at once; one more is answered `Busy`.
+pub const MAX_VIDEO_STREAMS: usize = 4;

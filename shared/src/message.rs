@@ -3,7 +3,9 @@
 //! do.
 
 use crate::action::{Action, Point};
-use crate::observe::{ScreenInfo, ScreenshotMeta, ScreenshotRequest, TreeRequest};
+use crate::observe::{
+    ScreenInfo, ScreenshotMeta, ScreenshotRequest, TreeRequest, VideoFrame, VideoRequest,
+};
 use crate::probe::{FileStat, Probe, ProbeReply};
 use crate::setup::{ExecOutput, Setup};
 use crate::tree::UiTree;
@@ -73,6 +75,9 @@ pub enum Request {
     },
     /// A privileged change; `WriteFile` carries the file as body.
     Setup(Setup),
+    /// Stream the screen while it changes; answered with [`Response::VideoFrame`]s, each
+    /// with its image as body, on the request's stream.
+    Video(VideoRequest),
 }
 
 impl Request {
@@ -81,9 +86,11 @@ impl Request {
         match self {
             Self::Ping => RequestClass::Control,
             Self::Action(_) => RequestClass::Action,
-            Self::Screenshot(_) | Self::UiTree(_) | Self::ScreenInfo | Self::Cursor => {
-                RequestClass::Observe
-            }
+            Self::Screenshot(_)
+            | Self::UiTree(_)
+            | Self::ScreenInfo
+            | Self::Cursor
+            | Self::Video(_) => RequestClass::Observe,
             // Commands run a program: they need the same trust as setup.
             Self::Probe(Probe::Command { .. }) => RequestClass::Setup,
             Self::Batch(probes) if probes.iter().any(|p| matches!(p, Probe::Command { .. })) => {
@@ -101,6 +108,7 @@ impl Request {
             Self::Probe(p) if android(p) => ProtocolVersion::V2,
             Self::Batch(probes) if probes.iter().any(android) => ProtocolVersion::V2,
             Self::Setup(Setup::Android(_)) => ProtocolVersion::V2,
+            Self::Video(_) => ProtocolVersion::V3,
             _ => ProtocolVersion::V1,
         }
     }
@@ -118,6 +126,7 @@ impl Request {
             Self::Batch(_) => "batch",
             Self::ReadFile { .. } => "read-file",
             Self::Setup(_) => "setup",
+            Self::Video(_) => "video",
         }
     }
 
@@ -165,6 +174,8 @@ pub enum Response {
     },
     /// The request failed.
     Error(WireError),
+    /// One frame of a video stream; the image follows as body.
+    VideoFrame(VideoFrame),
 }
 
 /// Why a guest could not do what was asked. Carried on the wire, so every variant says
@@ -308,6 +319,8 @@ pub mod capability {
     pub const CLIPBOARD: &str = "clipboard";
     /// Setup class (writes, exec, launch).
     pub const SETUP: &str = "setup";
+    /// Video streams of the screen driven by its changes.
+    pub const VIDEO: &str = "video";
 }
 
 #[cfg(test)]
@@ -356,6 +369,47 @@ mod tests {
             Request::action_click_for_test().class(),
             RequestClass::Action
         );
+    }
+
+    #[test]
+    fn video_is_observed_on_protocol_v3_and_garbage_is_refused_by_name() {
+        use crate::observe::{ImageFormat, VideoRequest};
+        let ok = VideoRequest {
+            max_fps: 30,
+            format: ImageFormat::Jpeg { quality: 80 },
+            max_size: None,
+            duration_ms: 1000,
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        assert_eq!(Request::Video(ok).class(), RequestClass::Observe);
+        assert_eq!(Request::Video(ok).since(), ProtocolVersion::V3);
+        for (bad, names) in [
+            (VideoRequest { max_fps: 0, ..ok }, "1 to 60"),
+            (
+                VideoRequest {
+                    max_fps: 1000,
+                    ..ok
+                },
+                "1000 frames",
+            ),
+            (
+                VideoRequest {
+                    duration_ms: 0,
+                    ..ok
+                },
+                "0 ms",
+            ),
+            (
+                VideoRequest {
+                    format: ImageFormat::Png,
+                    ..ok
+                },
+                "JPEG or raw",
+            ),
+        ] {
+            let why = bad.validate().unwrap_err();
+            assert!(why.contains(names), "{why}");
+        }
     }
 
     #[test]

@@ -135,6 +135,62 @@ pub struct ScreenshotMeta {
     pub encode_us: u32,
 }
 
+/// A video stream: frames of the whole screen, one when the stream starts and then one only
+/// after the screen changed (on X11, after the DAMAGE extension reported damage), at most
+/// `max_fps` a second, until `duration_ms` has passed or the host stops reading. Answered
+/// with a [`VideoFrame`](crate::Response::VideoFrame) header and its image as body per
+/// frame, all on the request's stream; the guest ends the stream when the time is up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VideoRequest {
+    /// Most frames per second, 1 to [`MAX_VIDEO_FPS`](crate::limits::MAX_VIDEO_FPS).
+    pub max_fps: u32,
+    /// Encoding of each frame: JPEG or raw (PNG is too slow to encode for video).
+    pub format: ImageFormat,
+    /// Downscale each frame to fit in this width and height, keeping the aspect ratio.
+    pub max_size: Option<(u32, u32)>,
+    /// How long the guest streams, 1 ms to
+    /// [`MAX_VIDEO_DURATION_MS`](crate::limits::MAX_VIDEO_DURATION_MS).
+    pub duration_ms: u64,
+}
+
+impl VideoRequest {
+    /// Whether the values are usable; the message says which is not and what would be.
+    pub fn validate(&self) -> Result<(), String> {
+        use crate::limits::{MAX_VIDEO_DURATION_MS, MAX_VIDEO_FPS};
+        if !(1..=MAX_VIDEO_FPS).contains(&self.max_fps) {
+            return Err(format!(
+                "video at {} frames per second: ask for 1 to {MAX_VIDEO_FPS}",
+                self.max_fps
+            ));
+        }
+        if !(1..=MAX_VIDEO_DURATION_MS).contains(&self.duration_ms) {
+            return Err(format!(
+                "video for {} ms: ask for 1 to {MAX_VIDEO_DURATION_MS} ms",
+                self.duration_ms
+            ));
+        }
+        if matches!(self.format, ImageFormat::Png) {
+            return Err(
+                "video frames as PNG: PNG is too slow to encode at video rates; ask \
+                        for JPEG or raw"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// What comes before each video frame's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VideoFrame {
+    /// The guest's monotonic clock when the grab began, in microseconds: the clock of
+    /// [`Pong`](crate::Response::Pong)'s `guest_us`, so frames line up with actions timed
+    /// against pings.
+    pub guest_us: u64,
+    /// The image, as a screenshot's.
+    pub meta: ScreenshotMeta,
+}
+
 /// Geometry of the guest's screen.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ScreenInfo {

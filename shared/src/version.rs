@@ -16,13 +16,15 @@ pub enum ProtocolVersion {
     /// Android's typed probes and setup steps ([`Probe::Android`](crate::probe::Probe::Android),
     /// [`Setup::Android`](crate::setup::Setup::Android)).
     V2 = 2,
+    /// Video streams of the screen ([`Request::Video`](crate::Request::Video)).
+    V3 = 3,
 }
 
 impl ProtocolVersion {
     /// Every version this build speaks, oldest first.
-    pub const ALL: &'static [Self] = &[Self::V1, Self::V2];
+    pub const ALL: &'static [Self] = &[Self::V1, Self::V2, Self::V3];
     /// The newest version this build speaks.
-    pub const CURRENT: Self = Self::V2;
+    pub const CURRENT: Self = Self::V3;
 
     /// The number carried in the handshake.
     pub fn number(self) -> u16 {

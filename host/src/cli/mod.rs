@@ -55,6 +55,8 @@ enum Command {
     Android(android::AndroidCmd),
     /// Save a screenshot.
     Screenshot(observe::ScreenshotArgs),
+    /// Record the screen into an MP4 file: frames only when it changes, on the guest's clock.
+    Video(observe::VideoArgs),
     /// Print the accessibility tree.
     Tree(observe::TreeArgs),
     /// Send one input action.
@@ -178,6 +180,7 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
         | Command::Vm(_)
         | Command::Android(_)
         | Command::Screenshot(_)
+        | Command::Video(_)
         | Command::Tree(_)
         | Command::Act(_)
         | Command::Probe(_)
@@ -199,6 +202,7 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
         Command::Vm(c) => vm::run(c, &reg).await,
         Command::Android(c) => android::run(c, &reg).await,
         Command::Screenshot(a) => observe::screenshot(a, &reg).await,
+        Command::Video(a) => observe::video(a, &reg).await,
         Command::Tree(a) => observe::tree(a, &reg).await,
         Command::Act(a) => ops::act(a, &reg).await,
         Command::Probe(a) => ops::probe(a, &reg).await,

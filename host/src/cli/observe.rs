@@ -1,11 +1,13 @@
-//! `pincer screenshot`, `pincer tree` and `pincer bench`.
+//! `pincer screenshot`, `pincer video`, `pincer tree` and `pincer bench`.
 
 use super::EnvArg;
 use anyhow::{Context, bail};
 use clap::ValueEnum;
 use pincer::bench::{self, BenchOptions};
 use pincer::env::registry::Registry;
-use pincer_shared::observe::{ImageFormat, Rect, ScreenshotRequest, TreeRequest, TreeScope};
+use pincer_shared::observe::{
+    ImageFormat, Rect, ScreenshotRequest, TreeRequest, TreeScope, VideoRequest,
+};
 use pincer_shared::tree::UiNode;
 use std::path::PathBuf;
 
@@ -35,6 +37,52 @@ pub(crate) struct ScreenshotArgs {
     /// Downscale to fit WIDTHxHEIGHT.
     #[arg(long, value_parser = super::desktop::parse_size)]
     max_size: Option<(u32, u32)>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct VideoArgs {
+    #[command(flatten)]
+    env: EnvArg,
+    /// Output file (H.264 MP4, made by ffmpeg).
+    #[arg(short, long)]
+    out: PathBuf,
+    /// How long to record.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Most frames per second (frames come only when the screen changes).
+    #[arg(long, default_value_t = 30)]
+    fps: u32,
+    /// JPEG quality of the frames the guest sends.
+    #[arg(long, default_value_t = 80)]
+    quality: u8,
+    /// Downscale to fit WIDTHxHEIGHT.
+    #[arg(long, value_parser = super::desktop::parse_size)]
+    max_size: Option<(u32, u32)>,
+}
+
+pub(crate) async fn video(a: VideoArgs, reg: &Registry) -> anyhow::Result<()> {
+    if !(a.seconds > 0.0 && a.seconds.is_finite()) {
+        bail!("--seconds {}: give a positive number of seconds", a.seconds);
+    }
+    let env = a.env.connect(reg).await?;
+    let req = VideoRequest {
+        max_fps: a.fps,
+        format: ImageFormat::Jpeg { quality: a.quality },
+        max_size: a.max_size,
+        duration_ms: (a.seconds * 1000.0).ceil() as u64,
+    };
+    match pincer::video::record(&env, req, &a.out).await? {
+        Some(r) => println!(
+            "{}: {} frames in {:.1} s ({:.1} fps on average), {} bytes of frames from the guest",
+            a.out.display(),
+            r.frames,
+            r.seconds,
+            r.frames as f64 / r.seconds,
+            r.frame_bytes
+        ),
+        None => bail!("the guest sent no frame: nothing written"),
+    }
+    Ok(())
 }
 
 fn parse_rect(s: &str) -> Result<Rect, String> {

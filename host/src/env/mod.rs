@@ -10,8 +10,10 @@
 mod error;
 pub mod listener;
 pub mod registry;
+mod video;
 
 pub use error::ClientError;
+pub use video::{VideoFrame, VideoStream};
 
 use pincer_shared::action::Point;
 use pincer_shared::codec;
