@@ -53,12 +53,14 @@ pub(crate) async fn run(a: ReplayArgs, reg: &Registry) -> anyhow::Result<()> {
             .map_or("replay".into(), |n| n.to_string_lossy().into_owned());
         run_dir.join("replays").join(format!("{name}-{stamp}"))
     });
-    // What the recording's agent saw: element targets need the same marks.
-    let observation = std::fs::read_to_string(run_dir.join("run.json"))
+    // What the recording's agent saw (element targets need the same marks), and plain
+    // screenshots, which compare with the recording's if it kept them too.
+    let mut observation = std::fs::read_to_string(run_dir.join("run.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .and_then(|v| serde_json::from_value::<ObservationConfig>(v["observation"].clone()).ok())
         .unwrap_or_default();
+    observation.screenshot = true;
     let seed = recording.record.as_ref().map_or(0, |r| r.seed);
     // A used directory is refused before any desktop starts.
     let (_, identity) = run::header(

@@ -424,6 +424,7 @@ mod tests {
             progress: vec![],
             trajectory: format!("tasks/{task}"),
             started_ms: 0,
+            retried: vec![],
         }
     }
 

@@ -384,8 +384,8 @@ impl Comparison {
         self.steps.iter().find(|s| s.diverges).map(|s| s.step)
     }
 
-    /// Whether the replay reproduced the recording: the same ending, the same checkpoints
-    /// passing at the same steps.
+    /// Whether the replay reproduced the recording: the same ending, and the same
+    /// checkpoints passing, a step earlier or later at most where the runs agree again.
     pub fn reproduced(&self) -> bool {
         self.first_divergence().is_none()
             && self.recorded.as_ref().is_some_and(|r| {
@@ -440,8 +440,18 @@ impl Comparison {
             .map_or("no record (an unfinished run)".into(), ToString::to_string);
         let _ = writeln!(out, "recorded: {recorded}");
         let _ = writeln!(out, "replayed: {}", self.replayed);
-        let verdict = if self.reproduced() {
+        let timing = self
+            .steps
+            .iter()
+            .flat_map(|s| &s.notes)
+            .filter(|n| n.starts_with("timing: "))
+            .count();
+        let verdict = if self.reproduced() && timing == 0 {
             "the replay reproduces the recording: the same checkpoints at the same steps and the same ending".to_owned()
+        } else if self.reproduced() {
+            format!(
+                "the replay reproduces the recording: the same checkpoints and the same ending ({timing} passed a step apart: timing)"
+            )
         } else {
             match self.first_divergence() {
                 Some(step) => format!("the replay diverges at step {step}"),
@@ -488,13 +498,21 @@ pub(crate) fn screen_difference(a: &[u8], b: &[u8]) -> Result<f64, crate::pictur
     Ok(changed as f64 / (w as usize * h as usize) as f64)
 }
 
-/// The plain screenshot of each role a step kept (the marked one when only it was kept).
-fn shots(step: &StepRecord) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
+/// The screenshots of each role that a recorded step and its replay both kept, as pairs of
+/// file names: the plain ones where both have them (marks drawn on a screen are not the
+/// screen), else the marked ones.
+fn shot_pairs(recorded: &StepRecord, replayed: &StepRecord) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = Vec::new();
     for kind in ["screenshot", "marks"] {
-        for i in step.images.iter().filter(|i| i.kind == kind) {
-            if !out.iter().any(|(r, _)| *r == i.role) {
-                out.push((i.role.clone(), i.file.clone()));
+        for a in recorded.images.iter().filter(|i| i.kind == kind) {
+            let b = replayed
+                .images
+                .iter()
+                .find(|b| b.kind == kind && b.role == a.role);
+            if let Some(b) = b
+                && !out.iter().any(|(r, _, _)| *r == a.role)
+            {
+                out.push((a.role.clone(), a.file.clone(), b.file.clone()));
             }
         }
     }
@@ -582,19 +600,12 @@ pub fn compare(
         .map(|rec| {
             let again = steps.iter().find(|s| s.step == rec.step);
             let mut screens = Vec::new();
-            if let Some(again) = again {
-                let now = shots(again);
-                for (role, file) in shots(rec) {
-                    let Some((_, other)) = now.iter().find(|(r, _)| *r == role) else {
-                        continue;
-                    };
-                    let read = |dir: &Path, f: &str| std::fs::read(dir.join(f)).ok();
-                    if let (Some(x), Some(y)) =
-                        (read(&recording.dir, &file), read(replay_dir, other))
-                        && let Ok(d) = screen_difference(&x, &y)
-                    {
-                        screens.push((role, d));
-                    }
+            for (role, file, other) in again.map(|a| shot_pairs(rec, a)).unwrap_or_default() {
+                let read = |dir: &Path, f: &str| std::fs::read(dir.join(f)).ok();
+                if let (Some(x), Some(y)) = (read(&recording.dir, &file), read(replay_dir, &other))
+                    && let Ok(d) = screen_difference(&x, &y)
+                {
+                    screens.push((role, d));
                 }
             }
             StepComparison {
