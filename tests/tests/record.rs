@@ -194,6 +194,40 @@ fn an_xtest_demonstration_is_recorded_as_labelled_actions_and_replays_to_the_sam
     assert_eq!(cmp["reproduced"], true, "{replayed}");
     assert_eq!(cmp["replayed"]["termination"], "success");
     assert_eq!(cmp["steps"][2]["replayed_passed"], json!(["written"]));
+
+    // The oracle candidate: the unnamed entry by its point, the OK button by selector; as
+    // the task's oracle it solves the task.
+    let oracle: Value =
+        serde_json::from_str(&std::fs::read_to_string(traj.join("oracle.json")).unwrap()).unwrap();
+    assert_eq!(
+        oracle[0],
+        json!({"do": "click", "target": {"x": ex, "y": ey}})
+    );
+    assert_eq!(oracle[1], json!({"do": "type", "text": "pincer"}));
+    assert_eq!(oracle[2]["target"]["name"], "OK", "{oracle}");
+    assert_eq!(
+        oracle[2]["target"]["inside"]["name"], "pincer rec",
+        "{oracle}"
+    );
+    let mut with_oracle: Value =
+        serde_json::from_str(&std::fs::read_to_string(&task).unwrap()).unwrap();
+    with_oracle["oracle"] = oracle;
+    std::fs::write(&task, with_oracle.to_string()).unwrap();
+    let solved = sb.path().join("solved");
+    sb.pincer_ok(&[
+        "run",
+        "--tasks",
+        task.to_str().unwrap(),
+        "--agent",
+        "oracle",
+        "--set",
+        &format!("desktop={}", d.name),
+        "--no-report",
+        "--out",
+        solved.to_str().unwrap(),
+    ]);
+    let results = std::fs::read_to_string(solved.join("results.jsonl")).unwrap();
+    assert!(results.contains("\"termination\":\"success\""), "{results}");
 }
 
 #[test]

@@ -10,6 +10,7 @@
 pub mod merge;
 
 use crate::agent::actions::AgentAction;
+use crate::agent::actions::Target;
 use crate::agent::{Agent, AgentError, Decision, Observation, TaskBrief};
 use crate::env::{ClientError, Environment};
 use crate::eval::functions::Library;
@@ -18,6 +19,8 @@ use crate::run::sets::EnvSet;
 use crate::run::task::{self as task_run, Context, Correction, Progress};
 use crate::run::{self, RunError};
 use crate::task::Task;
+use crate::task::oracle::{Locator, OracleStep};
+use crate::task::selector::Selector;
 use crate::video::{Recording, VideoError};
 use futures::future::BoxFuture;
 use pincer_shared::action::Point;
@@ -296,9 +299,55 @@ impl Agent for Recorder {
     }
 }
 
-/// The deepest node under `p` (its role, and its name if it has one), with the nearest
-/// named ancestor that is a window or dialog: `push button "OK" in dialog "Save"`.
-pub fn label(tree: &UiTree, p: Point) -> Option<String> {
+/// The node under the pointer: its role and name, and the named window or dialog it is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    /// Role.
+    pub role: String,
+    /// Name (may be empty).
+    pub name: String,
+    /// The nearest named ancestor that is a window or dialog: role and name.
+    pub window: Option<(String, String)>,
+}
+
+impl std::fmt::Display for Hit {
+    /// `push button "OK" in dialog "Save"`; `text in dialog "Save"` for an unnamed node.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.role)?;
+        if !self.name.trim().is_empty() {
+            write!(f, " {:?}", self.name)?;
+        }
+        if let Some((role, name)) = &self.window {
+            write!(f, " in {role} {name:?}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Hit {
+    /// A selector for the node: its role and name, inside its window; `None` for an
+    /// unnamed node, which only its point finds again.
+    pub fn selector(&self) -> Option<Selector> {
+        if self.name.trim().is_empty() {
+            return None;
+        }
+        Some(Selector {
+            role: Some(self.role.clone()),
+            name: Some(self.name.clone()),
+            inside: self.window.as_ref().map(|(role, name)| {
+                Box::new(Selector {
+                    role: Some(role.clone()),
+                    name: Some(name.clone()),
+                    ..Selector::default()
+                })
+            }),
+            ..Selector::default()
+        })
+    }
+}
+
+/// The deepest node of `tree` under `p`, and the window it is in.
+pub fn hit(tree: &UiTree, p: Point) -> Option<Hit> {
     /// Pushes the nodes from `n` down to the deepest one under `p`; nodes without bounds
     /// (applications) are passed through, hidden ones skipped.
     fn under<'t>(n: &'t UiNode, p: Point, path: &mut Vec<&'t UiNode>) -> bool {
@@ -320,26 +369,76 @@ pub fn label(tree: &UiTree, p: Point) -> Option<String> {
     }
     let mut path: Vec<&UiNode> = Vec::new();
     under(&tree.root, p, &mut path);
-    let named = |n: &UiNode| !n.name.trim().is_empty() && n.bounds.is_some();
     let at = path
         .iter()
         .rposition(|n| n.bounds.is_some() && !n.role.is_empty())?;
-    let node = path[at];
-    let mut s = node.role.clone();
-    if !node.name.trim().is_empty() {
-        s.push_str(&format!(" {:?}", node.name));
-    }
     let window = path[..at].iter().rev().find(|n| {
-        named(n)
+        !n.name.trim().is_empty()
             && matches!(
                 n.role.as_str(),
                 "frame" | "dialog" | "window" | "file chooser" | "alert"
             )
     });
-    if let Some(w) = window {
-        s.push_str(&format!(" in {} {:?}", w.role, w.name));
+    Some(Hit {
+        role: path[at].role.clone(),
+        name: path[at].name.clone(),
+        window: window.map(|w| (w.role.clone(), w.name.clone())),
+    })
+}
+
+/// The recorded actions as oracle steps, for a task author to check (a replay that
+/// reproduces the recording) and keep: clicks on named nodes by selector, others by
+/// point; typing, keys and key combinations as they were. Scrolls and drags have no oracle
+/// step: they are left out and named in the second list.
+pub fn oracle_candidate(
+    merged: &[merge::Merged],
+    hits: &[Option<Hit>],
+) -> (Vec<OracleStep>, Vec<String>) {
+    let mut steps = Vec::new();
+    let mut left_out = Vec::new();
+    for (m, h) in merged.iter().zip(hits) {
+        let locate = |t: &Target| match (h.as_ref().and_then(Hit::selector), t) {
+            (Some(sel), _) => Some(Locator::Node(sel)),
+            (None, Target::Point { x, y }) => Some(Locator::Point { x: *x, y: *y }),
+            (None, Target::Element { .. }) => None,
+        };
+        let click = |target: Option<Locator>, count, right| {
+            target.map(|target| OracleStep::Click {
+                env: None,
+                target,
+                count,
+                right,
+            })
+        };
+        let step = match &m.action {
+            AgentAction::Click { target, .. } => click(locate(target), None, false),
+            AgentAction::DoubleClick { target, .. } => click(locate(target), Some(2), false),
+            AgentAction::RightClick { target, .. } => click(locate(target), None, true),
+            AgentAction::Type { text, .. } => Some(OracleStep::Type {
+                env: None,
+                text: text.clone(),
+                target: None,
+            }),
+            AgentAction::Key { key, .. } => Some(OracleStep::Key {
+                env: None,
+                key: key.clone(),
+            }),
+            AgentAction::Hotkey { keys, .. } => Some(OracleStep::Key {
+                env: None,
+                key: keys.join("+"),
+            }),
+            AgentAction::Submit { answer } if answer == ENDED => continue,
+            _ => None,
+        };
+        match step {
+            Some(s) => steps.push(s),
+            None => left_out.push(format!(
+                "{} has no oracle step: solve that part another way",
+                m.action.describe()
+            )),
+        }
     }
-    Some(s)
+    (steps, left_out)
 }
 
 /// Records the task on the set's one environment; see the module's documentation.
@@ -421,7 +520,7 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
     for entry in std::fs::read_dir(&traj).map_err(io(&traj))?.flatten() {
         let _ = std::fs::remove_file(entry.path());
     }
-    let steps = steps(
+    let (steps, hits) = steps(
         &role,
         &merged,
         &captured.looks,
@@ -430,6 +529,11 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
         &traj,
     )?;
     let steps_path = traj.join("steps.jsonl");
+    let (oracle, left_out) = oracle_candidate(&merged, &hits);
+    let oracle_path = traj.join("oracle.json");
+    let text = serde_json::to_vec_pretty(&oracle).unwrap_or_default();
+    std::fs::write(&oracle_path, text).map_err(io(&oracle_path))?;
+    let notes: Vec<String> = notes.into_iter().chain(left_out).collect();
     let mut w = JsonlWriter::append(&steps_path).map_err(io(&steps_path))?;
     for s in &steps {
         w.write(s).map_err(io(&steps_path))?;
@@ -461,8 +565,8 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
 }
 
 /// The trajectory's steps: one per merged action, with the video frame from just before it
-/// (copied into `traj`), its label, and the checkpoints that passed after it and before the
-/// next one (those that passed by the end go to the last).
+/// (copied into `traj`), its label, and the checkpoints it is credited with; and the node
+/// under each pointer action.
 fn steps(
     role: &str,
     merged: &[merge::Merged],
@@ -470,7 +574,7 @@ fn steps(
     rec: &TaskRecord,
     video: Option<&Recording>,
     traj: &Path,
-) -> Result<Vec<StepRecord>, RecordError> {
+) -> Result<(Vec<StepRecord>, Vec<Option<Hit>>), RecordError> {
     // Each checkpoint goes to the last action before it was first seen passed (the last
     // action, for those passed after the last look).
     let first_seen = |id: &str| {
@@ -488,6 +592,7 @@ fn steps(
         }
     }
     let mut out = Vec::new();
+    let mut hits = Vec::new();
     for (i, m) in merged.iter().enumerate() {
         let n = i as u32 + 1;
         let passed = std::mem::take(&mut passed_at[i]);
@@ -507,10 +612,12 @@ fn steps(
             .find(|l| l.guest_us <= m.guest_us)
             .or(looks.first())
             .and_then(|l| l.tree.as_ref());
-        let thought = match (m.at, tree) {
-            (Some((x, y)), Some(t)) => label(t, Point { x, y }).map(|l| format!("on {l}")),
+        let hit = match (m.at, tree) {
+            (Some((x, y)), Some(t)) => hit(t, Point { x, y }),
             _ => None,
         };
+        let thought = hit.as_ref().map(|h| format!("on {h}"));
+        hits.push(hit);
         out.push(StepRecord {
             step: n,
             images,
@@ -526,7 +633,7 @@ fn steps(
             timing: Default::default(),
         });
     }
-    Ok(out)
+    Ok((out, hits))
 }
 
 #[cfg(test)]
@@ -580,19 +687,27 @@ mod tests {
             ..UiTree::default()
         };
         assert_eq!(
-            label(&tree, Point { x: 320, y: 360 }).as_deref(),
+            hit(&tree, Point { x: 320, y: 360 })
+                .map(|h| h.to_string())
+                .as_deref(),
             Some(r#"label "OK" in dialog "Save""#)
         );
         assert_eq!(
-            label(&tree, Point { x: 130, y: 160 }).as_deref(),
+            hit(&tree, Point { x: 130, y: 160 })
+                .map(|h| h.to_string())
+                .as_deref(),
             Some(r#"text in dialog "Save""#)
         );
         assert_eq!(
-            label(&tree, Point { x: 110, y: 110 }).as_deref(),
+            hit(&tree, Point { x: 110, y: 110 })
+                .map(|h| h.to_string())
+                .as_deref(),
             Some(r#"dialog "Save""#)
         );
         assert_eq!(
-            label(&tree, Point { x: 700, y: 50 }).as_deref(),
+            hit(&tree, Point { x: 700, y: 50 })
+                .map(|h| h.to_string())
+                .as_deref(),
             Some("desktop frame")
         );
     }
@@ -605,5 +720,61 @@ mod tests {
             run::prepare(std::slice::from_ref(&t), &Library::standard()).is_ok(),
             "the open task is valid"
         );
+    }
+
+    #[test]
+    fn the_oracle_candidate_finds_named_nodes_by_selector_and_leaves_out_what_it_cannot_do() {
+        let at = |action: AgentAction| merge::Merged {
+            action,
+            guest_us: 0,
+            at: None,
+        };
+        let env = || "desktop".to_owned();
+        let point = Target::Point { x: 5, y: 6 };
+        let merged = vec![
+            at(AgentAction::Click {
+                env: env(),
+                target: point,
+            }),
+            at(AgentAction::DoubleClick {
+                env: env(),
+                target: point,
+            }),
+            at(AgentAction::Hotkey {
+                env: env(),
+                keys: vec!["ctrl".into(), "s".into()],
+            }),
+            at(AgentAction::Scroll {
+                env: env(),
+                dx: 0,
+                dy: 2,
+                target: Some(point),
+            }),
+            at(AgentAction::Submit {
+                answer: ENDED.into(),
+            }),
+        ];
+        let ok = Hit {
+            role: "push button".into(),
+            name: "OK".into(),
+            window: Some(("dialog".into(), "Save".into())),
+        };
+        let unnamed = Hit {
+            name: String::new(),
+            ..ok.clone()
+        };
+        let hits = vec![Some(ok), Some(unnamed), None, None, None];
+        let (steps, left_out) = oracle_candidate(&merged, &hits);
+        let json = serde_json::to_value(&steps).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!([
+                {"do": "click", "target": {"role": "push button", "name": "OK", "inside": {"role": "dialog", "name": "Save"}}},
+                {"do": "click", "target": {"x": 5, "y": 6}, "count": 2},
+                {"do": "key", "key": "ctrl+s"}
+            ])
+        );
+        assert_eq!(left_out.len(), 1);
+        assert!(left_out[0].contains("scroll"), "{left_out:?}");
     }
 }
