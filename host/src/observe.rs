@@ -100,6 +100,12 @@ pub async fn view(
     Ok(view)
 }
 
+/// A raw screenshot (zstd or not) as a PNG file.
+pub fn raw_to_png(shot: &Screenshot) -> Result<Vec<u8>, ObserveError> {
+    let p = pixels(shot, true)?;
+    Ok(p.plain.unwrap_or_default())
+}
+
 /// A screenshot's pixels as RGB, and its plain PNG if asked for.
 struct Pixels {
     width: u32,

@@ -1,14 +1,19 @@
-//! Video files from a guest's video stream ([`Environment::video`]): each JPEG frame is
-//! kept as a file next to the output with its guest timestamp, and an `ffmpeg` child then
-//! muxes them into an H.264 MP4 through its concat demuxer, each frame lasting until the
+//! Video files from a guest's video stream ([`Environment::video`]): each frame is kept as
+//! a file next to the output with its guest timestamp (a JPEG as it came, raw pixels as a
+//! PNG), and an `ffmpeg` child then muxes them into an H.264 MP4 through its concat demuxer, each frame lasting until the
 //! next one came (variable frame rate), so a still screen costs one frame however long it
 //! stays still and the video's clock is the guest's.
 
 use crate::env::{ClientError, Environment, VideoFrame};
+use crate::observe::{ObserveError, raw_to_png};
+use pincer_shared::limits::MAX_VIDEO_DURATION_MS;
 use pincer_shared::observe::{ImageFormat, VideoRequest};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 /// Why a video could not be recorded.
 #[derive(Debug, thiserror::Error)]
@@ -18,8 +23,11 @@ pub enum VideoError {
     #[error(transparent)]
     Env(#[from] ClientError),
     /// A frame in a format MP4 files are not made from here.
-    #[error("video files are made from JPEG frames; this frame is {0:?}: ask for JPEG")]
-    NotJpeg(ImageFormat),
+    #[error("video files are made from JPEG or raw frames; this frame is {0:?}")]
+    Format(ImageFormat),
+    /// A raw frame whose pixels do not decode.
+    #[error("a raw video frame: {0}")]
+    Pixels(#[from] ObserveError),
     /// Writing the frames or the file failed.
     #[error("{path}: {source}")]
     Io {
@@ -64,6 +72,8 @@ pub struct Recording {
     /// Each frame's guest timestamp, in order.
     stamps: Vec<u64>,
     frame_bytes: u64,
+    /// The frames' file type, from the first frame (a stream sends one format).
+    ext: &'static str,
 }
 
 impl Recording {
@@ -81,17 +91,25 @@ impl Recording {
             dir,
             stamps: Vec::new(),
             frame_bytes: 0,
+            ext: "jpg",
         })
     }
 
-    /// Adds a frame; frames must come in the guest's order, as a stream delivers them.
+    /// Adds a frame; frames must come in the guest's order, as a stream delivers them, and
+    /// in one format.
     pub fn push(&mut self, frame: &VideoFrame) -> Result<(), VideoError> {
-        if !matches!(frame.shot.meta.format, ImageFormat::Jpeg { .. }) {
-            return Err(VideoError::NotJpeg(frame.shot.meta.format));
+        let (ext, bytes) = match frame.shot.meta.format {
+            ImageFormat::Jpeg { .. } => ("jpg", std::borrow::Cow::Borrowed(&frame.shot.bytes)),
+            ImageFormat::Raw { .. } => ("png", std::borrow::Cow::Owned(raw_to_png(&frame.shot)?)),
+            other => return Err(VideoError::Format(other)),
+        };
+        if self.stamps.is_empty() {
+            self.ext = ext;
+        } else if ext != self.ext {
+            return Err(VideoError::Format(frame.shot.meta.format));
         }
-        let path = self.dir.join(frame_name(self.stamps.len()));
-        std::fs::write(&path, &frame.shot.bytes)
-            .map_err(|source| VideoError::Io { path, source })?;
+        let path = self.dir.join(frame_name(self.stamps.len(), ext));
+        std::fs::write(&path, &*bytes).map_err(|source| VideoError::Io { path, source })?;
         self.stamps.push(frame.guest_us);
         self.frame_bytes += frame.shot.bytes.len() as u64;
         Ok(())
@@ -105,7 +123,7 @@ impl Recording {
         };
         let end_us = end_us.max(last_us + 1000);
         let list = self.dir.join("frames.ffconcat");
-        std::fs::write(&list, concat_list(&self.stamps, end_us)).map_err(|source| {
+        std::fs::write(&list, concat_list(&self.stamps, end_us, self.ext)).map_err(|source| {
             VideoError::Io {
                 path: list.clone(),
                 source,
@@ -155,25 +173,25 @@ impl Drop for Recording {
     }
 }
 
-fn frame_name(i: usize) -> String {
-    format!("frame-{i:07}.jpg")
+fn frame_name(i: usize, ext: &str) -> String {
+    format!("frame-{i:07}.{ext}")
 }
 
 /// The concat demuxer's script: each frame lasts until the next (the last until `end_us`).
 /// The demuxer takes the last entry's duration only from an entry after it, so the last
 /// frame is named twice.
-fn concat_list(stamps: &[u64], end_us: u64) -> String {
+fn concat_list(stamps: &[u64], end_us: u64, ext: &str) -> String {
     let mut s = String::from("ffconcat version 1.0\n");
     let ends = stamps.iter().skip(1).chain(std::iter::once(&end_us));
     for (i, (start, end)) in stamps.iter().zip(ends).enumerate() {
         let _ = writeln!(
             s,
             "file '{}'\nduration {:.6}",
-            frame_name(i),
+            frame_name(i, ext),
             end.saturating_sub(*start) as f64 / 1e6
         );
     }
-    let _ = writeln!(s, "file '{}'", frame_name(stamps.len() - 1));
+    let _ = writeln!(s, "file '{}'", frame_name(stamps.len() - 1, ext));
     s
 }
 
@@ -192,6 +210,15 @@ pub async fn record(
         recording.push(&frame)?;
     }
     let end_us = first.unwrap_or_default() + req.duration_ms * 1000;
+    finish_off_thread(recording, end_us, out).await
+}
+
+/// Writes the MP4 of `recording` off the async threads.
+async fn finish_off_thread(
+    recording: Recording,
+    end_us: u64,
+    out: &Path,
+) -> Result<Option<Recorded>, VideoError> {
     let out = out.to_owned();
     tokio::task::spawn_blocking(move || recording.finish(end_us, &out))
         .await
@@ -201,13 +228,73 @@ pub async fn record(
         })?
 }
 
+/// A recording of an environment's screen in the background, until [`Recorder::stop`]
+/// (the runner's video of a task run).
+#[derive(Debug)]
+pub struct Recorder {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<Option<Recorded>, VideoError>>,
+}
+
+impl Recorder {
+    /// Starts recording `env` at up to `max_fps` frames a second (raw+zstd, the cheapest
+    /// for the guest) into the MP4 `out`; returns once the first frame came.
+    pub async fn start(
+        env: Arc<Environment>,
+        max_fps: u32,
+        out: PathBuf,
+    ) -> Result<Self, VideoError> {
+        let mut recording = Recording::new(&out)?;
+        let mut stream = env
+            .video(VideoRequest {
+                max_fps,
+                format: ImageFormat::Raw { zstd: Some(1) },
+                max_size: None,
+                duration_ms: MAX_VIDEO_DURATION_MS,
+            })
+            .await?;
+        let (stop, mut stopped) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut last = 0;
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    frame = stream.next() => match frame? {
+                        Some(frame) => {
+                            last = frame.guest_us;
+                            recording.push(&frame)?;
+                        }
+                        None => break,
+                    },
+                }
+            }
+            // The last frame lasts until the recording stopped, on the guest's clock.
+            let end_us = match env.guest_clock().await {
+                Ok((now, _)) => now,
+                Err(_) => last,
+            };
+            finish_off_thread(recording, end_us, &out).await
+        });
+        Ok(Self { stop, task })
+    }
+
+    /// Stops recording and writes the file.
+    pub async fn stop(self) -> Result<Option<Recorded>, VideoError> {
+        let _ = self.stop.send(());
+        self.task.await.map_err(|e| VideoError::Io {
+            path: PathBuf::from("the recording task"),
+            source: std::io::Error::other(e),
+        })?
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn each_frame_lasts_until_the_next_and_the_last_until_the_end() {
-        let list = concat_list(&[1_000_000, 1_250_000, 3_000_000], 4_000_000);
+        let list = concat_list(&[1_000_000, 1_250_000, 3_000_000], 4_000_000, "jpg");
         assert_eq!(
             list,
             "ffconcat version 1.0\n\

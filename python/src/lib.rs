@@ -665,6 +665,7 @@ fn run(
             resume,
             shard: None,
             observation,
+            video: None,
             cancel: cancel.clone(),
         })
         .await

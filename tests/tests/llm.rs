@@ -1286,6 +1286,7 @@ async fn run_zenity(
         resume: false,
         shard: None,
         observation: ObservationConfig::default(),
+        video: None,
         cancel: Arc::new(AtomicBool::new(false)),
     })
     .await

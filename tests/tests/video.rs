@@ -7,7 +7,7 @@ use pincer_shared::WireError;
 use pincer_shared::action::{Action, MouseButton, Point};
 use pincer_shared::limits::MAX_VIDEO_STREAMS;
 use pincer_shared::observe::{ImageFormat, ScreenshotRequest, VideoRequest};
-use pincer_tests::{Sandbox, eventually};
+use pincer_tests::{Sandbox, eventually, terminal_suite};
 use std::time::{Duration, Instant};
 
 fn video(max_fps: u32, duration_ms: u64) -> VideoRequest {
@@ -275,4 +275,39 @@ async fn a_host_that_never_reads_its_streams_hurts_no_one() {
     }
     assert!(frames >= 5, "{frames} frames in 3 s of a repainting screen");
     drop(held);
+}
+
+#[test]
+fn runs_with_video_keep_each_roles_screen_in_the_trajectory() {
+    let sb = Sandbox::new();
+    let tasks = terminal_suite(sb.path(), 1, 1000);
+    let out = sb.path().join("out");
+    sb.pincer_ok(&[
+        "run",
+        "--tasks",
+        tasks.to_str().unwrap(),
+        "--agent",
+        "oracle",
+        "--out",
+        out.to_str().unwrap(),
+        "--size",
+        "800x600",
+        "--video",
+        "10",
+    ]);
+    let results = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    assert!(results.contains("\"success\""), "{results}");
+    let file = out.join("tasks/t0__r0/video-desktop.mp4");
+    let (frames, width, height, seconds) = ffprobe(&file);
+    println!(
+        "{}: {frames} frames, {width}x{height}, {seconds} s",
+        file.display()
+    );
+    assert_eq!((width, height), (800, 600));
+    // The oracle idles a second, then the command is typed and echoed: a frame at the
+    // start and at least one after the typing (ffprobe counts the last frame twice), over
+    // more than a second.
+    assert!(frames >= 3, "{frames} frames");
+    assert!(seconds >= 1.0, "{seconds} s");
+    assert!(!out.join("tasks/t0__r0/video-desktop.mp4.frames").exists());
 }

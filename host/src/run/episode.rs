@@ -150,6 +150,7 @@ impl Episode {
                 out: &out,
                 cancel: &stop,
                 progress: &Quiet,
+                video: None,
             };
             task::run(
                 &slot.task,

@@ -164,6 +164,8 @@ pub struct RunConfig {
     pub shard: Option<shard::Shard>,
     /// What agents see.
     pub observation: ObservationConfig,
+    /// Record each role's screen into the trajectory at up to this many frames a second.
+    pub video: Option<u32>,
     /// Set on Ctrl-C.
     pub cancel: Arc<AtomicBool>,
 }
@@ -547,6 +549,7 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
                     out: &cfg.out,
                     cancel: &cfg.cancel,
                     progress: display.as_ref(),
+                    video: cfg.video,
                 };
                 let rec =
                     task::run(&tasks[i], graphs[i].clone(), agent.as_mut(), r, seed, &ctx).await;

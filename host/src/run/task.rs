@@ -16,6 +16,7 @@ use crate::eval::{AgentEvent, AgentLog};
 use crate::metrics::Termination;
 use crate::observe;
 use crate::task::{Task, steps};
+use crate::video::Recorder;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -43,6 +44,9 @@ pub struct Context<'a> {
     pub cancel: &'a AtomicBool,
     /// Status reports.
     pub progress: &'a dyn Progress,
+    /// Record each role's screen while the agent acts, at up to this many frames a second,
+    /// into `video-ROLE.mp4` in the trajectory.
+    pub video: Option<u32>,
 }
 
 impl std::fmt::Debug for Context<'_> {
@@ -108,11 +112,13 @@ pub async fn run(
     ctx: &Context<'_>,
 ) -> TaskRecord {
     let mut r = TaskRun::new(task, graph, repeat, ctx);
+    let mut videos = Vec::new();
     let end = async {
         let mut steps_file = r.trajectory()?;
         r.reset().await?;
         r.setup().await?;
         r.initial_check().await?;
+        videos = r.start_videos().await;
         r.steps(agent, &mut steps_file).await
     }
     .await
@@ -124,6 +130,7 @@ pub async fn run(
         )
     });
     let end = interrupted(end, ctx.cancel.load(Ordering::SeqCst));
+    r.stop_videos(videos).await;
     let end = r.final_check(end).await;
     r.teardown().await;
     r.record(&agent.name(), seed, end)
@@ -189,6 +196,35 @@ impl<'a> TaskRun<'a> {
         })?;
         JsonlWriter::append(&traj.join("steps.jsonl"))
             .map_err(|e| End::new(Termination::Aborted, e.to_string()))
+    }
+
+    /// Starts recording every role's screen, if the run asked for video. A guest that
+    /// cannot record costs the video, never the task run.
+    async fn start_videos(&self) -> Vec<(String, Recorder)> {
+        let Some(fps) = self.ctx.video else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for role in self.task.envs.keys() {
+            let env = self.ctx.set.envs[role].clone();
+            let file = self
+                .traj()
+                .join(format!("video-{}.mp4", crate::task::sanitize(role)));
+            match Recorder::start(env, fps, file).await {
+                Ok(rec) => out.push((role.clone(), rec)),
+                Err(e) => tracing::warn!(task = %self.task.id, %role, "no video: {e}"),
+            }
+        }
+        out
+    }
+
+    /// Stops the recordings and writes their files.
+    async fn stop_videos(&self, videos: Vec<(String, Recorder)>) {
+        for (role, rec) in videos {
+            if let Err(e) = rec.stop().await {
+                tracing::warn!(task = %self.task.id, %role, "the video was not written: {e}");
+            }
+        }
     }
 
     /// Brings every VM of the set back to its golden state, all at once: nothing an
