@@ -182,6 +182,8 @@ case "${1:-}" in
     "$P" bench --env bench --apps-only "${@:2}"
     log "10,000 screenshots in a row: the agent's memory and file descriptors"
     "$P" bench --env bench --soak 10000 | tail -n 3
+    log "video streams: the agent's CPU and the bytes a second at 5, 15 and 30 fps"
+    "$P" bench --env bench --video
     log "the graph evaluator's host CPU per step"
     cargo bench -p pincer --bench evaluator
     log "a VM of debian-12-minimal: up, reset, every call (builds the image first if needed)"

@@ -1,9 +1,8 @@
-//! `pincer bench --video`: what a video stream costs the guest. For each frame rate, the
-//! agent's CPU time (utime + stime from `/proc/<pid>/stat`, read through probes before and
-//! after) over a window in which a full-screen terminal scrolls text, so the screen changes
-//! more often than any rate asks; and the frames and bytes the host received. First, the
-//! same window with the screen still, at the highest rate: what watching costs when nothing
-//! changes.
+//! `pincer bench --video`: what a video stream costs the guest. For each frame rate and
+//! format, the agent's CPU time (utime + stime from `/proc/<pid>/stat`, read through probes
+//! before and after) over a window in which something keeps changing the screen
+//! ([`CHANGERS`]), and the frames and bytes the host received. First, the same window with
+//! the screen still, at the highest rate: what watching costs when nothing changes.
 
 use super::stop_group;
 use crate::env::{ClientError, Environment};
@@ -18,7 +17,7 @@ const USER_HZ: f64 = 100.0;
 /// What one stream cost.
 #[derive(Debug, Clone, Serialize)]
 pub struct VideoStats {
-    /// `still` (nothing changes) or `changing`.
+    /// `still` (nothing changes), or what changed it ([`CHANGERS`]).
     pub screen: &'static str,
     /// How frames were encoded on the guest.
     pub format: ImageFormat,
@@ -116,8 +115,8 @@ async fn measure(
 }
 
 /// Measures a still screen at the highest of `rates`, then each of `rates` in each of
-/// `formats` with a full-screen terminal scrolling text (needs the setup class and
-/// `xfce4-terminal` on the guest). `None` when the agent's CPU time cannot be read.
+/// `formats` with each of [`CHANGERS`] running (needs the setup class, `xfce4-terminal`
+/// and `xsetroot` on the guest). `None` when the agent's CPU time cannot be read.
 pub async fn video(
     env: &Environment,
     rates: &[u32],
@@ -136,34 +135,56 @@ pub async fn video(
         };
         out.push(still);
     }
-    let scroll = "while :; do ls -l --color=always /usr/bin /usr/lib; done";
-    let pid = env
-        .launch(
-            ["xfce4-terminal", "--fullscreen", "-x", "sh", "-c", scroll]
-                .map(String::from)
-                .to_vec(),
-            Vec::new(),
-        )
-        .await?;
-    // Let the terminal start and fill the screen.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let measured = async {
-        for &format in formats {
-            for &fps in rates {
-                progress(&format!(
-                    "video: a scrolling terminal at up to {fps} fps, {format:?}"
-                ));
-                if let Some(s) = measure(env, "changing", fps, seconds, format).await? {
-                    out.push(s);
+    for (screen, argv) in CHANGERS {
+        let pid = env
+            .launch(argv.iter().map(|a| (*a).to_owned()).collect(), Vec::new())
+            .await?;
+        // Let it start and fill the screen.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let measured = async {
+            for &format in formats {
+                for &fps in rates {
+                    progress(&format!("video: {screen} at up to {fps} fps, {format:?}"));
+                    if let Some(s) = measure(env, screen, fps, seconds, format).await? {
+                        out.push(s);
+                    }
                 }
             }
+            Ok::<_, ClientError>(())
         }
-        Ok::<_, ClientError>(())
+        .await;
+        stop_group(env, pid).await;
+        measured?;
     }
-    .await;
-    stop_group(env, pid).await;
-    measured.map(|()| Some(out))
+    Ok(Some(out))
 }
+
+/// What changes the screen while streams are measured: a full-screen terminal scrolling
+/// text (a desktop's content, redrawn as often as the terminal manages, ~20 times a second
+/// here), and the root window repainted in turn red and blue as fast as `xsetroot` starts
+/// (every tick sees a change; the easiest content to compress, so the cost of a frame's
+/// grab and encoding with the least left to squeeze).
+const CHANGERS: [(&str, &[&str]); 2] = [
+    (
+        "terminal",
+        &[
+            "xfce4-terminal",
+            "--fullscreen",
+            "-x",
+            "sh",
+            "-c",
+            "while :; do ls -l --color=always /usr/bin /usr/lib; done",
+        ],
+    ),
+    (
+        "repaint",
+        &[
+            "sh",
+            "-c",
+            "while :; do xsetroot -solid red; xsetroot -solid blue; done",
+        ],
+    ),
+];
 
 /// The table `pincer bench --video` prints (Markdown, as in the README).
 pub fn video_table(stats: &[VideoStats]) -> String {
@@ -173,7 +194,7 @@ pub fn video_table(stats: &[VideoStats]) -> String {
          |---|---|---|---|---|---|---|\n",
     );
     for v in stats {
-        let per_frame = if v.screen == "changing" && v.frames > 0 {
+        let per_frame = if v.screen != "still" && v.frames > 0 {
             format!("{:.1} ms", 1000.0 * v.agent_cpu_s / v.frames as f64)
         } else {
             "-".into()
