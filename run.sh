@@ -13,7 +13,8 @@
 #   ./run.sh bench   build release binaries and measure what the README's Speed section
 #                    shows: `pincer bench` on a fresh 1920x1080 desktop with
 #                    gtk3-widget-factory open, the UI trees of zenity and LibreOffice
-#                    Calc, the 10,000-screenshot soak, the evaluator, a VM, the
+#                    Calc, the 10,000-screenshot soak, video streams' guest CPU and
+#                    bytes a second, the evaluator, a VM, the
 #                    Android shim on a stand-in phone, the bundled suite sharded over a
 #                    local three-node Slurm cluster against one machine, what the
 #                    Python interface and the MCP server add per step
