@@ -232,6 +232,8 @@ async fn finish_off_thread(
 /// (the runner's video of a task run).
 #[derive(Debug)]
 pub struct Recorder {
+    /// The guest's clock at the first frame: where the video starts.
+    started_us: u64,
     stop: oneshot::Sender<()>,
     task: JoinHandle<Result<Option<Recorded>, VideoError>>,
 }
@@ -253,6 +255,7 @@ impl Recorder {
                 duration_ms: MAX_VIDEO_DURATION_MS,
             })
             .await?;
+        let started_us = stream.started_us();
         let (stop, mut stopped) = oneshot::channel();
         let task = tokio::spawn(async move {
             let mut last = 0;
@@ -275,7 +278,16 @@ impl Recorder {
             };
             finish_off_thread(recording, end_us, &out).await
         });
-        Ok(Self { stop, task })
+        Ok(Self {
+            started_us,
+            stop,
+            task,
+        })
+    }
+
+    /// The guest's clock at the video's first frame, in microseconds.
+    pub fn started_us(&self) -> u64 {
+        self.started_us
     }
 
     /// Stops recording and writes the file.

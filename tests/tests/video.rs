@@ -310,4 +310,22 @@ fn runs_with_video_keep_each_roles_screen_in_the_trajectory() {
     assert!(frames >= 3, "{frames} frames");
     assert!(seconds >= 1.0, "{seconds} s");
     assert!(!out.join("tasks/t0__r0/video-desktop.mp4.frames").exists());
+    // Each step says where the video was when its actions went out: later each step, and
+    // within the video.
+    let at: Vec<f64> = std::fs::read_to_string(out.join("tasks/t0__r0/steps.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let step: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert_eq!(step["video_ms"][0][0], "desktop", "{step}");
+            step["video_ms"][0][1].as_f64().unwrap()
+        })
+        .collect();
+    println!("steps at {at:?} ms into the video");
+    assert!(at.len() >= 2, "{at:?}");
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}");
+    assert!(
+        at[0] >= 0.0 && at[at.len() - 1] <= seconds * 1000.0,
+        "{at:?} in {seconds} s"
+    );
 }

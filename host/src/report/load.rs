@@ -278,6 +278,7 @@ mod tests {
             evaluation: vec![],
             passed: vec![],
             timing: record::Timing::default(),
+            video_ms: Vec::new(),
         }
     }
 

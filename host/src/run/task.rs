@@ -119,7 +119,7 @@ pub async fn run(
         r.setup().await?;
         r.initial_check().await?;
         videos = r.start_videos().await;
-        r.steps(agent, &mut steps_file).await
+        r.steps(agent, &mut steps_file, &videos).await
     }
     .await
     .err()
@@ -317,6 +317,7 @@ impl<'a> TaskRun<'a> {
         &mut self,
         agent: &mut dyn Agent,
         steps_file: &mut JsonlWriter,
+        videos: &[(String, Recorder)],
     ) -> Result<(), End> {
         let task = self.task;
         let brief = TaskBrief {
@@ -392,7 +393,15 @@ impl<'a> TaskRun<'a> {
                 evaluation: Vec::new(),
                 passed: Vec::new(),
                 timing,
+                video_ms: Vec::new(),
             };
+            // Where each video is as the actions go out, for finding them in it.
+            for (role, rec) in videos {
+                if let Ok((now, _)) = self.ctx.set.envs[role].guest_clock().await {
+                    let ms = now.saturating_sub(rec.started_us()) as f64 / 1000.0;
+                    record.video_ms.push((role.clone(), ms));
+                }
+            }
             let ended = self
                 .act(&decision, &obs, &mut turn, &mut record, &mut seen_already)
                 .await;
