@@ -120,6 +120,20 @@ async fn garbage_video_parameters_get_typed_errors() {
             },
             "JPEG or raw",
         ),
+        (
+            VideoRequest {
+                format: ImageFormat::Jpeg { quality: 0 },
+                ..video(5, 1000)
+            },
+            "JPEG quality 0",
+        ),
+        (
+            VideoRequest {
+                max_size: Some((0, 0)),
+                ..video(5, 1000)
+            },
+            "zero edge",
+        ),
     ] {
         match env.video(req).await {
             Err(ClientError::Guest {
