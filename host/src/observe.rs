@@ -70,6 +70,7 @@ pub async fn view(
         marked: None,
         elements: Vec::new(),
         tree_text: cfg.tree_text.then(|| tree_text(&tree)),
+        video: Vec::new(),
         tree: None,
         build_ms: 0.0,
     };

@@ -300,6 +300,87 @@ impl Recorder {
     }
 }
 
+/// The last moments of an environment's screen, kept from a video stream in the
+/// background for agents that see them (`--observe video=2s@5fps`): frames of the last
+/// `window`, and the one before it, which shows the screen at the window's start.
+#[derive(Debug)]
+pub struct Recent {
+    frames: Arc<std::sync::Mutex<std::collections::VecDeque<VideoFrame>>>,
+    task: JoinHandle<()>,
+}
+
+impl Recent {
+    /// Starts keeping `env`'s last `window_ms` at up to `fps` frames a second (raw+zstd,
+    /// fitted to `max_size` on the guest); returns once the first frame came.
+    pub async fn start(
+        env: &Environment,
+        window_ms: u32,
+        fps: u32,
+        max_size: Option<(u32, u32)>,
+    ) -> Result<Self, VideoError> {
+        let mut stream = env
+            .video(VideoRequest {
+                max_fps: fps,
+                format: ImageFormat::Raw { zstd: Some(1) },
+                max_size,
+                duration_ms: MAX_VIDEO_DURATION_MS,
+            })
+            .await?;
+        let frames = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let kept = frames.clone();
+        let window_us = u64::from(window_ms) * 1000;
+        let task = tokio::spawn(async move {
+            while let Ok(Some(frame)) = stream.next().await {
+                let mut q = kept
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let start = frame.guest_us.saturating_sub(window_us);
+                q.push_back(frame);
+                // Keep one frame from before the window: the screen at its start.
+                while q.len() > 1 && q[1].guest_us <= start {
+                    q.pop_front();
+                }
+            }
+        });
+        Ok(Self { frames, task })
+    }
+
+    /// Samples the last `window.ms` before the guest's clock read `now_us`, `window.fps`
+    /// a second, oldest first: each sample is the frame on screen then, a frame that
+    /// covers several samples given once; with how long before `now_us` it was sampled.
+    pub fn sample(&self, now_us: u64, window_ms: u32, fps: u32) -> Vec<(u32, VideoFrame)> {
+        let q = self
+            .frames
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = u64::from(window_ms) * u64::from(fps) / 1000;
+        let period_us = 1_000_000 / u64::from(fps.max(1));
+        let mut out: Vec<(u32, VideoFrame)> = Vec::new();
+        let mut last: Option<u64> = None;
+        for k in 0..n {
+            // The oldest sample first; the newest at `now_us`.
+            let ago_us = (n - 1 - k) * period_us;
+            let at = now_us.saturating_sub(ago_us);
+            let Some(frame) = q.iter().rev().find(|f| f.guest_us <= at) else {
+                continue;
+            };
+            if last == Some(frame.guest_us) {
+                continue;
+            }
+            last = Some(frame.guest_us);
+            out.push(((ago_us / 1000) as u32, frame.clone()));
+        }
+        out
+    }
+}
+
+impl Drop for Recent {
+    fn drop(&mut self) {
+        // Dropping the stream stops the guest's grabs.
+        self.task.abort();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,5 +396,57 @@ mod tests {
              file 'frame-0000002.jpg'\nduration 1.000000\n\
              file 'frame-0000002.jpg'\n"
         );
+    }
+}
+
+#[cfg(test)]
+mod recent_tests {
+    use super::*;
+    use crate::env::Screenshot;
+    use pincer_shared::observe::{PixelLayout, Rect, ScreenshotMeta};
+
+    fn frame(guest_us: u64) -> VideoFrame {
+        VideoFrame {
+            guest_us,
+            shot: Screenshot {
+                meta: ScreenshotMeta {
+                    width: 1,
+                    height: 1,
+                    format: ImageFormat::Raw { zstd: None },
+                    layout: PixelLayout::Bgrx8,
+                    source: Rect::new(0, 0, 1, 1),
+                    grab_us: 0,
+                    encode_us: 0,
+                },
+                bytes: vec![0; 4],
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn samples_show_the_frame_on_screen_at_each_time_each_frame_once() {
+        let recent = Recent {
+            frames: Arc::new(std::sync::Mutex::new(
+                [
+                    frame(1_000_000),
+                    frame(2_100_000),
+                    frame(2_150_000),
+                    frame(2_900_000),
+                ]
+                .into(),
+            )),
+            task: tokio::spawn(async {}),
+        };
+        // 1 s at 5 fps before 3 s: samples at 2.2, 2.4, 2.6, 2.8 and 3.0 s.
+        let got: Vec<(u32, u64)> = recent
+            .sample(3_000_000, 1000, 5)
+            .into_iter()
+            .map(|(ago, f)| (ago, f.guest_us))
+            .collect();
+        // 2.2-2.8 s all show the frame of 2.15 s (given once, at the oldest sample); 3.0 s
+        // the frame of 2.9 s. The frame of 2.1 s was replaced before any sample.
+        assert_eq!(got, vec![(800, 2_150_000), (0, 2_900_000)]);
+        // Before any frame there is nothing to show.
+        assert!(recent.sample(500_000, 400, 5).is_empty());
     }
 }

@@ -532,6 +532,7 @@ fn view(role: &str) -> View {
         ],
         tree: None,
         tree_text: None,
+        video: Vec::new(),
         build_ms: 0.0,
     }
 }

@@ -343,3 +343,61 @@ fn runs_with_video_keep_each_roles_screen_in_the_trajectory() {
         "{at:?} in {seconds} s"
     );
 }
+
+#[test]
+fn agents_asked_to_see_video_get_the_last_moments_of_each_screen() {
+    let sb = Sandbox::new();
+    let tasks = terminal_suite(sb.path(), 1, 1000);
+    let out = sb.path().join("out");
+    sb.pincer_ok(&[
+        "run",
+        "--tasks",
+        tasks.to_str().unwrap(),
+        "--agent",
+        "oracle",
+        "--out",
+        out.to_str().unwrap(),
+        "--size",
+        "800x600",
+        "--observe",
+        "marks,video=2s@5fps",
+        "--max-size",
+        "400x300",
+    ]);
+    let results = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    assert!(results.contains("\"success\""), "{results}");
+    let traj = out.join("tasks/t0__r0");
+    let steps: Vec<serde_json::Value> = std::fs::read_to_string(traj.join("steps.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let stills = |step: &serde_json::Value| -> Vec<String> {
+        step["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["kind"].as_str().unwrap().starts_with("video-"))
+            .map(|i| i["file"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Every step shows at least the screen as it is; a frame that stayed on screen for
+    // several samples is shown once, so never more than the 10 samples.
+    for step in &steps {
+        let files = stills(step);
+        assert!((1..=10).contains(&files.len()), "{step}");
+        for f in files {
+            let png = std::fs::read(traj.join(&f)).unwrap();
+            let decoder = png::Decoder::new(std::io::Cursor::new(png));
+            let info = decoder.read_info().unwrap();
+            let (w, h) = (info.info().width, info.info().height);
+            assert_eq!((w, h), (400, 300), "{f} fitted to --max-size");
+        }
+    }
+    // After the command was typed, the last moments hold more than one picture: before
+    // and after.
+    assert!(
+        steps.iter().skip(1).any(|s| stills(s).len() >= 2),
+        "{steps:?}"
+    );
+}

@@ -9,14 +9,14 @@ use super::record::{ImageRef, JsonlWriter, StepRecord, TaskRecord, Timing};
 use super::sets::EnvSet;
 use crate::agent::actions::{self, AgentAction, Marks};
 use crate::agent::observe::ObservationConfig;
-use crate::agent::observe::View;
+use crate::agent::observe::{Still, View};
 use crate::agent::{Agent, Decision, Observation, TaskBrief, Usage};
 use crate::eval::graph::{Envs, Evaluator, Graph, StepError};
 use crate::eval::{AgentEvent, AgentLog};
 use crate::metrics::Termination;
 use crate::observe;
 use crate::task::{Task, steps};
-use crate::video::Recorder;
+use crate::video::{Recent, Recorder};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -113,13 +113,15 @@ pub async fn run(
 ) -> TaskRecord {
     let mut r = TaskRun::new(task, graph, repeat, ctx);
     let mut videos = Vec::new();
+    let mut recents = Vec::new();
     let end = async {
         let mut steps_file = r.trajectory()?;
         r.reset().await?;
         r.setup().await?;
         r.initial_check().await?;
         videos = r.start_videos().await;
-        r.steps(agent, &mut steps_file, &videos).await
+        recents = r.start_recent().await?;
+        r.steps(agent, &mut steps_file, &videos, &recents).await
     }
     .await
     .err()
@@ -131,6 +133,7 @@ pub async fn run(
     });
     let end = interrupted(end, ctx.cancel.load(Ordering::SeqCst));
     r.stop_videos(videos).await;
+    drop(recents);
     let end = r.final_check(end).await;
     r.teardown().await;
     r.record(&agent.name(), seed, end)
@@ -318,6 +321,7 @@ impl<'a> TaskRun<'a> {
         agent: &mut dyn Agent,
         steps_file: &mut JsonlWriter,
         videos: &[(String, Recorder)],
+        recents: &[(String, Recent)],
     ) -> Result<(), End> {
         let task = self.task;
         let brief = TaskBrief {
@@ -360,7 +364,8 @@ impl<'a> TaskRun<'a> {
                 Some(views) => views,
                 None => observe_all(self.ctx, self.task).await,
             };
-            let obs = self.observation(views, std::mem::take(&mut turn.feedback))?;
+            let mut obs = self.observation(views, std::mem::take(&mut turn.feedback))?;
+            self.add_stills(&mut obs, recents).await;
             timing.observe_ms = t.elapsed().as_secs_f64() * 1000.0;
             let images = self.save_images(&obs, decision_no);
 
@@ -479,8 +484,73 @@ impl<'a> TaskRun<'a> {
                     }
                 }
             }
+            for (i, still) in v.video.iter().enumerate() {
+                let kind = format!("video-{i:02}");
+                let file = format!(
+                    "step-{decision_no:03}-{}-{kind}.png",
+                    crate::task::sanitize(&v.role)
+                );
+                if blocking(|| std::fs::write(traj.join(&file), &still.png)).is_ok() {
+                    images.push(ImageRef {
+                        role: v.role.clone(),
+                        kind,
+                        file,
+                    });
+                }
+            }
         }
         images
+    }
+
+    /// Starts keeping each role's last moments, if agents see them
+    /// (`--observe video=...`). Agents were promised them: a guest that cannot stream is
+    /// the environment's failure.
+    async fn start_recent(&self) -> Result<Vec<(String, Recent)>, End> {
+        let Some(w) = self.ctx.observation.video else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for role in self.task.envs.keys() {
+            let env = &self.ctx.set.envs[role];
+            let recent = Recent::start(env, w.ms, w.fps, self.ctx.observation.max_size)
+                .await
+                .map_err(|e| {
+                    End::new(
+                        Termination::EnvironmentError,
+                        format!("the last moments of {role}'s screen (--observe video=): {e}"),
+                    )
+                })?;
+            out.push((role.clone(), recent));
+        }
+        Ok(out)
+    }
+
+    /// Gives each view the frames of its screen's last moments, sampled now.
+    async fn add_stills(&self, obs: &mut Observation, recents: &[(String, Recent)]) {
+        let Some(w) = self.ctx.observation.video else {
+            return;
+        };
+        for (role, recent) in recents {
+            let Some(view) = obs.views.iter_mut().find(|v| &v.role == role) else {
+                continue;
+            };
+            let Ok((now, _)) = self.ctx.set.envs[role].guest_clock().await else {
+                continue;
+            };
+            let samples = recent.sample(now, w.ms, w.fps);
+            view.video = blocking(|| {
+                samples
+                    .iter()
+                    .filter_map(|(ago_ms, frame)| {
+                        let png = observe::raw_to_png(&frame.shot).ok()?;
+                        Some(Still {
+                            ago_ms: *ago_ms,
+                            png,
+                        })
+                    })
+                    .collect()
+            });
+        }
     }
 
     /// Carries out a decision's actions, evaluating after each; after the last one the
