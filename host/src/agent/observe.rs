@@ -20,8 +20,9 @@ pub struct ObservationConfig {
     pub tree_text: bool,
     /// Downscale images to fit this size (models rarely need 1080p).
     pub max_size: Option<(u32, u32)>,
-    /// The last moments of each screen as frames (`video=2s@5fps`).
-    #[serde(default)]
+    /// The last moments of each screen as frames (`video=2s@5fps`). Left out of the
+    /// serialized form when off, so runs recorded before it existed keep their identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub video: Option<VideoWindow>,
 }
 
