@@ -13,7 +13,8 @@
 #   ./run.sh bench   build release binaries and measure what the README's Speed section
 #                    shows: `pincer bench` on a fresh 1920x1080 desktop with
 #                    gtk3-widget-factory open, the UI trees of zenity and LibreOffice
-#                    Calc, the 10,000-screenshot soak, the evaluator, a VM, the
+#                    Calc, the 10,000-screenshot soak, video streams' guest CPU and
+#                    bytes a second, the evaluator, a VM, the
 #                    Android shim on a stand-in phone, the bundled suite sharded over a
 #                    local three-node Slurm cluster against one machine, what the
 #                    Python interface and the MCP server add per step
@@ -182,6 +183,8 @@ case "${1:-}" in
     "$P" bench --env bench --apps-only "${@:2}"
     log "10,000 screenshots in a row: the agent's memory and file descriptors"
     "$P" bench --env bench --soak 10000 | tail -n 3
+    log "video streams: the agent's CPU and the bytes a second at 5, 15 and 30 fps"
+    "$P" bench --env bench --video
     log "the graph evaluator's host CPU per step"
     cargo bench -p pincer --bench evaluator
     log "a VM of debian-12-minimal: up, reset, every call (builds the image first if needed)"

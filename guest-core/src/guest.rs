@@ -244,6 +244,9 @@ impl<P: Platform> Guest<P> {
                 if let Err(message) = req.validate() {
                     return Reply::Msg(Response::Error(WireError::InvalidArgument { message }));
                 }
+                if let Err(e) = encode::check_request(&req.frame()) {
+                    return Reply::Msg(Response::Error(e));
+                }
                 let Ok(slot) = self.video_slots.clone().try_acquire_owned() else {
                     return Reply::Msg(Response::Error(WireError::Busy {
                         message: format!(
@@ -496,11 +499,25 @@ mod tests {
             frames.next().await.is_none(),
             "the stream ends after its error"
         );
-        let garbage = VideoRequest { max_fps: 0, ..req };
-        assert!(matches!(
-            ask(&guest, Request::Video(garbage)).await,
-            Response::Error(WireError::InvalidArgument { .. })
-        ));
+        for garbage in [
+            VideoRequest { max_fps: 0, ..req },
+            VideoRequest {
+                format: ImageFormat::Jpeg { quality: 0 },
+                ..req
+            },
+            VideoRequest {
+                max_size: Some((0, 10)),
+                ..req
+            },
+        ] {
+            assert!(
+                matches!(
+                    ask(&guest, Request::Video(garbage)).await,
+                    Response::Error(WireError::InvalidArgument { .. })
+                ),
+                "{garbage:?}"
+            );
+        }
     }
 
     /// Input streams need the platform's input log: without it the stream's one reply is

@@ -12,7 +12,7 @@ use crate::encode::FrameEncoder;
 use crate::platform::{Damage, Screen};
 use crate::subsystem::Sub;
 use pincer_shared::limits::MAX_RESPONSE_HEADER;
-use pincer_shared::observe::{ScreenshotRequest, VideoFrame, VideoRequest};
+use pincer_shared::observe::{VideoFrame, VideoRequest};
 use pincer_shared::transport::stream::{finish, write_body, write_header};
 use pincer_shared::transport::{SendHalf, TransportError};
 use pincer_shared::{Response, WireError};
@@ -55,7 +55,7 @@ impl fmt::Debug for Frames {
 }
 
 impl Frames {
-    /// Starts producing the frames `req` (validated) asks for; `slot` is this stream's place
+    /// Starts producing the frames `req` (validated, its frame checked) asks for; `slot` is this stream's place
     /// among the guest's video streams, held until the producer ends.
     pub(crate) fn start<S: Screen, D: Damage>(
         req: VideoRequest,
@@ -109,11 +109,7 @@ async fn produce<S: Screen, D: Damage>(
     tx: mpsc::Sender<Item>,
 ) {
     let end = tokio::time::Instant::now() + Duration::from_millis(req.duration_ms);
-    let shot = ScreenshotRequest {
-        format: req.format,
-        region: None,
-        max_size: req.max_size,
-    };
+    let shot = req.frame();
     let mut tick = tokio::time::interval(Duration::from_secs(1) / req.max_fps);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     // The damage count at the last grab; `None` before the first, which is always taken.

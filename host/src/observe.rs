@@ -70,6 +70,7 @@ pub async fn view(
         marked: None,
         elements: Vec::new(),
         tree_text: cfg.tree_text.then(|| tree_text(&tree)),
+        video: Vec::new(),
         tree: None,
         build_ms: 0.0,
     };
@@ -98,6 +99,12 @@ pub async fn view(
     view.tree = Some(tree);
     view.build_ms = t.elapsed().as_secs_f64() * 1000.0;
     Ok(view)
+}
+
+/// A raw screenshot (zstd or not) as a PNG file.
+pub fn raw_to_png(shot: &Screenshot) -> Result<Vec<u8>, ObserveError> {
+    let p = pixels(shot, true)?;
+    Ok(p.plain.unwrap_or_default())
 }
 
 /// A screenshot's pixels as RGB, and its plain PNG if asked for.

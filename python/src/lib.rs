@@ -683,6 +683,7 @@ fn run(
             shard: None,
             observation,
             correction,
+            video: None,
             cancel: cancel.clone(),
         })
         .await

@@ -154,7 +154,18 @@ pub struct VideoRequest {
 }
 
 impl VideoRequest {
-    /// Whether the values are usable; the message says which is not and what would be.
+    /// What each frame's grab asks for: the whole screen, in the stream's format and size.
+    pub fn frame(&self) -> ScreenshotRequest {
+        ScreenshotRequest {
+            format: self.format,
+            region: None,
+            max_size: self.max_size,
+        }
+    }
+
+    /// Whether the rate, duration and format kind are usable; the message says which is
+    /// not and what would be. The frame's own values (JPEG quality, zstd level, size) are
+    /// checked as a screenshot's ([`VideoRequest::frame`]).
     pub fn validate(&self) -> Result<(), String> {
         use crate::limits::{MAX_VIDEO_DURATION_MS, MAX_VIDEO_FPS};
         if !(1..=MAX_VIDEO_FPS).contains(&self.max_fps) {

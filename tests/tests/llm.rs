@@ -533,6 +533,7 @@ fn view(role: &str) -> View {
         ],
         tree: None,
         tree_text: None,
+        video: Vec::new(),
         build_ms: 0.0,
     }
 }
@@ -1299,6 +1300,7 @@ async fn run_zenity_with(
         shard: None,
         observation: ObservationConfig::default(),
         correction,
+        video: None,
         cancel: Arc::new(AtomicBool::new(false)),
     })
     .await

@@ -355,6 +355,7 @@ fn write_run(dir: &Path) {
                 usage: step_usage,
                 evaluation: vec![],
                 passed,
+                video_ms: Vec::new(),
                 timing: Timing {
                     observe_ms: 140.0 + f64::from(s),
                     act_ms: 60.0,

@@ -120,6 +120,20 @@ async fn garbage_video_parameters_get_typed_errors() {
             },
             "JPEG or raw",
         ),
+        (
+            VideoRequest {
+                format: ImageFormat::Jpeg { quality: 0 },
+                ..video(5, 1000)
+            },
+            "JPEG quality 0",
+        ),
+        (
+            VideoRequest {
+                max_size: Some((0, 0)),
+                ..video(5, 1000)
+            },
+            "zero edge",
+        ),
     ] {
         match env.video(req).await {
             Err(ClientError::Guest {
@@ -275,4 +289,143 @@ async fn a_host_that_never_reads_its_streams_hurts_no_one() {
     }
     assert!(frames >= 5, "{frames} frames in 3 s of a repainting screen");
     drop(held);
+}
+
+/// A suite of one terminal task whose oracle types a command that finishes the task two
+/// seconds later, waiting meanwhile in two steps of 1.5 s: the last step is observed 1.5 s
+/// after the typing, time enough for the terminal to show it even on a loaded machine.
+fn typed_then_waited(dir: &std::path::Path) -> std::path::PathBuf {
+    let tasks = dir.join("suite");
+    std::fs::create_dir_all(&tasks).unwrap();
+    let kill = serde_json::json!({"do": "exec", "argv": ["pkill", "-s", "0", "-x", "xfce4-terminal"], "check": false});
+    let t = serde_json::json!({
+        "id": "t0",
+        "instruction": "Write done into ~/out.txt using the terminal.",
+        "envs": {"desktop": {"platform": "linux"}},
+        "setup": {"desktop": [
+            {"do": "remove", "path": "~/out.txt"},
+            kill,
+            {"do": "launch", "argv": ["xfce4-terminal", "--disable-server"]},
+            {"do": "wait_window", "title_contains": "Terminal"}
+        ]},
+        "teardown": {"desktop": [kill]},
+        "checkpoints": [
+            {"id": "written", "env": "desktop", "check": "file_contains", "args": {"path": "~/out.txt", "text": "done"}}
+        ],
+        "oracle": [
+            {"do": "type", "text": "sleep 2; echo done > ~/out.txt\n", "target": {"role": "terminal"}},
+            {"do": "sleep", "ms": 1500},
+            {"do": "sleep", "ms": 1500}
+        ]
+    });
+    std::fs::write(tasks.join("t0.json"), t.to_string()).unwrap();
+    tasks
+}
+
+#[test]
+fn runs_with_video_keep_each_roles_screen_in_the_trajectory() {
+    let sb = Sandbox::new();
+    let tasks = typed_then_waited(sb.path());
+    let out = sb.path().join("out");
+    sb.pincer_ok(&[
+        "run",
+        "--tasks",
+        tasks.to_str().unwrap(),
+        "--agent",
+        "oracle",
+        "--out",
+        out.to_str().unwrap(),
+        "--size",
+        "800x600",
+        "--video",
+        "10",
+    ]);
+    let results = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    assert!(results.contains("\"success\""), "{results}");
+    let file = out.join("tasks/t0__r0/video-desktop.mp4");
+    let (frames, width, height, seconds) = ffprobe(&file);
+    println!(
+        "{}: {frames} frames, {width}x{height}, {seconds} s",
+        file.display()
+    );
+    assert_eq!((width, height), (800, 600));
+    // A frame at the start and at least one after the typing (ffprobe counts the last
+    // frame twice), over the oracle's three seconds of waiting.
+    assert!(frames >= 3, "{frames} frames");
+    assert!(seconds >= 2.5, "{seconds} s");
+    assert!(!out.join("tasks/t0__r0/video-desktop.mp4.frames").exists());
+    // Each step says where the video was when its actions went out: later each step, and
+    // within the video.
+    let at: Vec<f64> = std::fs::read_to_string(out.join("tasks/t0__r0/steps.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let step: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert_eq!(step["video_ms"][0][0], "desktop", "{step}");
+            step["video_ms"][0][1].as_f64().unwrap()
+        })
+        .collect();
+    println!("steps at {at:?} ms into the video");
+    assert!(at.len() >= 2, "{at:?}");
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}");
+    assert!(
+        at[0] >= 0.0 && at[at.len() - 1] <= seconds * 1000.0,
+        "{at:?} in {seconds} s"
+    );
+}
+
+#[test]
+fn agents_asked_to_see_video_get_the_last_moments_of_each_screen() {
+    let sb = Sandbox::new();
+    let tasks = typed_then_waited(sb.path());
+    let out = sb.path().join("out");
+    sb.pincer_ok(&[
+        "run",
+        "--tasks",
+        tasks.to_str().unwrap(),
+        "--agent",
+        "oracle",
+        "--out",
+        out.to_str().unwrap(),
+        "--size",
+        "800x600",
+        "--observe",
+        "marks,video=2s@5fps",
+        "--max-size",
+        "400x300",
+    ]);
+    let results = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    assert!(results.contains("\"success\""), "{results}");
+    let traj = out.join("tasks/t0__r0");
+    let steps: Vec<serde_json::Value> = std::fs::read_to_string(traj.join("steps.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let stills = |step: &serde_json::Value| -> Vec<String> {
+        step["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["kind"].as_str().unwrap().starts_with("video-"))
+            .map(|i| i["file"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Every step shows at least the screen as it is; a frame that stayed on screen for
+    // several samples is shown once, so never more than the 10 samples.
+    for step in &steps {
+        let files = stills(step);
+        assert!((1..=10).contains(&files.len()), "{step}");
+        for f in files {
+            let png = std::fs::read(traj.join(&f)).unwrap();
+            let decoder = png::Decoder::new(std::io::Cursor::new(png));
+            let info = decoder.read_info().unwrap();
+            let (w, h) = (info.info().width, info.info().height);
+            assert_eq!((w, h), (400, 300), "{f} fitted to --max-size");
+        }
+    }
+    // The last step, observed 1.5 s after the command was typed, sees the last 2 s: the
+    // screen before the typing and after it.
+    let last = steps.last().unwrap();
+    assert!(stills(last).len() >= 2, "{last}");
 }

@@ -282,6 +282,7 @@ mod tests {
                     ..UiTree::default()
                 }),
                 tree_text: None,
+                video: Vec::new(),
                 build_ms: 0.0,
             }],
             feedback: vec![],

@@ -147,6 +147,7 @@ mod tests {
                 .collect(),
             tree: None,
             tree_text: None,
+            video: Vec::new(),
             build_ms: 0.0,
         };
         Observation {

@@ -2,7 +2,8 @@
 //! measured from the host (so it includes QUIC, encoding and the guest's work), with the
 //! targets pincer is held to and the medians OSWorld's in-VM server reaches on the same
 //! kind of machine. Also a soak mode that takes thousands of screenshots in a row and
-//! watches the agent's memory and file descriptors.
+//! watches the agent's memory and file descriptors, and what video streams cost the guest
+//! (`video`).
 
 use crate::agent::observe::ObservationConfig;
 use crate::env::{ClientError, Environment};
@@ -20,6 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod android;
+mod video;
+
+pub use video::{VideoStats, video, video_table};
 
 /// Latency summary of one operation.
 #[derive(Debug, Clone, Serialize)]

@@ -132,6 +132,7 @@ pub(crate) async fn run(a: ReplayArgs, reg: &Registry) -> anyhow::Result<()> {
         shard: None,
         observation,
         correction: Default::default(),
+        video: None,
         cancel: cancel.clone(),
     })
     .await;

@@ -87,6 +87,11 @@ pub(crate) struct RunArgs {
     /// Downscale observation images to fit WxH.
     #[arg(long, value_parser = super::desktop::parse_size)]
     pub(super) max_size: Option<(u32, u32)>,
+    /// Record each environment's screen while the agent acts into the trajectory
+    /// (`video-ROLE.mp4`, frames only when the screen changes), at up to FPS frames a
+    /// second. Needs ffmpeg on the host.
+    #[arg(long, value_name = "FPS", value_parser = clap::value_parser!(u32).range(1..=i64::from(pincer_shared::limits::MAX_VIDEO_FPS)))]
+    pub(super) video: Option<u32>,
     /// Screen size of local desktops.
     #[arg(long, default_value = "1920x1080", value_parser = super::desktop::parse_size)]
     pub(super) size: (u32, u32),
@@ -358,6 +363,7 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
         shard: a.shard,
         observation,
         correction,
+        video: a.video,
         cancel: cancel.clone(),
     })
     .await;
@@ -424,6 +430,9 @@ pub(crate) fn shard_args(a: &RunArgs, tasks: &str, out: &std::path::Path) -> Vec
     push("--observe", a.observe.clone());
     push("--feedback", a.feedback.clone());
     push("--attempts", a.attempts.to_string());
+    if let Some(fps) = a.video {
+        push("--video", fps.to_string());
+    }
     if let Some((w, h)) = a.max_size {
         push("--max-size", format!("{w}x{h}"));
     }

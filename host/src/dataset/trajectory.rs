@@ -449,6 +449,7 @@ mod tests {
             evaluation: vec![],
             passed: vec![],
             timing: Timing::default(),
+            video_ms: vec![],
         }
     }
 

@@ -29,6 +29,8 @@ pub struct VideoStream {
     /// Keeps the connection the stream lives on.
     _session: Arc<Session>,
     recv: RecvHalf,
+    /// The guest's clock at the first frame.
+    started_us: u64,
     /// The first frame, read when the stream was opened.
     first: Option<VideoFrame>,
 }
@@ -42,6 +44,11 @@ impl std::fmt::Debug for VideoStream {
 }
 
 impl VideoStream {
+    /// The guest's clock when the first frame was grabbed, in microseconds.
+    pub fn started_us(&self) -> u64 {
+        self.started_us
+    }
+
     /// The next frame, waiting as long as the screen stays still; `None` once the guest
     /// ended the stream (the requested time is up).
     pub async fn next(&mut self) -> Result<Option<VideoFrame>, ClientError> {
@@ -136,6 +143,7 @@ impl Environment {
                 env: self.name.clone(),
                 _session: session,
                 recv,
+                started_us: first.guest_us,
                 first: Some(first),
             })
         };

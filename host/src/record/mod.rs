@@ -459,6 +459,7 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
         marks: true,
         tree_text: false,
         max_size: None,
+        video: None,
     };
     let (meta, identity) = run::header(
         "recording",
@@ -499,6 +500,7 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
         out: &cfg.out,
         cancel: &never,
         progress: cfg.progress,
+        video: None,
     };
     let mut rec = task_run::run(&cfg.task, graphs[0].clone(), &mut agent, 0, 0, &ctx).await;
     agent.end();
@@ -598,7 +600,11 @@ fn steps(
         let passed = std::mem::take(&mut passed_at[i]);
         let mut images = Vec::new();
         if let Some(frame) = video.and_then(|v| v.frame_at(m.guest_us)) {
-            let file = format!("step-{n:03}-{}-screenshot.jpg", crate::task::sanitize(role));
+            let ext = frame.extension().and_then(|e| e.to_str()).unwrap_or("jpg");
+            let file = format!(
+                "step-{n:03}-{}-screenshot.{ext}",
+                crate::task::sanitize(role)
+            );
             std::fs::copy(&frame, traj.join(&file)).map_err(io(&frame))?;
             images.push(ImageRef {
                 role: role.to_owned(),
@@ -631,6 +637,7 @@ fn steps(
             evaluation: Vec::new(),
             passed,
             timing: Default::default(),
+            video_ms: Vec::new(),
         });
     }
     Ok((out, hits))

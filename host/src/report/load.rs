@@ -283,6 +283,7 @@ mod tests {
             evaluation: vec![],
             passed: vec![],
             timing: record::Timing::default(),
+            video_ms: Vec::new(),
         }
     }
 

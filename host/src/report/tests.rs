@@ -92,6 +92,7 @@ fn step(n: u32, action: serde_json::Value, passed: &[&str], images: Vec<ImageRef
         },
         evaluation: vec![],
         passed: passed.iter().map(|s| (*s).to_owned()).collect(),
+        video_ms: Vec::new(),
         timing: Timing {
             observe_ms: 10.0,
             act_ms: 20.0,

@@ -151,6 +151,7 @@ impl Episode {
                 out: &out,
                 cancel: &stop,
                 progress: &Quiet,
+                video: None,
             };
             task::run(
                 &slot.task,

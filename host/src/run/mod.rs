@@ -167,6 +167,8 @@ pub struct RunConfig {
     pub observation: ObservationConfig,
     /// What agents are told of the checkpoints, and their attempts.
     pub correction: task::Correction,
+    /// Record each role's screen into the trajectory at up to this many frames a second.
+    pub video: Option<u32>,
     /// Set on Ctrl-C.
     pub cancel: Arc<AtomicBool>,
 }
@@ -553,6 +555,7 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
                     out: &cfg.out,
                     cancel: &cfg.cancel,
                     progress: display.as_ref(),
+                    video: cfg.video,
                 };
                 let rec =
                     task::run(&tasks[i], graphs[i].clone(), agent.as_mut(), r, seed, &ctx).await;

@@ -146,6 +146,11 @@ pub struct StepRecord {
     pub passed: Vec<String>,
     /// Harness milliseconds: observe, act, evaluate.
     pub timing: Timing,
+    /// Where each role's video (`video-ROLE.mp4`, `pincer run --video`) was when this
+    /// step's actions were about to be sent, in milliseconds from its first frame: the
+    /// guest's clock, which stamps the frames, read just before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub video_ms: Vec<(String, f64)>,
 }
 
 /// A screenshot file of a step.

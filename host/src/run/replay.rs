@@ -682,6 +682,7 @@ mod tests {
                 elements,
                 tree: None,
                 tree_text: None,
+                video: vec![],
                 build_ms: 0.0,
             }],
             feedback: vec![],
@@ -704,6 +705,7 @@ mod tests {
             evaluation: vec![],
             passed: vec![],
             timing: Default::default(),
+            video_ms: vec![],
         }
     }
 

@@ -9,13 +9,14 @@ use super::record::{Attempt, ImageRef, JsonlWriter, StepRecord, TaskRecord, Timi
 use super::sets::EnvSet;
 use crate::agent::actions::{self, AgentAction, Marks};
 use crate::agent::observe::ObservationConfig;
-use crate::agent::observe::View;
+use crate::agent::observe::{Still, View};
 use crate::agent::{Agent, Decision, Observation, TaskBrief, Usage};
 use crate::eval::graph::{Envs, Evaluator, Graph, NodeProgress, StepError};
 use crate::eval::{AgentEvent, AgentLog};
 use crate::metrics::Termination;
 use crate::observe;
 use crate::task::{Task, steps};
+use crate::video::{Recent, Recorder};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -137,6 +138,9 @@ pub struct Context<'a> {
     pub cancel: &'a AtomicBool,
     /// Status reports.
     pub progress: &'a dyn Progress,
+    /// Record each role's screen while the agent acts, at up to this many frames a second,
+    /// into `video-ROLE.mp4` in the trajectory.
+    pub video: Option<u32>,
 }
 
 impl std::fmt::Debug for Context<'_> {
@@ -234,12 +238,17 @@ async fn run_attempt(
     told: Vec<String>,
 ) -> TaskRecord {
     let cancelled = r.ctx.cancel;
+    let mut videos = Vec::new();
+    let mut recents = Vec::new();
     let end = async {
         let mut steps_file = r.trajectory()?;
         r.reset().await?;
         r.setup().await?;
         r.initial_check().await?;
-        r.steps(agent, &mut steps_file, told).await
+        videos = r.start_videos().await;
+        recents = r.start_recent().await?;
+        r.steps(agent, &mut steps_file, told, &videos, &recents)
+            .await
     }
     .await
     .err()
@@ -250,6 +259,8 @@ async fn run_attempt(
         )
     });
     let end = interrupted(end, cancelled.load(Ordering::SeqCst));
+    r.stop_videos(videos).await;
+    drop(recents);
     let end = r.final_check(end).await;
     r.teardown().await;
     r.record(&agent.name(), seed, end)
@@ -370,6 +381,35 @@ impl<'a> TaskRun<'a> {
             .map_err(|e| End::new(Termination::Aborted, e.to_string()))
     }
 
+    /// Starts recording every role's screen, if the run asked for video. A guest that
+    /// cannot record costs the video, never the task run.
+    async fn start_videos(&self) -> Vec<(String, Recorder)> {
+        let Some(fps) = self.ctx.video else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for role in self.task.envs.keys() {
+            let env = self.ctx.set.envs[role].clone();
+            let file = self
+                .traj()
+                .join(format!("video-{}.mp4", crate::task::sanitize(role)));
+            match Recorder::start(env, fps, file).await {
+                Ok(rec) => out.push((role.clone(), rec)),
+                Err(e) => tracing::warn!(task = %self.task.id, %role, "no video: {e}"),
+            }
+        }
+        out
+    }
+
+    /// Stops the recordings and writes their files.
+    async fn stop_videos(&self, videos: Vec<(String, Recorder)>) {
+        for (role, rec) in videos {
+            if let Err(e) = rec.stop().await {
+                tracing::warn!(task = %self.task.id, %role, "the video was not written: {e}");
+            }
+        }
+    }
+
     /// Brings every VM of the set back to its golden state, all at once: nothing an
     /// earlier task did survives. The environments then dial the restored guests afresh.
     async fn reset(&self) -> Result<(), End> {
@@ -461,6 +501,8 @@ impl<'a> TaskRun<'a> {
         agent: &mut dyn Agent,
         steps_file: &mut JsonlWriter,
         told: Vec<String>,
+        videos: &[(String, Recorder)],
+        recents: &[(String, Recent)],
     ) -> Result<(), End> {
         let task = self.task;
         let brief = TaskBrief {
@@ -506,7 +548,8 @@ impl<'a> TaskRun<'a> {
                 Some(views) => views,
                 None => observe_all(self.ctx, self.task).await,
             };
-            let obs = self.observation(views, std::mem::take(&mut turn.feedback))?;
+            let mut obs = self.observation(views, std::mem::take(&mut turn.feedback))?;
+            self.add_stills(&mut obs, recents).await;
             timing.observe_ms = t.elapsed().as_secs_f64() * 1000.0;
             let images = self.save_images(&obs, decision_no);
 
@@ -539,7 +582,15 @@ impl<'a> TaskRun<'a> {
                 evaluation: Vec::new(),
                 passed: Vec::new(),
                 timing,
+                video_ms: Vec::new(),
             };
+            // Where each video is as the actions go out, for finding them in it.
+            for (role, rec) in videos {
+                if let Ok((now, _)) = self.ctx.set.envs[role].guest_clock().await {
+                    let ms = now.saturating_sub(rec.started_us()) as f64 / 1000.0;
+                    record.video_ms.push((role.clone(), ms));
+                }
+            }
             let ended = self
                 .act(&decision, &obs, &mut turn, &mut record, &mut seen_already)
                 .await;
@@ -621,8 +672,73 @@ impl<'a> TaskRun<'a> {
                     }
                 }
             }
+            for (i, still) in v.video.iter().enumerate() {
+                let kind = format!("video-{i:02}");
+                let file = format!(
+                    "step-{decision_no:03}-{}-{kind}.png",
+                    crate::task::sanitize(&v.role)
+                );
+                if blocking(|| std::fs::write(traj.join(&file), &still.png)).is_ok() {
+                    images.push(ImageRef {
+                        role: v.role.clone(),
+                        kind,
+                        file,
+                    });
+                }
+            }
         }
         images
+    }
+
+    /// Starts keeping each role's last moments, if agents see them
+    /// (`--observe video=...`). Agents were promised them: a guest that cannot stream is
+    /// the environment's failure.
+    async fn start_recent(&self) -> Result<Vec<(String, Recent)>, End> {
+        let Some(w) = self.ctx.observation.video else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for role in self.task.envs.keys() {
+            let env = &self.ctx.set.envs[role];
+            let recent = Recent::start(env, w.ms, w.fps, self.ctx.observation.max_size)
+                .await
+                .map_err(|e| {
+                    End::new(
+                        Termination::EnvironmentError,
+                        format!("the last moments of {role}'s screen (--observe video=): {e}"),
+                    )
+                })?;
+            out.push((role.clone(), recent));
+        }
+        Ok(out)
+    }
+
+    /// Gives each view the frames of its screen's last moments, sampled now.
+    async fn add_stills(&self, obs: &mut Observation, recents: &[(String, Recent)]) {
+        let Some(w) = self.ctx.observation.video else {
+            return;
+        };
+        for (role, recent) in recents {
+            let Some(view) = obs.views.iter_mut().find(|v| &v.role == role) else {
+                continue;
+            };
+            let Ok((now, _)) = self.ctx.set.envs[role].guest_clock().await else {
+                continue;
+            };
+            let samples = recent.sample(now, w.ms, w.fps);
+            view.video = blocking(|| {
+                samples
+                    .iter()
+                    .filter_map(|(ago_ms, frame)| {
+                        let png = observe::raw_to_png(&frame.shot).ok()?;
+                        Some(Still {
+                            ago_ms: *ago_ms,
+                            png,
+                        })
+                    })
+                    .collect()
+            });
+        }
     }
 
     /// Carries out a decision's actions, evaluating after each; after the last one the

@@ -275,6 +275,16 @@ pub(crate) fn view_images(v: &View, decision: u32) -> Vec<Part> {
             }));
         }
     }
+    for (i, still) in v.video.iter().enumerate() {
+        parts.push(Part::Text(format!(
+            "{} as it was {} ms before this observation:",
+            v.role, still.ago_ms
+        )));
+        parts.push(Part::Image(Image {
+            png: Arc::from(still.png.as_slice()),
+            name: image_name(decision, &v.role, &format!("video-{i:02}")),
+        }));
+    }
     parts
 }
 
@@ -377,6 +387,7 @@ mod tests {
             }],
             tree: None,
             tree_text: Some("frame \"Win\"\n".into()),
+            video: Vec::new(),
             build_ms: 0.0,
         };
         let obs = Observation {
@@ -407,5 +418,25 @@ mod tests {
             observation(&obs, &brief(), &[&view], 4, false, None).len(),
             1
         );
+        // The screen's last moments follow, oldest first, each with how long ago it was.
+        let mut view = view;
+        view.video = vec![
+            crate::agent::observe::Still {
+                ago_ms: 400,
+                png: vec![4],
+            },
+            crate::agent::observe::Still {
+                ago_ms: 0,
+                png: vec![5],
+            },
+        ];
+        let parts = view_images(&view, 4);
+        assert!(
+            matches!(&parts[2], Part::Text(t) if t == "desktop as it was 400 ms before this observation:")
+        );
+        assert!(
+            matches!(&parts[3], Part::Image(i) if i.name == "step-004-desktop-video-00.png" && i.png[..] == [4])
+        );
+        assert!(matches!(&parts[5], Part::Image(i) if i.png[..] == [5]));
     }
 }
