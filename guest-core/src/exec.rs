@@ -27,6 +27,15 @@ fn expand(args: &[String]) -> Vec<String> {
 
 /// Runs a program to completion, killing its process group after the timeout.
 pub async fn run(req: &ExecRequest) -> Result<ExecOutput, WireError> {
+    run_as(req, None).await
+}
+
+/// As [`run`], as user and group `user` (uid, gid) when given (the guest must be root);
+/// supplementary groups are dropped with them.
+pub(crate) async fn run_as(
+    req: &ExecRequest,
+    user: Option<(u32, u32)>,
+) -> Result<ExecOutput, WireError> {
     let (program, args) = req
         .argv
         .split_first()
@@ -57,6 +66,9 @@ pub async fn run(req: &ExecRequest) -> Result<ExecOutput, WireError> {
         .kill_on_drop(true);
     if let Some(cwd) = &req.cwd {
         cmd.current_dir(crate::fs::resolve(cwd));
+    }
+    if let Some((uid, gid)) = user {
+        cmd.uid(uid).gid(gid);
     }
     let started = Instant::now();
     let mut child = cmd.spawn().map_err(|e| spawn_error(program, &e))?;

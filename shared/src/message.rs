@@ -8,6 +8,7 @@ use crate::observe::{
 };
 use crate::probe::{FileStat, Probe, ProbeReply};
 use crate::setup::{ExecOutput, Setup};
+use crate::tool::ToolCall;
 use crate::tree::UiTree;
 use crate::version::ProtocolVersion;
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,10 @@ pub enum RequestClass {
     Probe,
     /// Privileged writes and execution; refused by read-only guests.
     Setup,
+    /// Typed API tools a task declares, run sandboxed without network as an unprivileged
+    /// user ([`crate::tool`]); granted only by guests started with `--allow-tools` and
+    /// never by read-only ones.
+    Tool,
 }
 
 impl std::fmt::Display for RequestClass {
@@ -37,6 +42,7 @@ impl std::fmt::Display for RequestClass {
             Self::Observe => "observe",
             Self::Probe => "probe",
             Self::Setup => "setup",
+            Self::Tool => "tool",
         })
     }
 }
@@ -78,6 +84,9 @@ pub enum Request {
     /// Stream the screen while it changes; answered with [`Response::VideoFrame`]s, each
     /// with its image as body, on the request's stream.
     Video(VideoRequest),
+    /// Run a task's API tool with typed arguments in the guest's sandbox; answered with
+    /// [`Response::Exec`] (exit status and bounded output).
+    Tool(Box<ToolCall>),
 }
 
 impl Request {
@@ -98,6 +107,7 @@ impl Request {
             }
             Self::Probe(_) | Self::Batch(_) | Self::ReadFile { .. } => RequestClass::Probe,
             Self::Setup(_) => RequestClass::Setup,
+            Self::Tool(_) => RequestClass::Tool,
         }
     }
 
@@ -108,7 +118,7 @@ impl Request {
             Self::Probe(p) if android(p) => ProtocolVersion::V2,
             Self::Batch(probes) if probes.iter().any(android) => ProtocolVersion::V2,
             Self::Setup(Setup::Android(_)) => ProtocolVersion::V2,
-            Self::Video(_) => ProtocolVersion::V3,
+            Self::Video(_) | Self::Tool(_) => ProtocolVersion::V3,
             _ => ProtocolVersion::V1,
         }
     }
@@ -127,6 +137,7 @@ impl Request {
             Self::ReadFile { .. } => "read-file",
             Self::Setup(_) => "setup",
             Self::Video(_) => "video",
+            Self::Tool(_) => "tool",
         }
     }
 
@@ -321,6 +332,8 @@ pub mod capability {
     pub const SETUP: &str = "setup";
     /// Video streams of the screen driven by its changes.
     pub const VIDEO: &str = "video";
+    /// API tools run sandboxed (`--allow-tools`).
+    pub const TOOLS: &str = "tools";
 }
 
 #[cfg(test)]
@@ -347,6 +360,27 @@ mod tests {
             Request::Probe(Probe::Android(AndroidQuery::Battery)).class(),
             RequestClass::Probe
         );
+    }
+
+    #[test]
+    fn tools_are_their_own_class_on_protocol_v3() {
+        use crate::tool::{Sandbox, ToolCall, ToolSpec};
+        let call = ToolCall {
+            spec: ToolSpec {
+                name: "t".into(),
+                description: String::new(),
+                params: vec![],
+                argv: vec!["/usr/bin/true".into()],
+                sandbox: Sandbox::default(),
+                timeout_ms: 1000,
+            },
+            args: Default::default(),
+        };
+        let req = Request::Tool(Box::new(call));
+        assert_eq!(req.class(), RequestClass::Tool);
+        assert_eq!(req.since(), ProtocolVersion::V3);
+        assert_eq!(req.kind_name(), "tool");
+        assert_eq!(RequestClass::Tool.to_string(), "tool");
     }
 
     #[test]
