@@ -20,6 +20,10 @@ pub struct ObservationConfig {
     pub tree_text: bool,
     /// Downscale images to fit this size (models rarely need 1080p).
     pub max_size: Option<(u32, u32)>,
+    /// Offer the API tools tasks declare (`pincer run --tools`); without it agents act on
+    /// screens only, whatever the task declares.
+    #[serde(default)]
+    pub tools: bool,
 }
 
 impl Default for ObservationConfig {
@@ -29,6 +33,7 @@ impl Default for ObservationConfig {
             marks: true,
             tree_text: false,
             max_size: None,
+            tools: false,
         }
     }
 }
@@ -43,6 +48,7 @@ impl ObservationConfig {
             marks: false,
             tree_text: false,
             max_size,
+            tools: false,
         };
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part {

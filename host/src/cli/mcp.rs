@@ -82,6 +82,7 @@ pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
                 marks: true,
                 tree_text: true,
                 max_size: Some((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE)),
+                tools: false,
             },
             out,
             agent: "mcp".into(),

@@ -59,6 +59,7 @@ fn record(
         trajectory: format!("tasks/{task}__r{repeat}"),
         started_ms: 1_709_301_909_000,
         retried: vec![],
+        tool_calls: 0,
     }
 }
 

@@ -135,6 +135,12 @@ pub fn parse(text: &str, toml: bool, source: Source) -> Result<Task, LoadError> 
             }
         }
     })?;
+    task.check_tools()
+        .map_err(|(at, message)| LoadError::Invalid {
+            file: source.clone(),
+            at,
+            message,
+        })?;
     Ok(task)
 }
 
