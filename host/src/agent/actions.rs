@@ -1223,4 +1223,66 @@ mod tests {
         ));
         assert!(resolve(&AgentAction::Complete, &marks).unwrap().is_empty());
     }
+
+    #[test]
+    fn api_tools_are_offered_one_by_one_and_only_when_declared() {
+        // The generic action list never carries tools, whatever the roles.
+        for roles in [one(), cross()] {
+            assert!(
+                tools(&roles)
+                    .iter()
+                    .all(|t| t.name != "tool" && !t.name.starts_with(API_PREFIX))
+            );
+        }
+        assert!(api_tools([]).is_empty());
+        let spec: pincer_shared::tool::ToolSpec = serde_json::from_value(serde_json::json!({
+            "name": "add_event", "description": "Adds an event.",
+            "params": [
+                {"name": "title", "type": "string", "required": true, "max_len": 80},
+                {"name": "hour", "type": "integer", "min": 0, "max": 23},
+                {"name": "kind", "type": "string", "enum": ["work", "home"]}
+            ],
+            "argv": ["/usr/bin/true", "{title}"]
+        }))
+        .unwrap();
+        let t = &api_tools([&spec])[0];
+        assert_eq!(t.name, "api_add_event");
+        assert!(t.description.contains("Adds an event."));
+        assert_eq!(
+            t.parameters,
+            serde_json::json!({"type": "object", "required": ["title"], "properties": {
+                "title": {"type": "string", "maxLength": 80},
+                "hour": {"type": "integer", "minimum": 0.0, "maximum": 23.0},
+                "kind": {"type": "string", "enum": ["work", "home"]}
+            }})
+        );
+    }
+
+    #[test]
+    fn api_tool_calls_parse_from_their_own_name_or_the_generic_form() {
+        let args = serde_json::json!({"title": "Dentist", "hour": 9});
+        let want = AgentAction::Tool {
+            name: "add_event".into(),
+            arguments: [
+                ("title".to_owned(), serde_json::json!("Dentist")),
+                ("hour".to_owned(), serde_json::json!(9)),
+            ]
+            .into(),
+        };
+        assert_eq!(parse("api_add_event", &args, &one()).unwrap(), want);
+        let generic = serde_json::json!({"action": "tool", "name": "add_event", "arguments": args});
+        assert_eq!(from_json(&generic, &one()).unwrap(), want);
+        assert!(
+            parse("api_add_event", &serde_json::json!([1]), &one())
+                .unwrap_err()
+                .0
+                .contains("object")
+        );
+        assert_eq!(want.env(), None);
+        assert!(resolve(&want, &Marks::new()).unwrap().is_empty());
+        assert_eq!(
+            want.describe(),
+            r#"tool add_event {"hour":9,"title":"Dentist"}"#
+        );
+    }
 }
