@@ -161,6 +161,7 @@ fn synthetic_run(dir: &Path) {
         2,
     );
     ok.actions = 3;
+    ok.tool_calls = 1;
     ok.usage = Usage {
         prompt: 1000,
         completion: 200,
@@ -319,6 +320,7 @@ fn markdown_has_the_numbers() {
         "the replaced attempt is not counted:\n{md}"
     );
 
+    // Tool calls are told apart from GUI actions per task run.
     let task = md_row(&md, "write-file");
     assert_eq!(
         task,
@@ -329,7 +331,7 @@ fn markdown_has_the_numbers() {
             "success",
             "2/2",
             "2/2",
-            "3",
+            "3 (1 tool)",
             "1.2k",
             "10.0 s",
             ""
