@@ -295,6 +295,15 @@ impl AgentAction {
         }
     }
 
+    /// The name of the tool a model calls for this action: [`name`](Self::name), or
+    /// `api_NAME` for a task's API tool.
+    pub fn tool_name(&self) -> std::borrow::Cow<'static, str> {
+        match self {
+            Self::Tool { name, .. } => format!("{API_PREFIX}{name}").into(),
+            other => other.name().into(),
+        }
+    }
+
     /// A short human description ("click element 4 on desktop").
     pub fn describe(&self) -> String {
         let t = |t: &Target| match t {
@@ -1279,6 +1288,8 @@ mod tests {
                 .contains("object")
         );
         assert_eq!(want.env(), None);
+        assert_eq!(want.tool_name(), "api_add_event");
+        assert_eq!(AgentAction::Complete.tool_name(), "complete");
         assert!(resolve(&want, &Marks::new()).unwrap().is_empty());
         assert_eq!(
             want.describe(),
