@@ -126,7 +126,7 @@ pub(crate) async fn run(call: &ToolCall) -> Result<ExecOutput, WireError> {
     req.max_output = MAX_TOOL_OUTPUT;
     // SAFETY: geteuid has no preconditions.
     let user = (unsafe { libc::geteuid() } == 0).then_some((NOBODY, NOBODY));
-    exec::run_as(&req, user).await.map_err(|e| match e {
+    exec::run_as(&req, user, false).await.map_err(|e| match e {
         WireError::NotFound { .. } => WireError::Unsupported {
             what: "API tools: bubblewrap (bwrap) is not installed on this guest; \
                    install it (Debian: apt install bubblewrap)"
@@ -320,6 +320,11 @@ mod tests {
         .unwrap();
         assert_ne!(out.status, ExitStatus::Exited(0));
         assert!(!readable.path().join("new").exists());
+        // Values reach the program as given: `~` is not the guest's home.
+        let mut echo = tool(&["/usr/bin/echo", "{name}"], sandbox.clone());
+        echo.params[0].charset = None;
+        let out = call(&g, echo, &[("name", "~/x")]).await.unwrap();
+        assert_eq!(text(&out.stdout), "~/x\n");
         // The user inside is nobody, and the environment holds nothing of the guest's.
         let out = call(&g, tool(&["/usr/bin/sh", "-c", "id -u; env"], sandbox), &[])
             .await
