@@ -54,6 +54,7 @@ impl Platform for Android {
     type Input = PhoneInput;
     type Screen = PhoneScreen;
     type Damage = Lacking;
+    type InputLog = Lacking;
     type Windows = Apps;
     type Clipboard = Lacking;
     type Accessibility = Uiautomator;
@@ -99,6 +100,10 @@ impl Platform for Android {
     }
 
     fn damage(&self) -> Lacking {
+        Lacking
+    }
+
+    fn input_log(&self) -> Lacking {
         Lacking
     }
 

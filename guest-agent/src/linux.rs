@@ -10,6 +10,7 @@ use crate::input::Input;
 use crate::screen::Screen;
 use crate::settings::Gsettings;
 use crate::window::Windows;
+use crate::xinput::InputLog;
 use pincer_guest_core::Platform;
 use pincer_guest_core::platform::Lacking;
 use pincer_shared::message::capability;
@@ -32,6 +33,7 @@ impl Platform for Linux {
     type Input = Input;
     type Screen = Screen;
     type Damage = Damage;
+    type InputLog = InputLog;
     type Windows = Windows;
     type Clipboard = Clipboard;
     type Accessibility = A11y;
@@ -48,6 +50,7 @@ impl Platform for Linux {
         capability::WINDOW,
         capability::CLIPBOARD,
         capability::VIDEO,
+        capability::RECORD,
     ];
 
     /// PRETTY_NAME from os-release, or the kernel name.
@@ -72,6 +75,10 @@ impl Platform for Linux {
 
     fn damage(&self) -> Damage {
         Damage::new(self.display.clone())
+    }
+
+    fn input_log(&self) -> InputLog {
+        InputLog::new(self.display.clone())
     }
 
     fn windows(&self) -> Windows {

@@ -17,6 +17,7 @@ mod settings;
 mod testutil;
 mod window;
 mod x11;
+mod xinput;
 
 use clap::Parser;
 use linux::Linux;

@@ -4,6 +4,7 @@
 //! Bulk bytes never pass through serde, and neither an upload nor a large read is ever held
 //! in memory whole.
 
+use crate::record::Events;
 use crate::video::Frames;
 use pincer_shared::Response;
 use pincer_shared::limits::MAX_RESPONSE_HEADER;
@@ -77,6 +78,8 @@ pub enum Reply {
     Stream(Response, FileStream),
     /// Video frames, each a header and its image, as they are grabbed.
     Frames(Frames),
+    /// Input events, in batches as they happen.
+    Events(Events),
 }
 
 impl From<Result<Response, pincer_shared::WireError>> for Reply {
@@ -98,6 +101,7 @@ impl Reply {
                 finish(send).await
             }
             Self::Frames(frames) => frames.send(send).await,
+            Self::Events(events) => events.send(send).await,
         }
     }
 }

@@ -13,13 +13,14 @@ use crate::platform::{
     Accessibility as _, Clipboard as _, Device as _, Input as _, Platform, Screen as _,
     Settings as _, Windows as _,
 };
+use crate::record::{Events, Fanout};
 use crate::subsystem::{Sub, in_thread};
 use crate::video::{Frames, Shots, Sources};
 use crate::{exec, fs, processes, tool};
 use pincer_shared::android::AndroidAnswer;
 use pincer_shared::handshake::GuestInfo;
 use pincer_shared::identity::Token;
-use pincer_shared::limits::{MAX_BATCH, MAX_VIDEO_STREAMS};
+use pincer_shared::limits::{MAX_BATCH, MAX_INPUT_STREAMS, MAX_VIDEO_STREAMS};
 use pincer_shared::message::capability;
 use pincer_shared::observe::{ScreenInfo, TreeRequest, TreeScope};
 use pincer_shared::probe::{Probe, ProbeReply};
@@ -55,6 +56,10 @@ pub struct Guest<P: Platform> {
     damage: Sub<P::Damage>,
     /// Places for video streams; one more than these is answered `Busy`.
     video_slots: Arc<tokio::sync::Semaphore>,
+    /// The desktop's input, for input streams; one log shared by every stream.
+    input_log: Sub<Fanout<P::InputLog>>,
+    /// Places for input streams; one more than these is answered `Busy`.
+    input_slots: Arc<tokio::sync::Semaphore>,
     input: Sub<P::Input>,
     windows: Sub<P::Windows>,
     /// Window operations on their own connection: they wait up to two seconds for their
@@ -97,6 +102,8 @@ impl<P: Platform> Guest<P> {
             screen: Sub::new("screen capture", shots),
             damage: Sub::new("screen change tracker", platform.damage()),
             video_slots: Arc::new(tokio::sync::Semaphore::new(MAX_VIDEO_STREAMS)),
+            input_log: Sub::new("input log", Fanout::new(platform.input_log())),
+            input_slots: Arc::new(tokio::sync::Semaphore::new(MAX_INPUT_STREAMS)),
             input: Sub::new("input injector", platform.input()),
             windows: Sub::new("window reader", platform.windows()),
             window_ops: Sub::new("window controller", platform.windows()),
@@ -281,6 +288,25 @@ impl<P: Platform> Guest<P> {
                 };
                 Reply::Frames(Frames::start(req, sources, slot))
             }
+            Request::Input(req) => {
+                if let Err(message) = req.validate() {
+                    return Reply::Msg(Response::Error(WireError::InvalidArgument { message }));
+                }
+                let Ok(slot) = self.input_slots.clone().try_acquire_owned() else {
+                    return Reply::Msg(Response::Error(WireError::Busy {
+                        message: format!(
+                            "this guest already serves {MAX_INPUT_STREAMS} input streams; \
+                             stop one, or wait until one ends"
+                        ),
+                    }));
+                };
+                Reply::Events(Events::start(
+                    req,
+                    self.input_log.clone(),
+                    self.started,
+                    slot,
+                ))
+            }
         }
     }
 
@@ -438,7 +464,7 @@ mod tests {
     use super::*;
     use crate::testutil::{Fake, config, wait_for};
     use pincer_shared::action::{Action, MouseButton};
-    use pincer_shared::limits::{MAX_INLINE_FILE, MAX_RESPONSE_HEADER};
+    use pincer_shared::limits::{MAX_INLINE_FILE, MAX_RESPONSE_HEADER, MAX_VIDEO_DURATION_MS};
     use pincer_shared::setup::WindowOp;
 
     fn guest(read_only: bool) -> Guest<Fake> {
@@ -504,6 +530,36 @@ mod tests {
             ask(&guest, Request::Video(garbage)).await,
             Response::Error(WireError::InvalidArgument { .. })
         ));
+    }
+
+    /// Input streams need the platform's input log: without it the stream's one reply is
+    /// `Unsupported`; a duration out of range is refused before any stream starts.
+    #[tokio::test]
+    async fn input_streams_are_refused_without_an_input_log_and_for_garbage_values() {
+        use pincer_shared::observe::InputRequest;
+        let guest = guest(false);
+        let req = InputRequest { duration_ms: 5000 };
+        let Reply::Events(mut events) =
+            guest.handle(Request::Input(req), RequestBody::none()).await
+        else {
+            panic!("a valid request starts a stream");
+        };
+        match events.next().await {
+            Some(Err(WireError::Unsupported { what })) => {
+                assert!(what.contains("input recording"), "{what}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            events.next().await.is_none(),
+            "the stream ends after its error"
+        );
+        for bad in [0, MAX_VIDEO_DURATION_MS + 1] {
+            assert!(matches!(
+                ask(&guest, Request::Input(InputRequest { duration_ms: bad })).await,
+                Response::Error(WireError::InvalidArgument { .. })
+            ));
+        }
     }
 
     /// Invalid actions are refused by the core whatever the platform; a capability the

@@ -15,7 +15,9 @@ use crate::encode::FrameEncoder;
 use pincer_shared::WireError;
 use pincer_shared::action::{Action, Point};
 use pincer_shared::android::{AndroidAnswer, AndroidQuery, AndroidSetup};
-use pincer_shared::observe::{ScreenInfo, ScreenshotMeta, ScreenshotRequest, TreeRequest};
+use pincer_shared::observe::{
+    InputKind, ScreenInfo, ScreenshotMeta, ScreenshotRequest, TreeRequest,
+};
 use pincer_shared::probe::WindowInfo;
 use pincer_shared::setup::WindowOp;
 use pincer_shared::tree::UiTree;
@@ -32,6 +34,8 @@ pub trait Platform: Send + Sync + 'static {
     type Screen: Screen;
     /// Whether the screen changed, for video streams.
     type Damage: Damage;
+    /// The desktop's input as it happens, for recording.
+    type InputLog: InputLog;
     /// Top-level windows, or apps on a phone.
     type Windows: Windows;
     /// The clipboard's text.
@@ -61,6 +65,8 @@ pub trait Platform: Send + Sync + 'static {
     fn screen(&self) -> Self::Screen;
     /// Makes the screen change tracker, which every video stream shares.
     fn damage(&self) -> Self::Damage;
+    /// Makes the input log, which every input stream shares.
+    fn input_log(&self) -> Self::InputLog;
     /// Makes a window (or app) reader. Called twice: window operations wait for their
     /// effect, so they get one of their own and probes never queue behind them.
     fn windows(&self) -> Self::Windows;
@@ -103,6 +109,14 @@ pub trait Damage: Send + Debug + 'static {
     /// A count that grows whenever the screen changed since the previous call; it starts
     /// (and starts watching) on the first call. Never blocks for a change.
     fn changes(&mut self) -> Result<u64, WireError>;
+}
+
+/// The input the desktop gets (from a person, or anything else), for recording
+/// demonstrations.
+pub trait InputLog: Send + Debug + 'static {
+    /// The input events since the previous call, oldest first; watching starts on the
+    /// first call. Never blocks for an event.
+    fn drain(&mut self) -> Result<Vec<InputKind>, WireError>;
 }
 
 /// Top-level windows (on a phone: apps and their activities).
@@ -198,6 +212,12 @@ impl Screen for Lacking {
 impl Damage for Lacking {
     fn changes(&mut self) -> Result<u64, WireError> {
         Self::refuse("screen change tracking (video)")
+    }
+}
+
+impl InputLog for Lacking {
+    fn drain(&mut self) -> Result<Vec<InputKind>, WireError> {
+        Self::refuse("input recording")
     }
 }
 

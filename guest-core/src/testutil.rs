@@ -91,6 +91,7 @@ impl Platform for Fake {
     type Input = Lacking;
     type Screen = FakeScreen;
     type Damage = Lacking;
+    type InputLog = Lacking;
     type Windows = Lacking;
     type Clipboard = Lacking;
     type Accessibility = Lacking;
@@ -116,6 +117,10 @@ impl Platform for Fake {
     }
 
     fn damage(&self) -> Lacking {
+        Lacking
+    }
+
+    fn input_log(&self) -> Lacking {
         Lacking
     }
 

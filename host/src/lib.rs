@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod observe;
 pub mod paths;
 mod picture;
+pub mod record;
 pub mod report;
 pub mod run;
 pub mod task;

@@ -97,6 +97,16 @@ impl Recording {
         Ok(())
     }
 
+    /// The frame last pushed at or before the guest's clock read `guest_us` (the screen
+    /// as it was then), as a file of the recording; `None` before the first frame.
+    pub fn frame_at(&self, guest_us: u64) -> Option<PathBuf> {
+        let i = self
+            .stamps
+            .partition_point(|s| *s <= guest_us)
+            .checked_sub(1)?;
+        Some(self.dir.join(frame_name(i)))
+    }
+
     /// Writes the MP4 `out`, the last frame lasting until the guest's clock reads `end_us`
     /// (at least a millisecond); `None` when no frame came.
     pub fn finish(self, end_us: u64, out: &Path) -> Result<Option<Recorded>, VideoError> {

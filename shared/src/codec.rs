@@ -656,6 +656,9 @@ mod tests {
                     duration_ms,
                 })
             ),
+            any::<u64>().prop_map(|duration_ms| Request::Input(crate::observe::InputRequest {
+                duration_ms
+            })),
         ]
     }
 

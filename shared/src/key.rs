@@ -181,6 +181,47 @@ pub fn parse_combo(s: &str) -> Result<Vec<Key>, KeyParseError> {
     Ok(keys)
 }
 
+/// The key an X keysym names: the named keys by their keysyms (both sides of a modifier
+/// alike, the keypad's Enter as Return), characters by Latin-1 (the code point) or Unicode
+/// (0x0100_0000 + the code point) keysyms, space as the Space key; `None` for the rest.
+pub fn from_keysym(keysym: u32) -> Option<Key> {
+    use NamedKey as N;
+    let named = match keysym {
+        0xffe1 | 0xffe2 => N::Shift,
+        0xffe3 | 0xffe4 => N::Control,
+        0xffe7..=0xffea => N::Alt,
+        0xffeb | 0xffec => N::Super,
+        0xfe03 => N::AltGr,
+        0xffe5 => N::CapsLock,
+        0xff0d | 0xff8d => N::Return,
+        0xff09 | 0xfe20 => N::Tab,
+        0xff1b => N::Escape,
+        0xff08 => N::Backspace,
+        0xffff | 0xff9f => N::Delete,
+        0xff63 => N::Insert,
+        0xff50 => N::Home,
+        0xff57 => N::End,
+        0xff55 => N::PageUp,
+        0xff56 => N::PageDown,
+        0xff51 => N::Left,
+        0xff53 => N::Right,
+        0xff52 => N::Up,
+        0xff54 => N::Down,
+        0x20 => N::Space,
+        0xff61 => N::PrintScreen,
+        0xff67 => N::Menu,
+        0xff13 => N::Pause,
+        0xff7f => N::NumLock,
+        0xff14 => N::ScrollLock,
+        // F1..F24 are consecutive keysyms.
+        k @ 0xffbe..=0xffd5 => N::F((k - 0xffbe + 1) as u8),
+        k @ (0x21..=0x7e | 0xa0..=0xff) => return char::from_u32(k).map(Key::Char),
+        k @ 0x0100_0000..=0x0110_ffff => return char::from_u32(k - 0x0100_0000).map(Key::Char),
+        _ => return None,
+    };
+    Some(Key::Named(named))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +271,24 @@ mod tests {
         for s in ["ctrl", "f5", "enter", "x", "pageup"] {
             let k: Key = s.parse().unwrap();
             assert_eq!(k.to_string().parse::<Key>().unwrap(), k);
+        }
+    }
+
+    #[test]
+    fn keysyms_name_keys_and_characters() {
+        assert_eq!(from_keysym(0xff0d), Some(Key::Named(NamedKey::Return)));
+        assert_eq!(from_keysym(0xffe4), Some(Key::Named(NamedKey::Control)));
+        assert_eq!(from_keysym(0xffc9), Some(Key::Named(NamedKey::F(12))));
+        assert_eq!(from_keysym(0x41), Some(Key::Char('A')));
+        assert_eq!(from_keysym(0xe9), Some(Key::Char('é')));
+        assert_eq!(from_keysym(0x0100_20ac), Some(Key::Char('€')));
+        assert_eq!(from_keysym(0x20), Some(Key::Named(NamedKey::Space)));
+        assert_eq!(from_keysym(0x1008_ff11), None);
+        assert_eq!(from_keysym(0), None);
+        // What a key is called round-trips through its name.
+        for k in [0xff0d, 0xffe1, 0xffbe, 0x61, 0x2f] {
+            let key = from_keysym(k).unwrap();
+            assert_eq!(key.to_string().parse::<Key>(), Ok(key), "{key}");
         }
     }
 }

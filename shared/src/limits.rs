@@ -40,3 +40,7 @@ pub const MAX_VIDEO_FPS: u32 = 60;
 pub const MAX_VIDEO_DURATION_MS: u64 = 24 * 3600 * 1000;
 /// Most video streams a guest serves at once; one more is answered `Busy`.
 pub const MAX_VIDEO_STREAMS: usize = 4;
+/// Most input-event streams a guest serves at once; one more is answered `Busy`.
+pub const MAX_INPUT_STREAMS: usize = 4;
+/// Most input events in one batch of an input stream.
+pub const MAX_INPUT_BATCH: usize = 1024;

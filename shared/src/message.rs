@@ -4,7 +4,8 @@
 
 use crate::action::{Action, Point};
 use crate::observe::{
-    ScreenInfo, ScreenshotMeta, ScreenshotRequest, TreeRequest, VideoFrame, VideoRequest,
+    InputEvent, InputRequest, ScreenInfo, ScreenshotMeta, ScreenshotRequest, TreeRequest,
+    VideoFrame, VideoRequest,
 };
 use crate::probe::{FileStat, Probe, ProbeReply};
 use crate::setup::{ExecOutput, Setup};
@@ -84,6 +85,9 @@ pub enum Request {
     /// Stream the screen while it changes; answered with [`Response::VideoFrame`]s, each
     /// with its image as body, on the request's stream.
     Video(VideoRequest),
+    /// Report the desktop's input (pointer buttons, keys) as it happens; answered with
+    /// [`Response::InputEvents`] batches on the request's stream.
+    Input(InputRequest),
     /// Run a task's API tool with typed arguments in the guest's sandbox; answered with
     /// [`Response::Exec`] (exit status and bounded output).
     Tool(Box<ToolCall>),
@@ -99,7 +103,8 @@ impl Request {
             | Self::UiTree(_)
             | Self::ScreenInfo
             | Self::Cursor
-            | Self::Video(_) => RequestClass::Observe,
+            | Self::Video(_)
+            | Self::Input(_) => RequestClass::Observe,
             // Commands run a program: they need the same trust as setup.
             Self::Probe(Probe::Command { .. }) => RequestClass::Setup,
             Self::Batch(probes) if probes.iter().any(|p| matches!(p, Probe::Command { .. })) => {
@@ -118,7 +123,7 @@ impl Request {
             Self::Probe(p) if android(p) => ProtocolVersion::V2,
             Self::Batch(probes) if probes.iter().any(android) => ProtocolVersion::V2,
             Self::Setup(Setup::Android(_)) => ProtocolVersion::V2,
-            Self::Video(_) | Self::Tool(_) => ProtocolVersion::V3,
+            Self::Video(_) | Self::Input(_) | Self::Tool(_) => ProtocolVersion::V3,
             _ => ProtocolVersion::V1,
         }
     }
@@ -137,6 +142,7 @@ impl Request {
             Self::ReadFile { .. } => "read-file",
             Self::Setup(_) => "setup",
             Self::Video(_) => "video",
+            Self::Input(_) => "input",
             Self::Tool(_) => "tool",
         }
     }
@@ -187,6 +193,9 @@ pub enum Response {
     Error(WireError),
     /// One frame of a video stream; the image follows as body.
     VideoFrame(VideoFrame),
+    /// Input events of an input stream, in the order they happened (at most
+    /// [`MAX_INPUT_BATCH`](crate::limits::MAX_INPUT_BATCH)).
+    InputEvents(Vec<InputEvent>),
 }
 
 /// Why a guest could not do what was asked. Carried on the wire, so every variant says
@@ -332,6 +341,8 @@ pub mod capability {
     pub const SETUP: &str = "setup";
     /// Video streams of the screen driven by its changes.
     pub const VIDEO: &str = "video";
+    /// Streams of the desktop's input events (for recording people's demonstrations).
+    pub const RECORD: &str = "record";
     /// API tools run sandboxed (`--allow-tools`).
     pub const TOOLS: &str = "tools";
 }

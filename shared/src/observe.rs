@@ -191,6 +191,79 @@ pub struct VideoFrame {
     pub meta: ScreenshotMeta,
 }
 
+/// Asks for the input a person (or anything else) gives the guest's desktop: answered with
+/// [`InputEvents`](crate::Response::InputEvents) batches on the request's stream as input
+/// happens, until the time is up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputRequest {
+    /// How long the guest reports, 1 ms to
+    /// [`MAX_VIDEO_DURATION_MS`](crate::limits::MAX_VIDEO_DURATION_MS).
+    pub duration_ms: u64,
+}
+
+impl InputRequest {
+    /// Whether the duration is usable; the message says what would be.
+    pub fn validate(&self) -> Result<(), String> {
+        use crate::limits::MAX_VIDEO_DURATION_MS;
+        if !(1..=MAX_VIDEO_DURATION_MS).contains(&self.duration_ms) {
+            return Err(format!(
+                "input events for {} ms: ask for 1 to {MAX_VIDEO_DURATION_MS} ms",
+                self.duration_ms
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One input event, stamped on the guest's clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputEvent {
+    /// The guest's monotonic clock when the guest read the event, in microseconds: the
+    /// clock of [`Pong`](crate::Response::Pong)'s `guest_us` and of video frames.
+    pub guest_us: u64,
+    /// What happened.
+    pub kind: InputKind,
+}
+
+/// What an input event was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InputKind {
+    /// A pointer button went down (1 left, 2 middle, 3 right, 4/5 wheel up/down, 6/7 wheel
+    /// left/right) with the pointer at `x`, `y` in screen pixels.
+    Press {
+        /// The button.
+        button: u8,
+        /// Pointer x.
+        x: i32,
+        /// Pointer y.
+        y: i32,
+    },
+    /// A pointer button went up.
+    Release {
+        /// The button.
+        button: u8,
+        /// Pointer x.
+        x: i32,
+        /// Pointer y.
+        y: i32,
+    },
+    /// A key went down: the key its keysym names at the shift level in use, or `None` for
+    /// a keysym pincer has no name for (its number in `keysym`).
+    KeyDown {
+        /// The key.
+        key: Option<crate::key::Key>,
+        /// The X keysym.
+        keysym: u32,
+    },
+    /// A key went up.
+    KeyUp {
+        /// The key.
+        key: Option<crate::key::Key>,
+        /// The X keysym.
+        keysym: u32,
+    },
+}
+
 /// Geometry of the guest's screen.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ScreenInfo {

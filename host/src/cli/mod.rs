@@ -10,6 +10,7 @@ mod image;
 mod mcp;
 mod observe;
 mod ops;
+mod record;
 mod replay;
 mod run;
 mod scale;
@@ -81,6 +82,9 @@ enum Command {
     /// Replay a recorded task run (a trajectory) after the task's setup and report where
     /// the checkpoints or the screen diverge from the recording.
     Replay(replay::ReplayArgs),
+    /// Record a person's demonstration on a desktop (input and video) as a task run whose
+    /// steps are the actions agents take, each labelled with the UI node under the pointer.
+    Record(record::RecordArgs),
     /// Datasets from real runs: grounding items from live UI trees, inverse-dynamics and
     /// success-detection items from run directories (AgentStudio's formats).
     #[command(subcommand)]
@@ -173,7 +177,8 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
         | Command::Demo(_)
         | Command::Task(_)
         | Command::Mcp(_)
-        | Command::Replay(_) => tokio::runtime::Builder::new_multi_thread(),
+        | Command::Replay(_)
+        | Command::Record(_) => tokio::runtime::Builder::new_multi_thread(),
         Command::Desktop(_)
         | Command::Env(_)
         | Command::Image(_)
@@ -214,6 +219,7 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
         Command::Run(a) => run::run(*a, &reg).await,
         Command::Mcp(a) => mcp::run(a, &reg).await,
         Command::Replay(a) => replay::run(a, &reg).await,
+        Command::Record(a) => record::run(a, &reg).await,
         Command::Report { dir } => {
             let p = pincer::report::write(&dir)?;
             println!("{}\n{}", p.html.display(), p.markdown.display());

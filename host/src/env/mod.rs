@@ -8,11 +8,13 @@
 //! happened, and fail with [`ClientError::ConnectionLost`] instead.
 
 mod error;
+mod input;
 pub mod listener;
 pub mod registry;
 mod video;
 
 pub use error::ClientError;
+pub use input::InputStream;
 pub use video::{VideoFrame, VideoStream};
 
 use pincer_shared::action::Point;
