@@ -25,12 +25,13 @@ cd "$(dirname "$0")"
 BUILD_PKGS="build-essential pkg-config libzstd-dev libxcb1-dev libxcb-shm0-dev libxcb-randr0-dev libxkbcommon-dev"
 # The agent's optional xcap capture (Wayland), which `test` checks still builds.
 XCAP_PKGS="libclang-dev libwayland-dev libpipewire-0.3-dev libegl-dev libgbm-dev"
-# Run: the local desktop (Xvfb, D-Bus, AT-SPI, a window manager) and the apps tests drive.
+# Run: the local desktop (Xvfb, D-Bus, AT-SPI, a window manager) and the apps tests drive;
+# bubblewrap sandboxes API tools, Radicale and dovecot are their offline services in tests.
 RUN_PKGS="xvfb xauth dbus dbus-x11 at-spi2-core libatk-adaptor libgail-common openbox
   x11-xserver-utils x11-utils libglib2.0-bin gsettings-desktop-schemas dconf-service
   dconf-gsettings-backend fonts-dejavu-core gtk-3-examples zenity mousepad xfce4-terminal
   galculator thunar libreoffice-calc libreoffice-writer libreoffice-gtk3 chromium
-  xdotool xclip dconf-cli imagemagick x11vnc procps ffmpeg"
+  xdotool xclip dconf-cli imagemagick x11vnc procps ffmpeg bubblewrap radicale dovecot-imapd curl"
 
 # VMs and images: mmdebstrap builds, QEMU runs (qemu-system-x86 and qemu-utils must come
 # from one suite: see vm_deps), mkfs.ext4 makes file systems, podman imports container images.

@@ -477,3 +477,70 @@ fn content_failed(what: &str, stderr: &str) -> Result<(), WireError> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pincer_guest_core::confine::{Confinement, PincerPlaces, Policy};
+    use pincer_guest_core::{Config, Guest, Reply, RequestBody};
+    use pincer_shared::identity::Token;
+    use pincer_shared::tool::{Sandbox, ToolCall, ToolSpec};
+    use pincer_shared::{Request, Response, WireError};
+    use std::path::Path;
+    use std::sync::Arc;
+
+    /// A phone has no sandbox for API tools: the shim answers them `Unsupported` even when
+    /// started with `--allow-tools`, and runs nothing.
+    #[tokio::test]
+    async fn api_tools_are_unsupported_on_phones() {
+        let nowhere = Path::new("/nonexistent");
+        let policy = Policy {
+            home: nowhere.into(),
+            state_dir: nowhere.into(),
+            token_file: nowhere.join("token"),
+            others: PincerPlaces::default(),
+            read_roots: None,
+            read_env: Vec::new(),
+        };
+        let config = Config {
+            name: "phone".into(),
+            token: Token::generate(),
+            read_only: false,
+            allow_tools: true,
+            confinement: Arc::new(Confinement::new(&policy).unwrap()),
+            process_session: None,
+        };
+        let platform = Android {
+            input: InputRoute::Commands,
+            work_dir: nowhere.into(),
+        };
+        let guest = Guest::new(config, &platform);
+        let call = ToolCall {
+            spec: ToolSpec {
+                name: "t".into(),
+                description: String::new(),
+                params: vec![],
+                argv: vec!["/system/bin/true".into()],
+                sandbox: Sandbox::default(),
+                timeout_ms: 1000,
+            },
+            args: Default::default(),
+        };
+        match guest
+            .handle(Request::Tool(Box::new(call)), RequestBody::none())
+            .await
+        {
+            Reply::Msg(Response::Error(WireError::Unsupported { what })) => {
+                assert!(what.contains("android"), "{what}");
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+        assert!(
+            !guest
+                .info()
+                .await
+                .capabilities
+                .contains(&"tools".to_owned())
+        );
+    }
+}

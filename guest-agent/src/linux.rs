@@ -41,6 +41,7 @@ impl Platform for Linux {
     type Device = Lacking;
 
     const NAME: &'static str = "linux";
+    const SANDBOXED_TOOLS: bool = true;
     const CAPABILITIES: &'static [&'static str] = &[
         capability::INPUT,
         capability::SCREENSHOT,
@@ -133,6 +134,7 @@ mod tests {
             name: "test".into(),
             token: Token::generate(),
             read_only: false,
+            allow_tools: false,
             confinement: Arc::new(Confinement::new(&policy).unwrap()),
             process_session: None,
         };

@@ -27,6 +27,17 @@ fn expand(args: &[String]) -> Vec<String> {
 
 /// Runs a program to completion, killing its process group after the timeout.
 pub async fn run(req: &ExecRequest) -> Result<ExecOutput, WireError> {
+    run_as(req, None, true).await
+}
+
+/// As [`run`], as user and group `user` (uid, gid) when given (the guest must be root);
+/// supplementary groups are dropped with them. `expand_home`: a leading `~` in arguments is
+/// the agent user's home (not for API tools, whose arguments carry the agent's values).
+pub(crate) async fn run_as(
+    req: &ExecRequest,
+    user: Option<(u32, u32)>,
+    expand_home: bool,
+) -> Result<ExecOutput, WireError> {
     let (program, args) = req
         .argv
         .split_first()
@@ -41,7 +52,11 @@ pub async fn run(req: &ExecRequest) -> Result<ExecOutput, WireError> {
             ),
         });
     }
-    let args = expand(args);
+    let args = if expand_home {
+        expand(args)
+    } else {
+        args.to_vec()
+    };
     let cap = req.max_output.min(MAX_EXEC_OUTPUT);
     let mut cmd = Command::new(program);
     cmd.args(&args)
@@ -57,6 +72,9 @@ pub async fn run(req: &ExecRequest) -> Result<ExecOutput, WireError> {
         .kill_on_drop(true);
     if let Some(cwd) = &req.cwd {
         cmd.current_dir(crate::fs::resolve(cwd));
+    }
+    if let Some((uid, gid)) = user {
+        cmd.uid(uid).gid(gid);
     }
     let started = Instant::now();
     let mut child = cmd.spawn().map_err(|e| spawn_error(program, &e))?;

@@ -16,7 +16,7 @@ use crate::platform::{
 use crate::record::{Events, Fanout};
 use crate::subsystem::{Sub, in_thread};
 use crate::video::{Frames, Shots, Sources};
-use crate::{exec, fs, processes};
+use crate::{exec, fs, processes, tool};
 use pincer_shared::android::AndroidAnswer;
 use pincer_shared::handshake::GuestInfo;
 use pincer_shared::identity::Token;
@@ -38,8 +38,10 @@ pub struct Config {
     pub name: String,
     /// Shared secret the host must prove.
     pub token: Token,
-    /// Refuse the setup class and command probes.
+    /// Refuse the setup class and command probes (and API tools, whatever `allow_tools`).
     pub read_only: bool,
+    /// Serve the tool class: a task's API tools, run sandboxed (`--allow-tools`).
+    pub allow_tools: bool,
     /// What file and environment probes may read.
     pub confinement: Arc<Confinement>,
     /// List only processes of this session in process probes.
@@ -144,6 +146,9 @@ impl<P: Platform> Guest<P> {
         let mut capabilities: Vec<String> = P::CAPABILITIES.iter().map(|&c| c.into()).collect();
         if !self.config.read_only {
             capabilities.push(capability::SETUP.into());
+            if self.config.allow_tools && P::SANDBOXED_TOOLS {
+                capabilities.push(capability::TOOLS.into());
+            }
         }
         GuestInfo {
             version: 0,
@@ -160,6 +165,29 @@ impl<P: Platform> Guest<P> {
 
     /// Refuses what this guest does not grant.
     fn check_class(&self, req: &Request) -> Result<(), WireError> {
+        if req.class() == RequestClass::Tool {
+            if !P::SANDBOXED_TOOLS {
+                return Err(WireError::Unsupported {
+                    what: format!("API tools on {} guests (no sandbox for them)", P::NAME),
+                });
+            }
+            if self.config.read_only {
+                return Err(WireError::Forbidden {
+                    class: RequestClass::Tool,
+                    reason: "this guest was started with --read-only, which refuses API tools \
+                             even with --allow-tools"
+                        .into(),
+                });
+            }
+            if !self.config.allow_tools {
+                return Err(WireError::Forbidden {
+                    class: RequestClass::Tool,
+                    reason: "API tools are opt-in: start the guest with --allow-tools \
+                             (`pincer desktop up --allow-tools` for a local desktop)"
+                        .into(),
+                });
+            }
+        }
         if self.config.read_only && req.class() == RequestClass::Setup {
             return Err(WireError::Forbidden {
                 class: RequestClass::Setup,
@@ -240,6 +268,7 @@ impl<P: Platform> Guest<P> {
                     .unwrap_or_else(|e| Reply::Msg(Response::Error(e)))
             }
             Request::Setup(s) => self.setup(s, body).await.into(),
+            Request::Tool(call) => tool::run(&call).await.map(Response::Exec).into(),
             Request::Video(req) => {
                 if let Err(message) = req.validate() {
                     return Reply::Msg(Response::Error(WireError::InvalidArgument { message }));

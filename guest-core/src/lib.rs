@@ -6,7 +6,9 @@
 //! the rest through its [`Platform`]: input, screen, UI tree, windows or apps, clipboard
 //! and settings, each behind a trait in [`platform`]. Screen frames are encoded here
 //! ([`encode`]), so both guests send the same PNG, JPEG and raw+zstd bodies, and video
-//! streams (`video`) grab them when the platform reports the screen changed.
+//! streams (`video`) grab them when the platform reports the screen changed. A task's API
+//! tools run in a bubblewrap sandbox without network (`tool`), for guests started with
+//! `--allow-tools`.
 
 mod body;
 mod budget;
@@ -23,6 +25,7 @@ pub mod startup;
 mod subsystem;
 #[cfg(test)]
 mod testutil;
+mod tool;
 mod video;
 
 pub use body::{FileStream, Reply, RequestBody};

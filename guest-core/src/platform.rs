@@ -53,6 +53,9 @@ pub trait Platform: Send + Sync + 'static {
     /// ([`capability`](pincer_shared::message::capability) names), in order; the core adds
     /// `setup` unless the guest is read-only.
     const CAPABILITIES: &'static [&'static str];
+    /// Whether the platform can run API tools in a sandbox (bubblewrap); the others answer
+    /// the tool class `Unsupported`.
+    const SANDBOXED_TOOLS: bool = false;
 
     /// The operating system as people name it, for the handshake.
     fn os(&self) -> String;

@@ -1,6 +1,6 @@
 //! Starting a guest: the flags every guest takes (`--listen`, `--connect`, `--name`,
 //! `--state-dir`, `--token-file`, `--read-only` and its roots, `--host-fingerprint`,
-//! `--ready-file`, `--print-fingerprint`), the identity and token, the confinement, the
+//! `--ready-file`, `--print-fingerprint`, `--allow-tools`), the identity and token, the confinement, the
 //! endpoint, and serving until SIGTERM or Ctrl-C. The Linux agent and the Android shim
 //! start the same way, with their own platform and extra flags.
 
@@ -44,6 +44,11 @@ pub struct GuestArgs {
     /// Print the certificate fingerprint (creating the certificate if needed) and exit.
     #[arg(long)]
     pub print_fingerprint: bool,
+    /// Serve the tool class: run the API tools a task declares, with the agent's typed
+    /// arguments, in a bubblewrap sandbox without network as user 65534 (off by default;
+    /// --read-only refuses them anyway).
+    #[arg(long)]
+    pub allow_tools: bool,
 }
 
 /// What a read-only guest serves.
@@ -195,14 +200,16 @@ pub async fn serve<P: Platform>(
         name: name.clone(),
         token,
         read_only: args.confine.read_only,
+        allow_tools: args.allow_tools,
         confinement: Arc::new(confinement),
         process_session: program.process_session,
     };
     let guest = Arc::new(Guest::new(config, &platform));
-    let mode = if args.confine.read_only {
-        " (read-only)"
-    } else {
-        ""
+    let mode = match (args.confine.read_only, args.allow_tools) {
+        (true, true) => " (read-only: API tools refused despite --allow-tools)",
+        (true, false) => " (read-only)",
+        (false, true) => " (API tools allowed, sandboxed)",
+        (false, false) => "",
     };
     let io = |what: &str| {
         let what = what.to_owned();

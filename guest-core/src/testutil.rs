@@ -99,6 +99,7 @@ impl Platform for Fake {
     type Device = Lacking;
 
     const NAME: &'static str = "test";
+    const SANDBOXED_TOOLS: bool = true;
     const CAPABILITIES: &'static [&'static str] = &[capability::SCREENSHOT, capability::PROBE];
 
     fn os(&self) -> String {
@@ -149,6 +150,7 @@ pub(crate) fn config(read_only: bool) -> Config {
         name: "test".into(),
         token: Token::generate(),
         read_only,
+        allow_tools: false,
         confinement: Arc::new(Confinement::normal(std::path::Path::new("/nonexistent"))),
         process_session: None,
     }

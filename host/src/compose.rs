@@ -536,6 +536,7 @@ pub fn compose_lenient(
         envs,
         setup,
         teardown: BTreeMap::new(),
+        tools: BTreeMap::new(),
         checkpoints,
         limits: Limits::default(),
         preconditions: None,

@@ -28,6 +28,8 @@ pub struct DesktopOptions {
     pub window_manager: bool,
     /// Start the agent with `--read-only`.
     pub read_only: bool,
+    /// Start the agent with `--allow-tools` (it serves a task's API tools, sandboxed).
+    pub allow_tools: bool,
     /// UDP port of the agent (0: pick a free one).
     pub port: u16,
     /// Use this home directory instead of a private one.
@@ -292,6 +294,9 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
     }
     if opts.read_only {
         cmd.arg("--read-only");
+    }
+    if opts.allow_tools {
+        cmd.arg("--allow-tools");
     }
     if let Some(h) = &opts.home {
         cmd.arg("--home").arg(h);
@@ -780,6 +785,9 @@ fn start_agent(
     ]);
     if opts.desktop.read_only {
         args.push("--read-only".into());
+    }
+    if opts.desktop.allow_tools {
+        args.push("--allow-tools".into());
     }
     let log_path = dir.join("logs/agent.log");
     let log = std::fs::OpenOptions::new()

@@ -665,9 +665,15 @@ fn run(
                     .await?
             }
             _ => {
-                runner::sets::local_sets(&reg, &roles, parallel.max(1), size, &made, &mut |m| {
-                    progress(m)
-                })
+                runner::sets::local_sets(
+                    &reg,
+                    &roles,
+                    parallel.max(1),
+                    size,
+                    observation.tools,
+                    &made,
+                    &mut |m| progress(m),
+                )
                 .await?
             }
         };

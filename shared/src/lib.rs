@@ -19,6 +19,7 @@ pub mod pixels;
 pub mod probe;
 pub mod service;
 pub mod setup;
+pub mod tool;
 pub mod transport;
 pub mod tree;
 pub mod version;

@@ -9,6 +9,7 @@ use crate::observe::{
 };
 use crate::probe::{FileStat, Probe, ProbeReply};
 use crate::setup::{ExecOutput, Setup};
+use crate::tool::ToolCall;
 use crate::tree::UiTree;
 use crate::version::ProtocolVersion;
 use serde::{Deserialize, Serialize};
@@ -28,6 +29,10 @@ pub enum RequestClass {
     Probe,
     /// Privileged writes and execution; refused by read-only guests.
     Setup,
+    /// Typed API tools a task declares, run sandboxed without network as an unprivileged
+    /// user ([`crate::tool`]); granted only by guests started with `--allow-tools` and
+    /// never by read-only ones.
+    Tool,
 }
 
 impl std::fmt::Display for RequestClass {
@@ -38,6 +43,7 @@ impl std::fmt::Display for RequestClass {
             Self::Observe => "observe",
             Self::Probe => "probe",
             Self::Setup => "setup",
+            Self::Tool => "tool",
         })
     }
 }
@@ -82,6 +88,9 @@ pub enum Request {
     /// Report the desktop's input (pointer buttons, keys) as it happens; answered with
     /// [`Response::InputEvents`] batches on the request's stream.
     Input(InputRequest),
+    /// Run a task's API tool with typed arguments in the guest's sandbox; answered with
+    /// [`Response::Exec`] (exit status and bounded output).
+    Tool(Box<ToolCall>),
 }
 
 impl Request {
@@ -103,6 +112,7 @@ impl Request {
             }
             Self::Probe(_) | Self::Batch(_) | Self::ReadFile { .. } => RequestClass::Probe,
             Self::Setup(_) => RequestClass::Setup,
+            Self::Tool(_) => RequestClass::Tool,
         }
     }
 
@@ -113,7 +123,7 @@ impl Request {
             Self::Probe(p) if android(p) => ProtocolVersion::V2,
             Self::Batch(probes) if probes.iter().any(android) => ProtocolVersion::V2,
             Self::Setup(Setup::Android(_)) => ProtocolVersion::V2,
-            Self::Video(_) | Self::Input(_) => ProtocolVersion::V3,
+            Self::Video(_) | Self::Input(_) | Self::Tool(_) => ProtocolVersion::V3,
             _ => ProtocolVersion::V1,
         }
     }
@@ -133,6 +143,7 @@ impl Request {
             Self::Setup(_) => "setup",
             Self::Video(_) => "video",
             Self::Input(_) => "input",
+            Self::Tool(_) => "tool",
         }
     }
 
@@ -332,6 +343,8 @@ pub mod capability {
     pub const VIDEO: &str = "video";
     /// Streams of the desktop's input events (for recording people's demonstrations).
     pub const RECORD: &str = "record";
+    /// API tools run sandboxed (`--allow-tools`).
+    pub const TOOLS: &str = "tools";
 }
 
 #[cfg(test)]
@@ -358,6 +371,27 @@ mod tests {
             Request::Probe(Probe::Android(AndroidQuery::Battery)).class(),
             RequestClass::Probe
         );
+    }
+
+    #[test]
+    fn tools_are_their_own_class_on_protocol_v3() {
+        use crate::tool::{Sandbox, ToolCall, ToolSpec};
+        let call = ToolCall {
+            spec: ToolSpec {
+                name: "t".into(),
+                description: String::new(),
+                params: vec![],
+                argv: vec!["/usr/bin/true".into()],
+                sandbox: Sandbox::default(),
+                timeout_ms: 1000,
+            },
+            args: Default::default(),
+        };
+        let req = Request::Tool(Box::new(call));
+        assert_eq!(req.class(), RequestClass::Tool);
+        assert_eq!(req.since(), ProtocolVersion::V3);
+        assert_eq!(req.kind_name(), "tool");
+        assert_eq!(RequestClass::Tool.to_string(), "tool");
     }
 
     #[test]

@@ -16,7 +16,8 @@ pub enum ProtocolVersion {
     /// Android's typed probes and setup steps ([`Probe::Android`](crate::probe::Probe::Android),
     /// [`Setup::Android`](crate::setup::Setup::Android)).
     V2 = 2,
-    /// Video streams of the screen ([`Request::Video`](crate::Request::Video)).
+    /// Video streams of the screen ([`Request::Video`](crate::Request::Video)) and
+    /// sandboxed API tools ([`Request::Tool`](crate::Request::Tool)).
     V3 = 3,
 }
 

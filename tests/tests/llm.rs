@@ -1870,3 +1870,105 @@ async fn pincer_run_takes_the_key_from_the_environment_and_writes_it_nowhere() {
     );
     assert_no_key_under(&out_dir);
 }
+
+/// A model is offered a task's API tools only when the task declares them and the run
+/// offers them (`ObservationConfig::tools`, `pincer run --tools`); its call goes through the
+/// tool class to the guest's sandbox, the record counts it, and the tool's output comes
+/// back in the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_see_api_tools_only_when_the_task_declares_them_and_the_run_offers_them() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = Provider::OpenAi;
+    let sb = Sandbox::new();
+    // The tool runs as nobody when the test runs as root: let it through to its directory.
+    std::fs::set_permissions(sb.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let notes = sb.path().join("notes");
+    std::fs::create_dir(&notes).unwrap();
+    std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let n = notes.display().to_string();
+    let desktop = sb.desktop("api", "800x600", &["--allow-tools"]);
+    let env = Arc::new(desktop.connect().await);
+    let task = |id: &str, tools: bool| -> Task {
+        let mut t = json!({
+            "id": id,
+            "instruction": "Make a note called pincer.",
+            "envs": {"desktop": {"platform": "linux"}},
+            "checkpoints": [{"id": "noted", "env": "desktop", "check": "file_exists", "args": {"path": format!("{n}/pincer")}}],
+            "limits": {"max_steps": 4}
+        });
+        if tools {
+            t["tools"] = json!({"desktop": [{
+                "name": "write_note", "description": "Makes a note.",
+                "params": [{"name": "name", "type": "string", "required": true, "max_len": 20, "charset": "-_"}],
+                "argv": ["/usr/bin/touch", format!("{n}/{{name}}")],
+                "sandbox": {"write": [n]}
+            }]});
+        }
+        serde_json::from_value(t).unwrap()
+    };
+    let seen: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let log = seen.clone();
+    let script: Script = Box::new(move |r: &Recorded| {
+        let names = tool_names(p, &r.body);
+        log.lock().unwrap().push(names.clone());
+        let told = text_of(&r.body).contains("tool write_note succeeded");
+        if names.iter().any(|t| t == "api_write_note") && !told {
+            call(p, "api_write_note", json!({"name": "pincer"}), (10, 1))
+        } else {
+            call(p, "complete", json!({}), (10, 1))
+        }
+    });
+    let standin = StandIn::start(script).await;
+    let settings = standin.settings(p, &[]);
+    let run = async |task: Task, tools: bool, out: &str| {
+        seen.lock().unwrap().clear();
+        let set = EnvSet {
+            name: "s0".into(),
+            envs: [("desktop".to_owned(), env.clone())].into(),
+            platforms: roles(&["desktop"]),
+            vms: Default::default(),
+        };
+        let s = settings.clone();
+        let agent: AgentFactory = Arc::new(move |seed| llm::build(&s, seed));
+        let rec = pincer::run::run(RunConfig {
+            tasks: vec![task],
+            agent,
+            agent_name: "stand-in".into(),
+            sets: vec![set],
+            repeat: 1,
+            seed: 0,
+            out: sb.path().join(out),
+            resume: false,
+            shard: None,
+            observation: ObservationConfig {
+                tools,
+                ..ObservationConfig::default()
+            },
+            correction: Correction::default(),
+            video: None,
+            cancel: Arc::new(AtomicBool::new(false)),
+        })
+        .await
+        .expect("the run finishes")
+        .remove(0);
+        let names = seen.lock().unwrap().clone();
+        (rec, names)
+    };
+    let api = |names: &[Vec<String>]| names.iter().flatten().any(|t| t.starts_with("api_"));
+
+    // Declared but not offered: the model never sees the tool, the note is not made.
+    let (rec, names) = run(task("declared-not-offered", true), false, "run1").await;
+    assert!(!names.is_empty() && !api(&names), "{names:?}");
+    assert_eq!(rec.tool_calls, 0);
+    assert!(!notes.join("pincer").exists());
+    // Offered, but the task declares none.
+    let (rec, names) = run(task("none-declared", false), true, "run2").await;
+    assert!(!names.is_empty() && !api(&names), "{names:?}");
+    assert_eq!(rec.tool_calls, 0);
+    // Declared and offered: seen, called, run in the sandbox, counted, told.
+    let (rec, names) = run(task("offered", true), true, "run3").await;
+    assert!(api(&names), "{names:?}");
+    assert_eq!(rec.termination, Termination::Success, "{rec:?}");
+    assert_eq!(rec.tool_calls, 1);
+    assert!(notes.join("pincer").exists());
+}

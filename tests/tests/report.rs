@@ -402,6 +402,7 @@ fn write_run(dir: &Path) {
             trajectory: traj_rel,
             started_ms: start + ti as u64 * 40_000,
             retried: vec![],
+            tool_calls: 0,
         };
         results.write(&rec).unwrap();
     }

@@ -178,6 +178,15 @@ pub enum AgentAction {
         /// Seconds, at most 10.
         seconds: f64,
     },
+    /// Call one of the task's API tools with typed arguments (only tasks that declare
+    /// tools offer it; LLMs see each tool as `api_NAME` with its own parameters).
+    Tool {
+        /// The tool's name.
+        name: String,
+        /// Its arguments by parameter name.
+        #[serde(default)]
+        arguments: BTreeMap<String, serde_json::Value>,
+    },
     /// Declare that the task is done.
     Complete,
     /// Give the answer the task asks for.
@@ -216,9 +225,11 @@ impl AgentAction {
             | Self::Text { env, .. }
             | Self::Home { env }
             | Self::Back { env } => Some(env),
-            Self::Wait { .. } | Self::Complete | Self::Submit { .. } | Self::Infeasible { .. } => {
-                None
-            }
+            Self::Wait { .. }
+            | Self::Tool { .. }
+            | Self::Complete
+            | Self::Submit { .. }
+            | Self::Infeasible { .. } => None,
         }
     }
 
@@ -251,6 +262,7 @@ impl AgentAction {
             | Self::Home { .. }
             | Self::Back { .. }
             | Self::Wait { .. }
+            | Self::Tool { .. }
             | Self::Complete
             | Self::Submit { .. }
             | Self::Infeasible { .. } => Vec::new(),
@@ -276,9 +288,19 @@ impl AgentAction {
             Self::Home { .. } => "home",
             Self::Back { .. } => "back",
             Self::Wait { .. } => "wait",
+            Self::Tool { .. } => "tool",
             Self::Complete => "complete",
             Self::Submit { .. } => "submit",
             Self::Infeasible { .. } => "infeasible",
+        }
+    }
+
+    /// The name of the tool a model calls for this action: [`name`](Self::name), or
+    /// `api_NAME` for a task's API tool.
+    pub fn tool_name(&self) -> std::borrow::Cow<'static, str> {
+        match self {
+            Self::Tool { name, .. } => format!("{API_PREFIX}{name}").into(),
+            other => other.name().into(),
         }
     }
 
@@ -314,6 +336,10 @@ impl AgentAction {
             }
             Self::Home { env } | Self::Back { env } => format!("{} on {env}", self.name()),
             Self::Wait { seconds } => format!("wait {seconds} s"),
+            Self::Tool { name, arguments } => format!(
+                "tool {name} {}",
+                serde_json::to_string(arguments).unwrap_or_default()
+            ),
             Self::Complete => "complete".into(),
             Self::Submit { answer } => format!("submit {answer:?}"),
             Self::Infeasible { reason } => format!("infeasible: {reason}"),
@@ -422,6 +448,10 @@ pub fn tools(roles: &BTreeMap<String, Platform>) -> Vec<ToolSpec> {
         .into_iter()
         .filter_map(|v| {
             let name = v["properties"]["action"]["const"].as_str()?.to_owned();
+            // A task's API tools are offered one by one (`api_tools`), never generically.
+            if name == "tool" {
+                return None;
+            }
             let platform = if DESKTOP.contains(&name.as_str()) {
                 Some(Platform::Linux)
             } else if PHONE.contains(&name.as_str()) {
@@ -462,6 +492,66 @@ pub fn tools(roles: &BTreeMap<String, Platform>) -> Vec<ToolSpec> {
                 name,
                 parameters: serde_json::json!({"type": "object", "properties": props, "required": required}),
             })
+        })
+        .collect()
+}
+
+/// The prefix of an API tool's name in tool lists: `api_add_event` calls `add_event`.
+pub const API_PREFIX: &str = "api_";
+
+/// The tools for a task's declared API tools, one each (`api_NAME`, its parameters as
+/// their JSON Schema), after [`tools`]' actions; none for a task that declares none.
+pub fn api_tools<'a>(
+    declared: impl IntoIterator<Item = &'a pincer_shared::tool::ToolSpec>,
+) -> Vec<ToolSpec> {
+    declared
+        .into_iter()
+        .map(|t| {
+            let props: serde_json::Map<String, serde_json::Value> = t
+                .params
+                .iter()
+                .map(|p| {
+                    let mut s = serde_json::json!({"type": p.kind.json_type()});
+                    if !p.description.is_empty() {
+                        s["description"] = p.description.clone().into();
+                    }
+                    if let Some(m) = p.max_len {
+                        s["maxLength"] = m.into();
+                    }
+                    if !p.one_of.is_empty() {
+                        s["enum"] = p.one_of.clone().into();
+                    }
+                    if let Some(c) = &p.charset {
+                        s["description"] = format!(
+                            "{} (letters, digits and {c:?} only)",
+                            p.description
+                        )
+                        .trim_start()
+                        .into();
+                    }
+                    if let Some(m) = p.min {
+                        s["minimum"] = m.into();
+                    }
+                    if let Some(m) = p.max {
+                        s["maximum"] = m.into();
+                    }
+                    (p.name.clone(), s)
+                })
+                .collect();
+            let required: Vec<&str> = t
+                .params
+                .iter()
+                .filter(|p| p.required)
+                .map(|p| p.name.as_str())
+                .collect();
+            ToolSpec {
+                name: format!("{API_PREFIX}{}", t.name),
+                description: format!(
+                    "API tool (works without the screen): {}",
+                    t.description.replace('\n', " ")
+                ),
+                parameters: serde_json::json!({"type": "object", "properties": props, "required": required}),
+            }
         })
         .collect()
 }
@@ -572,6 +662,23 @@ pub fn parse(
         }
     };
     let a = args;
+    if let Some(name) = tool.strip_prefix(API_PREFIX) {
+        let mut arguments: BTreeMap<String, serde_json::Value> = match a {
+            serde_json::Value::Object(m) => m.clone().into_iter().collect(),
+            serde_json::Value::Null => BTreeMap::new(),
+            other => {
+                return Err(InvalidAction(format!(
+                    "{tool}: arguments are an object of parameters, got {other}"
+                )));
+            }
+        };
+        // `from_json` passes the whole object, its name included.
+        arguments.remove("action");
+        return Ok(AgentAction::Tool {
+            name: name.to_owned(),
+            arguments,
+        });
+    }
     Ok(match tool.as_str() {
         "click" => AgentAction::Click {
             env,
@@ -652,6 +759,18 @@ pub fn parse(
                 .and_then(serde_json::Value::as_f64)
                 .unwrap_or(1.0)
                 .clamp(0.0, 10.0),
+        },
+        "tool" => AgentAction::Tool {
+            name: string(a, "name", &tool)?,
+            arguments: match a.get("arguments") {
+                Some(serde_json::Value::Object(m)) => m.clone().into_iter().collect(),
+                None => BTreeMap::new(),
+                Some(other) => {
+                    return Err(InvalidAction(format!(
+                        "tool: `arguments` is an object of parameters, got {other}"
+                    )));
+                }
+            },
         },
         "complete" | "done" | "finish" => AgentAction::Complete,
         "submit" | "answer" => AgentAction::Submit {
@@ -751,7 +870,8 @@ fn point(t: &Target, marks: &Marks) -> Result<Point, InvalidAction> {
 }
 
 /// The protocol input for an action on its environment, with elements resolved through
-/// that environment's marks. Meta actions (wait, complete, submit, infeasible) give none.
+/// that environment's marks. Meta actions (wait, complete, submit, infeasible) and API tool
+/// calls (the tool class, not input) give none.
 pub fn resolve(a: &AgentAction, marks: &Marks) -> Result<Vec<Action>, InvalidAction> {
     let click = |t: &Target, button: MouseButton, count: u8| -> Result<Action, InvalidAction> {
         Ok(Action::Click {
@@ -812,6 +932,7 @@ pub fn resolve(a: &AgentAction, marks: &Marks) -> Result<Vec<Action>, InvalidAct
         AgentAction::Home { .. } => vec![Action::SystemKey(SystemKey::Home)],
         AgentAction::Back { .. } => vec![Action::SystemKey(SystemKey::Back)],
         AgentAction::Wait { .. }
+        | AgentAction::Tool { .. }
         | AgentAction::Complete
         | AgentAction::Submit { .. }
         | AgentAction::Infeasible { .. } => Vec::new(),
@@ -1110,5 +1231,69 @@ mod tests {
             Action::Hotkey { .. }
         ));
         assert!(resolve(&AgentAction::Complete, &marks).unwrap().is_empty());
+    }
+
+    #[test]
+    fn api_tools_are_offered_one_by_one_and_only_when_declared() {
+        // The generic action list never carries tools, whatever the roles.
+        for roles in [one(), cross()] {
+            assert!(
+                tools(&roles)
+                    .iter()
+                    .all(|t| t.name != "tool" && !t.name.starts_with(API_PREFIX))
+            );
+        }
+        assert!(api_tools([]).is_empty());
+        let spec: pincer_shared::tool::ToolSpec = serde_json::from_value(serde_json::json!({
+            "name": "add_event", "description": "Adds an event.",
+            "params": [
+                {"name": "title", "type": "string", "required": true, "max_len": 80},
+                {"name": "hour", "type": "integer", "min": 0, "max": 23},
+                {"name": "kind", "type": "string", "enum": ["work", "home"]}
+            ],
+            "argv": ["/usr/bin/true", "{title}"]
+        }))
+        .unwrap();
+        let t = &api_tools([&spec])[0];
+        assert_eq!(t.name, "api_add_event");
+        assert!(t.description.contains("Adds an event."));
+        assert_eq!(
+            t.parameters,
+            serde_json::json!({"type": "object", "required": ["title"], "properties": {
+                "title": {"type": "string", "maxLength": 80},
+                "hour": {"type": "integer", "minimum": 0.0, "maximum": 23.0},
+                "kind": {"type": "string", "enum": ["work", "home"]}
+            }})
+        );
+    }
+
+    #[test]
+    fn api_tool_calls_parse_from_their_own_name_or_the_generic_form() {
+        let args = serde_json::json!({"title": "Dentist", "hour": 9});
+        let want = AgentAction::Tool {
+            name: "add_event".into(),
+            arguments: [
+                ("title".to_owned(), serde_json::json!("Dentist")),
+                ("hour".to_owned(), serde_json::json!(9)),
+            ]
+            .into(),
+        };
+        assert_eq!(parse("api_add_event", &args, &one()).unwrap(), want);
+        let generic = serde_json::json!({"action": "tool", "name": "add_event", "arguments": args});
+        assert_eq!(from_json(&generic, &one()).unwrap(), want);
+        assert!(
+            parse("api_add_event", &serde_json::json!([1]), &one())
+                .unwrap_err()
+                .0
+                .contains("object")
+        );
+        assert_eq!(want.env(), None);
+        assert_eq!(want.tool_name(), "api_add_event");
+        assert_eq!(AgentAction::Complete.tool_name(), "complete");
+        assert!(resolve(&want, &Marks::new()).unwrap().is_empty());
+        assert_eq!(
+            want.describe(),
+            r#"tool add_event {"hour":9,"title":"Dentist"}"#
+        );
     }
 }

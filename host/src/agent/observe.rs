@@ -24,6 +24,11 @@ pub struct ObservationConfig {
     /// serialized form when off, so runs recorded before it existed keep their identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub video: Option<VideoWindow>,
+    /// Offer the API tools tasks declare (`pincer run --tools`); without it agents act on
+    /// screens only, whatever the task declares. Left out of the serialized form when off,
+    /// as `video` is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tools: bool,
 }
 
 /// How much of each screen's recent past agents see, and how densely: frames at `fps`
@@ -95,6 +100,7 @@ impl Default for ObservationConfig {
             tree_text: false,
             max_size: None,
             video: None,
+            tools: false,
         }
     }
 }
@@ -110,6 +116,7 @@ impl ObservationConfig {
             tree_text: false,
             max_size,
             video: None,
+            tools: false,
         };
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part {

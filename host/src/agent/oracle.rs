@@ -247,6 +247,19 @@ impl Agent for Oracle {
                 OracleStep::Submit { answer } => AgentAction::Submit {
                     answer: oracle::fill(answer, &self.vars),
                 },
+                OracleStep::Tool { name, arguments } => AgentAction::Tool {
+                    name: name.clone(),
+                    arguments: arguments
+                        .iter()
+                        .map(|(k, v)| {
+                            let v = match v {
+                                serde_json::Value::String(s) => oracle::fill(s, &self.vars).into(),
+                                other => other.clone(),
+                            };
+                            (k.clone(), v)
+                        })
+                        .collect(),
+                },
                 OracleStep::Complete => AgentAction::Complete,
             };
             self.next += 1;

@@ -167,6 +167,7 @@ async fn ground_set(a: GroundArgs, reg: &Registry) -> anyhow::Result<()> {
                             size: a.size,
                             window_manager: true,
                             read_only: false,
+                            allow_tools: false,
                             port: 0,
                             home: None,
                             dial: None,

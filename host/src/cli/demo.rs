@@ -43,6 +43,7 @@ pub(crate) async fn run(a: DemoArgs, reg: &Registry) -> anyhow::Result<()> {
             size: (1920, 1080),
             window_manager: true,
             read_only: false,
+            allow_tools: false,
             port: 0,
             home: None,
             dial: None,

@@ -61,6 +61,10 @@ pub(crate) struct UpArgs {
     /// Start the agent read-only (no setup, exec or command probes).
     #[arg(long)]
     read_only: bool,
+    /// Let the agent run the API tools tasks declare (typed calls, sandboxed by
+    /// bubblewrap without network; refused anyway with --read-only).
+    #[arg(long)]
+    allow_tools: bool,
     /// Home directory for the desktop's programs (default: a private one in its state dir).
     #[arg(long, value_name = "DIR")]
     home: Option<PathBuf>,
@@ -93,6 +97,8 @@ pub(crate) struct SuperviseArgs {
     no_wm: bool,
     #[arg(long)]
     read_only: bool,
+    #[arg(long)]
+    allow_tools: bool,
     #[arg(long)]
     home: Option<PathBuf>,
     #[arg(long)]
@@ -139,6 +145,7 @@ pub(crate) fn supervise(a: &SuperviseArgs) -> anyhow::Result<()> {
             size: a.size,
             window_manager: !a.no_wm,
             read_only: a.read_only,
+            allow_tools: a.allow_tools,
             port: a.port,
             home: a.home.clone(),
             dial: dial(
@@ -325,6 +332,7 @@ async fn up(a: UpArgs, reg: &Registry) -> anyhow::Result<()> {
         size: a.size,
         window_manager: !a.no_wm,
         read_only: a.read_only,
+        allow_tools: a.allow_tools,
         port: a.port,
         home: a.home,
         dial: dial(

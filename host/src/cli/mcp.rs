@@ -83,6 +83,7 @@ pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
                 tree_text: true,
                 max_size: Some((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE)),
                 video: None,
+                tools: false,
             },
             out,
             agent: "mcp".into(),

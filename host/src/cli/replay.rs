@@ -87,7 +87,10 @@ pub(crate) async fn run(a: ReplayArgs, reg: &Registry) -> anyhow::Result<()> {
                 "starting local desktops for roles {}",
                 roles.keys().cloned().collect::<Vec<_>>().join(", ")
             );
-            match sets::local_sets(reg, &roles, 1, a.size, &made, &mut |m| eprintln!("  {m}")).await
+            match sets::local_sets(reg, &roles, 1, a.size, false, &made, &mut |m| {
+                eprintln!("  {m}")
+            })
+            .await
             {
                 Ok(s) => s,
                 Err(e) => {

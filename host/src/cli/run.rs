@@ -84,6 +84,11 @@ pub(crate) struct RunArgs {
     /// What agents see: comma-separated marks, screenshot, tree.
     #[arg(long, default_value = "marks")]
     pub(super) observe: String,
+    /// Offer agents the API tools tasks declare (typed calls run sandboxed on the guest,
+    /// which must allow them: local desktops started for the run do); without it agents
+    /// act on screens only.
+    #[arg(long)]
+    pub(super) tools: bool,
     /// Downscale observation images to fit WxH.
     #[arg(long, value_parser = super::desktop::parse_size)]
     pub(super) max_size: Option<(u32, u32)>,
@@ -223,8 +228,11 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
     run::prepare(&tasks, &pincer::eval::functions::Library::standard())?;
     let correction = correction(&a)?;
     let (agent, agent_name) = agent_factory(&agent_spec, &a.agent_opts)?;
-    let observation = ObservationConfig::parse(&a.observe, a.max_size)
-        .map_err(|e| anyhow::anyhow!("--observe: {e}"))?;
+    let observation = ObservationConfig {
+        tools: a.tools,
+        ..ObservationConfig::parse(&a.observe, a.max_size)
+            .map_err(|e| anyhow::anyhow!("--observe: {e}"))?
+    };
     let out = a.out.clone().unwrap_or_else(|| {
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -333,7 +341,11 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
             "starting {n} set(s) of local desktops for roles {}",
             roles.keys().cloned().collect::<Vec<_>>().join(", ")
         );
-        match sets::local_sets(reg, &roles, n, a.size, &made, &mut |m| eprintln!("  {m}")).await {
+        match sets::local_sets(reg, &roles, n, a.size, a.tools, &made, &mut |m| {
+            eprintln!("  {m}")
+        })
+        .await
+        {
             Ok(s) => s,
             Err(e) => {
                 made.stop(reg).await;
@@ -438,6 +450,9 @@ pub(crate) fn shard_args(a: &RunArgs, tasks: &str, out: &std::path::Path) -> Vec
     }
     push("--size", format!("{}x{}", a.size.0, a.size.1));
     push("--out", out.display().to_string());
+    if a.tools {
+        v.push("--tools".into());
+    }
     v.push("--resume".into());
     v.push("--no-report".into());
     v

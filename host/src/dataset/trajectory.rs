@@ -425,6 +425,7 @@ mod tests {
             trajectory: format!("tasks/{task}"),
             started_ms: 0,
             retried: vec![],
+            tool_calls: 0,
         }
     }
 

@@ -25,6 +25,7 @@ use pincer_shared::limits::{MAX_HELLO, MAX_REQUEST_HEADER, MAX_RESPONSE_HEADER};
 use pincer_shared::observe::{ScreenInfo, ScreenshotMeta, ScreenshotRequest, TreeRequest};
 use pincer_shared::probe::{FileStat, Probe, ProbeReply, WindowInfo};
 use pincer_shared::setup::{ExecOutput, ExecRequest, Setup, WindowOp};
+use pincer_shared::tool::ToolCall;
 use pincer_shared::transport::stream::{finish, read_body, read_header, write_body, write_header};
 use pincer_shared::transport::{Closed, Link, RecvHalf, TransportError, close_code, quic};
 use pincer_shared::tree::UiTree;
@@ -819,6 +820,20 @@ impl Environment {
         {
             (Response::Exec(o), _) => Ok(o),
             (r, _) => Err(self.unexpected("exec", &r)),
+        }
+    }
+
+    /// Runs a task's API tool with the agent's typed arguments in the guest's sandbox (the
+    /// tool class: the guest must have been started with `--allow-tools`). Never retried:
+    /// the tool may have run.
+    pub async fn tool(&self, call: ToolCall) -> Result<ExecOutput, ClientError> {
+        let deadline = Duration::from_millis(call.spec.timeout_ms) + self.deadlines.exec_margin;
+        match self
+            .call(&Request::Tool(Box::new(call)), None, deadline)
+            .await?
+        {
+            (Response::Exec(o), _) => Ok(o),
+            (r, _) => Err(self.unexpected("tool", &r)),
         }
     }
 

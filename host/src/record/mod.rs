@@ -460,6 +460,7 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
         tree_text: false,
         max_size: None,
         video: None,
+        tools: false,
     };
     let (meta, identity) = run::header(
         "recording",

@@ -257,7 +257,11 @@ pub(crate) fn tasks(run: &RunDir) -> Table {
                     Some(held) => format!("{held}/{}", rec.total),
                     None => "—".to_owned(),
                 }),
-                text(rec.actions.to_string()),
+                // API tool calls apart: how the agent chose between the API and the GUI.
+                text(match rec.tool_calls {
+                    0 => rec.actions.to_string(),
+                    n => format!("{} ({n} tool)", rec.actions),
+                }),
                 text(tokens(rec.usage.total())),
                 text(duration_ms(rec.wall_ms as f64)),
                 text(clip_line(rec.detail.as_deref().unwrap_or(""), 160)),

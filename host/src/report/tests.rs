@@ -59,6 +59,7 @@ fn record(
         trajectory: format!("tasks/{task}__r{repeat}"),
         started_ms: 1_709_301_909_000,
         retried: vec![],
+        tool_calls: 0,
     }
 }
 
@@ -161,6 +162,7 @@ fn synthetic_run(dir: &Path) {
         2,
     );
     ok.actions = 3;
+    ok.tool_calls = 1;
     ok.usage = Usage {
         prompt: 1000,
         completion: 200,
@@ -319,6 +321,7 @@ fn markdown_has_the_numbers() {
         "the replaced attempt is not counted:\n{md}"
     );
 
+    // Tool calls are told apart from GUI actions per task run.
     let task = md_row(&md, "write-file");
     assert_eq!(
         task,
@@ -329,7 +332,7 @@ fn markdown_has_the_numbers() {
             "success",
             "2/2",
             "2/2",
-            "3",
+            "3 (1 tool)",
             "1.2k",
             "10.0 s",
             ""

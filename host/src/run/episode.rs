@@ -303,7 +303,7 @@ impl Session {
             Envs::Local(size) => {
                 let refs: Vec<&Task> = cfg.tasks.iter().collect();
                 let roles = sets::roles_needed(&refs)?;
-                match sets::local_sets(&reg, &roles, 1, *size, &made, &mut |_| {}).await {
+                match sets::local_sets(&reg, &roles, 1, *size, false, &made, &mut |_| {}).await {
                     Ok(mut s) => s.remove(0),
                     Err(e) => {
                         made.stop(&reg).await;

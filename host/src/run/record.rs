@@ -38,6 +38,10 @@ pub struct TaskRecord {
     pub total: usize,
     /// Agent actions executed (waits excluded).
     pub actions: u32,
+    /// Of `actions`, the calls of the task's API tools (the rest acted on screens): how
+    /// an agent chose between the tools and the GUI.
+    #[serde(default)]
+    pub tool_calls: u32,
     /// Model tokens.
     pub usage: Usage,
     /// Wall time from setup to teardown, milliseconds.
@@ -293,6 +297,7 @@ mod tests {
             trajectory: "tasks/t-0".into(),
             started_ms: 0,
             retried: vec![],
+            tool_calls: 0,
         };
         w.write(&rec).unwrap();
         drop(w);

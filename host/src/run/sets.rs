@@ -162,12 +162,14 @@ fn listed(names: &[(usize, String, String)]) -> String {
         .join(", ")
 }
 
-/// Brings up `count` sets of local desktops for the Linux roles the tasks need.
+/// Brings up `count` sets of local desktops for the Linux roles the tasks need; with
+/// `allow_tools`, their agents serve API tools (`--allow-tools`).
 pub async fn local_sets(
     reg: &Registry,
     roles: &BTreeMap<String, Platform>,
     count: usize,
     size: (u32, u32),
+    allow_tools: bool,
     made: &Made,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Vec<EnvSet>, RunError> {
@@ -187,6 +189,7 @@ pub async fn local_sets(
                 size,
                 window_manager: true,
                 read_only: false,
+                allow_tools,
                 port: 0,
                 home: None,
                 dial: None,

@@ -17,6 +17,8 @@ use crate::metrics::Termination;
 use crate::observe;
 use crate::task::{Task, steps};
 use crate::video::{Recent, Recorder};
+use pincer_shared::setup::ExitStatus;
+use pincer_shared::tool::{ToolCall, ToolSpec, ToolValue};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -312,6 +314,8 @@ struct TaskRun<'a> {
     usage: Usage,
     /// Agent actions executed (waits excluded): what `max_steps` counts.
     actions_done: u32,
+    /// Of those, API tool calls.
+    tool_calls: u32,
     /// Harness milliseconds of each step.
     harness: Vec<f64>,
     /// The trajectory directory, relative to the run directory.
@@ -348,6 +352,7 @@ impl<'a> TaskRun<'a> {
             log: AgentLog::default(),
             usage: Usage::default(),
             actions_done: 0,
+            tool_calls: 0,
             harness: Vec::new(),
             traj_rel,
             shown_through: 0,
@@ -486,6 +491,16 @@ impl<'a> TaskRun<'a> {
         ))
     }
 
+    /// The API tools agents are offered: the task's, when the run offers tools.
+    fn offered(&self) -> &'a BTreeMap<String, Vec<ToolSpec>> {
+        static NONE: BTreeMap<String, Vec<ToolSpec>> = BTreeMap::new();
+        if self.ctx.observation.tools {
+            &self.task.tools
+        } else {
+            &NONE
+        }
+    }
+
     fn roles(&self) -> BTreeMap<String, crate::task::Platform> {
         self.task
             .envs
@@ -508,7 +523,10 @@ impl<'a> TaskRun<'a> {
         let brief = TaskBrief {
             id: task.id.clone(),
             instruction: task.instruction.clone(),
-            tools: actions::tools(&self.roles()),
+            tools: actions::tools(&self.roles())
+                .into_iter()
+                .chain(actions::api_tools(self.offered().values().flatten()))
+                .collect(),
             roles: self.roles(),
             env_names: self
                 .ctx
@@ -800,16 +818,25 @@ impl<'a> TaskRun<'a> {
                 action.describe()
             ));
             let t = Instant::now();
-            let outcome = execute(action, self.ctx.set, &marks, &mut self.log).await;
+            let outcome =
+                execute(action, self.ctx.set, self.offered(), &marks, &mut self.log).await;
             // A wait is the agent's choice to idle, not harness time, nor a step.
             if !matches!(action, AgentAction::Wait { .. }) {
                 record.timing.act_ms += t.elapsed().as_secs_f64() * 1000.0;
                 self.actions_done += 1;
             }
+            if matches!(action, AgentAction::Tool { .. }) {
+                self.tool_calls += 1;
+            }
             match outcome {
-                Ok(()) => {
+                Ok(None) => {
                     turn.invalid_streak = 0;
                     record.results.push("ok".into());
+                }
+                Ok(Some(said)) => {
+                    turn.invalid_streak = 0;
+                    record.results.push(format!("ok: {said}"));
+                    turn.feedback.push(said);
                 }
                 Err(Outcome::Invalid(why)) => {
                     record.results.push(format!("invalid: {why}"));
@@ -899,6 +926,7 @@ impl<'a> TaskRun<'a> {
             final_passed,
             total,
             actions: self.actions_done,
+            tool_calls: self.tool_calls,
             usage: self.usage,
             wall_ms: self.started.elapsed().as_millis() as u64,
             harness_ms_p50: self
@@ -1066,8 +1094,16 @@ pub(crate) async fn execute_free(
     set: &EnvSet,
     marks: &BTreeMap<String, Marks>,
 ) -> Result<(), String> {
-    match execute(action, set, marks, &mut AgentLog::default()).await {
-        Ok(()) => Ok(()),
+    match execute(
+        action,
+        set,
+        &BTreeMap::new(),
+        marks,
+        &mut AgentLog::default(),
+    )
+    .await
+    {
+        Ok(_) => Ok(()),
         Err(Outcome::Invalid(why)) => Err(why),
         Err(Outcome::End(end)) => Err(end.detail.unwrap_or_else(|| end.termination.to_string())),
     }
@@ -1081,25 +1117,34 @@ enum Outcome {
     End(End),
 }
 
-/// Executes one agent action through the action class only.
+/// Most characters of a tool's stdout or stderr the agent is told.
+const TOOL_TOLD: usize = 4000;
+
+/// Executes one agent action through the action class only, or an API tool the task
+/// declares (`tools`, by role) through the tool class. `Some` is what the agent is told
+/// (a tool's status and output).
 async fn execute(
     action: &AgentAction,
     set: &EnvSet,
+    tools: &BTreeMap<String, Vec<ToolSpec>>,
     marks: &BTreeMap<String, Marks>,
     log: &mut AgentLog,
-) -> Result<(), Outcome> {
+) -> Result<Option<String>, Outcome> {
+    if let AgentAction::Tool { name, arguments } = action {
+        return call_tool(name, arguments, set, tools).await.map(Some);
+    }
     match action {
         AgentAction::Wait { seconds } => {
             tokio::time::sleep(Duration::from_secs_f64(seconds.clamp(0.0, 10.0))).await;
-            return Ok(());
+            return Ok(None);
         }
         AgentAction::Submit { answer } => {
             log.events.push(AgentEvent::Answer {
                 text: answer.clone(),
             });
-            return Ok(());
+            return Ok(None);
         }
-        AgentAction::Complete | AgentAction::Infeasible { .. } => return Ok(()),
+        AgentAction::Complete | AgentAction::Infeasible { .. } => return Ok(None),
         _ => {}
     }
     let role = action.env().unwrap_or_default();
@@ -1125,7 +1170,93 @@ async fn execute(
             Err(e) => return Err(Outcome::Invalid(e.to_string())),
         }
     }
-    Ok(())
+    Ok(None)
+}
+
+/// Calls the declared tool `name` with the agent's JSON arguments: each converted to its
+/// parameter's type and the whole call checked before the guest is asked (the guest
+/// checks again), then run in the guest's sandbox. A tool that fails is told to the agent
+/// like one that succeeds; a tool that cannot run is an invalid action.
+async fn call_tool(
+    name: &str,
+    arguments: &BTreeMap<String, serde_json::Value>,
+    set: &EnvSet,
+    tools: &BTreeMap<String, Vec<ToolSpec>>,
+) -> Result<String, Outcome> {
+    let found = tools
+        .iter()
+        .flat_map(|(role, list)| list.iter().map(move |t| (role, t)))
+        .find(|(_, t)| t.name == name);
+    let Some((role, spec)) = found else {
+        let names: Vec<&str> = tools.values().flatten().map(|t| t.name.as_str()).collect();
+        return Err(Outcome::Invalid(if names.is_empty() {
+            "no API tools are offered here (a task declares them, `pincer run --tools` \
+             offers them): act on the screen"
+                .into()
+        } else {
+            format!("no API tool `{name}`; this task's are {}", names.join(", "))
+        }));
+    };
+    let mut args = BTreeMap::new();
+    for (k, v) in arguments {
+        let p = spec.param(k).ok_or_else(|| {
+            Outcome::Invalid(format!(
+                "tool {name} has no parameter `{k}`; it takes: {}",
+                spec.params
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let value = ToolValue::from_json(p, v).ok_or_else(|| {
+            Outcome::Invalid(format!(
+                "tool {name}: `{k}` must be a {} (got {v})",
+                p.kind.json_type()
+            ))
+        })?;
+        args.insert(k.clone(), value);
+    }
+    let call = ToolCall {
+        spec: spec.clone(),
+        args,
+    };
+    call.argv().map_err(Outcome::Invalid)?;
+    let env = set
+        .envs
+        .get(role)
+        .ok_or_else(|| Outcome::Invalid(format!("there is no environment '{role}'")))?;
+    let out = match env.tool(call).await {
+        Ok(out) => out,
+        Err(e) if e.is_environment_failure() => {
+            return Err(Outcome::End(End::new(
+                Termination::EnvironmentError,
+                e.to_string(),
+            )));
+        }
+        Err(e) => return Err(Outcome::Invalid(e.to_string())),
+    };
+    let text = |b: &[u8]| {
+        let s = String::from_utf8_lossy(b);
+        let s = s.trim_end();
+        match s.char_indices().nth(TOOL_TOLD) {
+            Some((i, _)) => format!("{}...", &s[..i]),
+            None => s.to_owned(),
+        }
+    };
+    let status = match out.status {
+        ExitStatus::Exited(0) => "succeeded".to_owned(),
+        ExitStatus::Exited(c) => format!("failed (exit status {c})"),
+        ExitStatus::Signaled(sig) => format!("was killed by signal {sig}"),
+        ExitStatus::TimedOut => format!("ran past its {} ms and was stopped", spec.timeout_ms),
+    };
+    let mut said = format!("tool {name} {status}");
+    for (what, bytes) in [("output", &out.stdout), ("errors", &out.stderr)] {
+        if !bytes.is_empty() {
+            said.push_str(&format!("; {what}: {}", text(bytes)));
+        }
+    }
+    Ok(said)
 }
 
 #[cfg(test)]
@@ -1392,6 +1523,7 @@ mod tests {
             trajectory: "tasks/t__r0".into(),
             started_ms: 0,
             retried: vec![],
+            tool_calls: 0,
         };
         let bare = told_after(&rec, 1, Correction::new(Feedback::None, 3).unwrap());
         assert_eq!(

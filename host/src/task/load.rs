@@ -135,6 +135,12 @@ pub fn parse(text: &str, toml: bool, source: Source) -> Result<Task, LoadError> 
             }
         }
     })?;
+    task.check_tools()
+        .map_err(|(at, message)| LoadError::Invalid {
+            file: source.clone(),
+            at,
+            message,
+        })?;
     Ok(task)
 }
 
@@ -241,6 +247,41 @@ mod tests {
 
     const GOOD: &str = r#"{"id": "a", "instruction": "x", "envs": {"desktop": {"platform": "linux"}},
         "checkpoints": [{"id": "c", "env": "desktop", "check": "file_exists", "args": {"path": "/x"}}]}"#;
+
+    #[test]
+    fn declared_tools_are_checked_where_they_are() {
+        let src = || Source::File("t.json".into());
+        let with = |tools: &str| {
+            GOOD.replacen(
+                "\"checkpoints\"",
+                &format!("\"tools\": {tools}, \"checkpoints\""),
+                1,
+            )
+        };
+        let tool = r#"{"name": "t", "description": "d", "argv": ["/usr/bin/true"]}"#;
+        let ok = parse(&with(&format!(r#"{{"desktop": [{tool}]}}"#)), false, src()).unwrap();
+        assert_eq!(ok.tool("t").map(|(role, _)| role), Some("desktop"));
+        for (tools, at, says) in [
+            (
+                format!(r#"{{"phone": [{tool}]}}"#),
+                "tools.phone",
+                "no environment 'phone'",
+            ),
+            (
+                format!(r#"{{"desktop": [{tool}, {tool}]}}"#),
+                "tools.desktop[1]",
+                "a second tool",
+            ),
+            (
+                r#"{"desktop": [{"name": "t", "description": "d", "argv": ["true"]}]}"#.into(),
+                "tools.desktop[0]",
+                "absolute path",
+            ),
+        ] {
+            let e = parse(&with(&tools), false, src()).unwrap_err().to_string();
+            assert!(e.contains(&format!("at `{at}`")) && e.contains(says), "{e}");
+        }
+    }
 
     #[test]
     fn errors_name_the_file_the_path_and_the_expectation() {

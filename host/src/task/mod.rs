@@ -10,6 +10,7 @@ pub mod steps;
 
 pub use load::{LoadError, Source, TaskSet, bundled_suites, load_file, load_path, parse};
 
+use pincer_shared::tool::ToolSpec;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -33,6 +34,13 @@ pub struct Task {
     /// Steps that clean up afterwards, by role (run even when the task failed).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub teardown: BTreeMap<String, Vec<steps::Step>>,
+    /// API tools the agent may call besides acting on screens, by the role of the
+    /// environment that runs them (a Linux guest started with `--allow-tools`): each a
+    /// program and argument template fixed here, typed parameters the agent fills, and
+    /// what its sandbox may see.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(with = "BTreeMap<String, Vec<BTreeMap<String, serde_json::Value>>>")]
+    pub tools: BTreeMap<String, Vec<ToolSpec>>,
     /// The checkpoint graph: a DAG; the task succeeds when every sink has passed.
     pub checkpoints: Vec<Checkpoint>,
     /// Step and time limits.
@@ -93,6 +101,49 @@ pub struct Checkpoint {
     /// Checkpoints that must pass before this one is checked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
+}
+
+impl Task {
+    /// The declared tool called `name` and the role whose environment runs it.
+    pub fn tool(&self, name: &str) -> Option<(&str, &ToolSpec)> {
+        self.tools
+            .iter()
+            .flat_map(|(role, list)| list.iter().map(move |t| (role.as_str(), t)))
+            .find(|(_, t)| t.name == name)
+    }
+
+    /// Checks the declared tools: each runs on a Linux role of the task, is a valid
+    /// declaration, and has a name no other tool has. Errors say where (`tools.ROLE[i]`).
+    pub fn check_tools(&self) -> Result<(), (String, String)> {
+        let mut seen = std::collections::BTreeSet::new();
+        for (role, list) in &self.tools {
+            match self.envs.get(role) {
+                Some(EnvNeed {
+                    platform: Platform::Linux,
+                }) => {}
+                Some(_) => {
+                    return Err((
+                        format!("tools.{role}"),
+                        "API tools run only on Linux guests".into(),
+                    ));
+                }
+                None => {
+                    return Err((
+                        format!("tools.{role}"),
+                        format!("there is no environment '{role}' in `envs`"),
+                    ));
+                }
+            }
+            for (i, t) in list.iter().enumerate() {
+                let at = format!("tools.{role}[{i}]");
+                t.validate().map_err(|e| (at.clone(), e))?;
+                if !seen.insert(t.name.as_str()) {
+                    return Err((at, format!("a second tool called {}", t.name)));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn empty_args() -> serde_json::Value {

@@ -93,6 +93,14 @@ pub enum OracleStep {
         /// Milliseconds.
         ms: u64,
     },
+    /// Call one of the task's API tools (the run must offer them: `pincer run --tools`).
+    Tool {
+        /// The tool's name.
+        name: String,
+        /// Its arguments by parameter name; strings may use `{{var}}`.
+        #[serde(default)]
+        arguments: std::collections::BTreeMap<String, serde_json::Value>,
+    },
     /// Submit an answer.
     Submit {
         /// The answer.

@@ -125,7 +125,7 @@ fn read(reply: &Reply, mode: Mode, roles: &Roles, allowed: &[ToolSpec]) -> Readi
                 ))
             } else {
                 match actions::parse(&c.name, &c.args, roles) {
-                    Ok(a) if offered(a.name()) => Ok(a),
+                    Ok(a) if offered(&a.tool_name()) => Ok(a),
                     Err(e) if !e.0.starts_with("unknown action") => Err(e.0),
                     _ => Err(format!(
                         "unknown tool '{}'; the tools are {}",
@@ -163,14 +163,16 @@ fn read(reply: &Reply, mode: Mode, roles: &Roles, allowed: &[ToolSpec]) -> Readi
     // JSON in text: the mode's way, and a fallback for tool models that wrote JSON instead.
     let parsed = actions::parse_text(&reply.text, roles)
         .map_err(|e| e.0)
-        .and_then(|acts| match acts.iter().find(|a| !offered(a.name())) {
-            Some(a) => Err(format!(
-                "'{}' is not an action here; the actions are {}",
-                a.name(),
-                names()
-            )),
-            None => Ok(acts),
-        });
+        .and_then(
+            |acts| match acts.iter().find(|a| !offered(&a.tool_name())) {
+                Some(a) => Err(format!(
+                    "'{}' is not an action here; the actions are {}",
+                    a.name(),
+                    names()
+                )),
+                None => Ok(acts),
+            },
+        );
     let actions = match (parsed, mode) {
         (Ok(a), _) => Ok(a),
         (Err(_), Mode::Tools) => Err(match &reply.stop {
