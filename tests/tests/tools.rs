@@ -655,3 +655,27 @@ async fn tool_call_latency() {
     );
     assert!(ms[ms.len() / 2] < 2000.0);
 }
+
+/// The bundled example (`tasks/examples/calendar-dentist.json`): its setup starts Radicale
+/// on the desktop; its oracle books the event in a terminal, and the same task booked
+/// through its `add_event` tool scores the same, the record telling the two apart.
+#[test]
+fn the_bundled_calendar_example_is_solved_on_the_screen_and_through_its_tool() {
+    let sb = Sandbox::new();
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tasks/examples/calendar-dentist.json");
+    let (record, _) = oracle_run(&sb, &file, &["--tools"]);
+    assert_eq!(record["termination"], "success", "{record}");
+    assert_eq!(record["tool_calls"], 0, "solved on the screen: {record}");
+    let mut by_tool: Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    by_tool["oracle"] = json!([
+        {"do": "tool", "name": "add_event", "arguments": {"title": "Dentist", "date": "2026-12-03", "hour": 9}},
+        {"do": "complete"}
+    ]);
+    let (record, _) = oracle_run(&sb, &task_file(sb.path(), &by_tool), &["--tools"]);
+    assert_eq!(record["termination"], "success", "{record}");
+    assert_eq!(record["tool_calls"], 1, "{record}");
+    // The teardown stopped Radicale and removed its calendar.
+    assert!(!Path::new("/tmp/pincer-calendar").exists());
+}
