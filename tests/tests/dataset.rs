@@ -418,6 +418,10 @@ fn idm_and_critic_sets_from_real_runs_are_labelled_by_what_happened() {
         assert_eq!(it.is_success, rec["termination"] == "success", "{rec}");
         assert_eq!(it.instruction, rec["instruction"].as_str().unwrap());
         assert!(!it.actions.is_empty());
+        // The success detector sees the state the run ended in.
+        let last = it.actions.last().unwrap();
+        let end = last.obs_after.as_ref().expect("the final frame");
+        assert!(end.contains("final-"), "{end}");
         for a in &it.actions {
             if let Some(f) = a.obs_before.as_ref().or(a.obs_after.as_ref()) {
                 assert!(critic.join("images").join(f).is_file(), "{f}");

@@ -167,6 +167,18 @@ fn an_xtest_demonstration_is_recorded_as_labelled_actions_and_replays_to_the_sam
         );
     }
     assert_eq!(s[2]["passed"], json!(["written"]));
+    let rec: Value = serde_json::from_str(
+        std::fs::read_to_string(out.join("results.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    let end = rec["final_images"][0]["file"]
+        .as_str()
+        .expect("the state it ended in");
+    assert!(traj.join(end).is_file(), "{end}");
     let probe = std::process::Command::new("ffprobe")
         .args(["-v", "error", "-count_frames", "-select_streams", "v:0"])
         .args(["-show_entries", "stream=nb_read_frames", "-of", "csv=p=0"])
@@ -193,7 +205,10 @@ fn an_xtest_demonstration_is_recorded_as_labelled_actions_and_replays_to_the_sam
         serde_json::from_str(&std::fs::read_to_string(again.join("replay.json")).unwrap()).unwrap();
     assert_eq!(cmp["reproduced"], true, "{replayed}");
     assert_eq!(cmp["replayed"]["termination"], "success");
-    assert_eq!(cmp["steps"][2]["replayed_passed"], json!(["written"]));
+    // The checkpoint passes at the same step, or (the file written a moment later under
+    // load) a step later: timing, not a divergence.
+    assert_eq!(cmp["replayed"]["passed"], 1);
+    assert_eq!(cmp["first_divergence"], Value::Null);
 
     // The oracle candidate: the unnamed entry by its point, the OK button by selector; as
     // the task's oracle it solves the task.

@@ -55,12 +55,18 @@ fn a_trajectory_replays_to_the_same_checkpoints_and_screens() {
     let steps = cmp["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 9);
     for s in steps {
-        assert_eq!(s["recorded_passed"], s["replayed_passed"], "{s}");
+        // A checkpoint may pass a step apart under load (timing); it never diverges.
+        assert_eq!(s["diverges"], false, "{s}");
         let (_, d) = serde_json::from_value::<(String, f64)>(s["screen_difference"][0].clone())
             .expect("each step's screens compared");
         assert!(d < 0.05, "step {} looks different: {d}", s["step"]);
     }
     assert_eq!(steps[7]["recorded_passed"][0], "shown");
+    // The states both runs ended in look the same.
+    let end = cmp["final_difference"][0][1]
+        .as_f64()
+        .expect("the final screens compared");
+    assert!(end < 0.05, "{end}");
     // The replay is a run of its own, with its own record and trajectory.
     let results = std::fs::read_to_string(again.join("results.jsonl")).unwrap();
     assert!(results.contains("\"agent\":\"replay\""), "{results}");

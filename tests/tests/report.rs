@@ -401,6 +401,7 @@ fn write_run(dir: &Path) {
                 .collect(),
             trajectory: traj_rel,
             started_ms: start + ti as u64 * 40_000,
+            final_images: Vec::new(),
             retried: vec![],
             tool_calls: 0,
         };

@@ -7,7 +7,7 @@
 
 use super::{CRITIC_FILE, DatasetError, IDM_FILE, write_jsonl};
 use crate::metrics::Termination;
-use crate::run::record::{StepRecord, TaskRecord, read_steps};
+use crate::run::record::{ImageRef, StepRecord, TaskRecord, read_steps};
 use crate::task::PlatformClass;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -196,16 +196,17 @@ struct Images {
 }
 
 impl Images {
-    /// The set's name of a step's image for `role` (a plain screenshot if the agent saw one,
-    /// else the marked one), copied on first use; `None` if the step has none.
+    /// The set's name of the image for `role` among a step's `images` (a plain screenshot
+    /// if the agent saw one, else the marked one), copied on first use; `None` if there is
+    /// none.
     fn of(
         &mut self,
         t: &Traj,
-        step: &StepRecord,
+        images: &[ImageRef],
         role: Option<&str>,
     ) -> Result<Option<String>, DatasetError> {
         let for_role = |kind: &str| {
-            step.images
+            images
                 .iter()
                 .find(|i| i.kind == kind && role.is_none_or(|r| i.role == r))
         };
@@ -274,8 +275,12 @@ pub fn idm(runs: &[PathBuf], out: &Path) -> Result<Built<IdmItem>, DatasetError>
     let mut built = Built::new(trajs.len());
     for t in &trajs {
         let (plat, space) = platform(t.record.class);
-        for pair in t.steps.windows(2) {
-            let (step, next) = (&pair[0], &pair[1]);
+        for (k, step) in t.steps.iter().enumerate() {
+            // After the last step, the state the run ended in.
+            let next = t
+                .steps
+                .get(k + 1)
+                .map_or(t.record.final_images.as_slice(), |n| n.images.as_slice());
             let skip = match (step.actions.as_slice(), step.results.as_slice()) {
                 ([_], [r]) if r != "ok" => Some("the action failed"),
                 ([a], [_]) if !space.contains(&describe(a).0.as_str()) => {
@@ -292,7 +297,7 @@ pub fn idm(runs: &[PathBuf], out: &Path) -> Result<Built<IdmItem>, DatasetError>
             let action = &step.actions[0];
             let role = action.get("env").and_then(|e| e.as_str());
             let (Some(before), Some(after)) =
-                (images.of(t, step, role)?, images.of(t, next, role)?)
+                (images.of(t, &step.images, role)?, images.of(t, next, role)?)
             else {
                 *built.skipped.entry("no frame before or after").or_default() += 1;
                 continue;
@@ -346,11 +351,12 @@ pub fn critic(runs: &[PathBuf], out: &Path) -> Result<Built<CriticItem>, Dataset
         for (k, step) in t.steps.iter().enumerate() {
             for (j, action) in step.actions.iter().enumerate() {
                 let role = action.get("env").and_then(|e| e.as_str());
-                let before = images.of(t, step, role)?;
-                let after = match t.steps.get(k + 1) {
-                    Some(next) => images.of(t, next, role)?,
-                    None => None,
-                };
+                let before = images.of(t, &step.images, role)?;
+                let next = t
+                    .steps
+                    .get(k + 1)
+                    .map_or(t.record.final_images.as_slice(), |n| n.images.as_slice());
+                let after = images.of(t, next, role)?;
                 let (operation, mut repr) = describe(action);
                 if let Some(r) = step.results.get(j).filter(|r| *r != "ok") {
                     repr.push_str(&format!(" -> {r}"));
@@ -424,6 +430,7 @@ mod tests {
             progress: vec![],
             trajectory: format!("tasks/{task}"),
             started_ms: 0,
+            final_images: Vec::new(),
             retried: vec![],
             tool_calls: 0,
         }
@@ -468,8 +475,21 @@ mod tests {
                     std::fs::write(traj.join(&i.file), b"png").unwrap();
                 }
             }
+            for i in &rec.final_images {
+                std::fs::write(traj.join(&i.file), b"png").unwrap();
+            }
             results.write(rec).unwrap();
         }
+    }
+
+    /// `rec` with the frame of the state it ended in.
+    fn ended_in(mut rec: TaskRecord) -> TaskRecord {
+        rec.final_images = vec![ImageRef {
+            role: "desktop".into(),
+            kind: "screenshot".into(),
+            file: "final-desktop-screenshot.png".into(),
+        }];
+        rec
     }
 
     fn click(x: i32) -> serde_json::Value {
@@ -491,10 +511,14 @@ mod tests {
             step(4, vec![click(3), click(4)], &["ok", "ok"]),
             step(5, vec![json!({"action": "wait", "seconds": 1.0})], &["ok"]),
             step(6, vec![click(5)], &["ok"]),
-            // The last step has no frame after it.
             step(7, vec![json!({"action": "complete"})], &["ok"]),
+            // The last step's frame after it is the state the run ended in.
+            step(8, vec![click(8)], &["ok"]),
         ];
-        run_dir(&run, &[(record("t", Termination::Success), steps)]);
+        run_dir(
+            &run,
+            &[(ended_in(record("t", Termination::Success)), steps)],
+        );
         let out = dir.path().join("idm");
         let built = idm(std::slice::from_ref(&run), &out).unwrap();
         let points: Vec<i64> = built
@@ -502,7 +526,7 @@ mod tests {
             .iter()
             .map(|i| i.metadata.action["target"]["x"].as_i64().unwrap())
             .collect();
-        assert_eq!(points, vec![1, 5]);
+        assert_eq!(points, vec![1, 5, 8]);
         assert_eq!(
             built.items[0].obs_before,
             "r0-tasks_t-step-001-desktop-screenshot.png"
@@ -513,12 +537,16 @@ mod tests {
         );
         assert_eq!(built.items[1].step, 6);
         assert_eq!(
+            built.items[2].obs_after,
+            "r0-tasks_t-final-desktop-screenshot.png"
+        );
+        assert_eq!(
             built.skipped.values().sum::<usize>(),
-            4,
+            5,
             "{:?}",
             built.skipped
         );
-        assert_eq!(built.images, 4);
+        assert_eq!(built.images, 6);
         let images = out.join(IMAGES_DIR);
         assert!(
             !images
@@ -550,7 +578,7 @@ mod tests {
         run_dir(
             &run,
             &[
-                (record("won", Termination::Success), two()),
+                (ended_in(record("won", Termination::Success)), two()),
                 (record("undone", Termination::Undone), two()),
                 (record("crashed", Termination::EnvironmentError), two()),
                 (record("broken", Termination::BrokenSetup), vec![]),
@@ -567,7 +595,15 @@ mod tests {
         let won = &built.items[0];
         assert_eq!(won.actions.len(), 2);
         assert_eq!(won.actions[0].obs_after, won.actions[1].obs_before);
-        assert_eq!(won.actions[1].obs_after, None);
+        assert_eq!(
+            won.actions[1].obs_after.as_deref(),
+            Some("r0-tasks_won-final-desktop-screenshot.png"),
+            "the state the run ended in"
+        );
+        assert_eq!(
+            built.items[1].actions[1].obs_after, None,
+            "no final frame was kept"
+        );
         assert_eq!(won.actions[1].metadata.repr, "complete");
         assert!(matches!(
             critic(&[dir.path().join("nothing")], &dir.path().join("c2")).unwrap_err(),

@@ -541,6 +541,9 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
     for s in &steps {
         w.write(s).map_err(io(&steps_path))?;
     }
+    // The state the recording ended in, from the video (the runner's own final images
+    // went with the recorder's looks).
+    rec.final_images = keep_frame(captured.video.as_ref(), end_us, &traj, &role, "final")?;
     rec.actions = merged.len() as u32;
     rec.agent = "recording".into();
     rec.harness_ms_p50 = 0.0;
@@ -565,6 +568,28 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
         notes,
         frames,
     })
+}
+
+/// The video frame on screen at `guest_us`, copied into `traj` as `PREFIX-ROLE-screenshot`
+/// (with the frame's file type): the image a step keeps.
+fn keep_frame(
+    video: Option<&Recording>,
+    guest_us: u64,
+    traj: &Path,
+    role: &str,
+    prefix: &str,
+) -> Result<Vec<ImageRef>, RecordError> {
+    let Some(frame) = video.and_then(|v| v.frame_at(guest_us)) else {
+        return Ok(Vec::new());
+    };
+    let ext = frame.extension().and_then(|e| e.to_str()).unwrap_or("jpg");
+    let file = format!("{prefix}-{}-screenshot.{ext}", crate::task::sanitize(role));
+    std::fs::copy(&frame, traj.join(&file)).map_err(io(&frame))?;
+    Ok(vec![ImageRef {
+        role: role.to_owned(),
+        kind: "screenshot".into(),
+        file,
+    }])
 }
 
 /// The trajectory's steps: one per merged action, with the video frame from just before it
@@ -599,20 +624,7 @@ fn steps(
     for (i, m) in merged.iter().enumerate() {
         let n = i as u32 + 1;
         let passed = std::mem::take(&mut passed_at[i]);
-        let mut images = Vec::new();
-        if let Some(frame) = video.and_then(|v| v.frame_at(m.guest_us)) {
-            let ext = frame.extension().and_then(|e| e.to_str()).unwrap_or("jpg");
-            let file = format!(
-                "step-{n:03}-{}-screenshot.{ext}",
-                crate::task::sanitize(role)
-            );
-            std::fs::copy(&frame, traj.join(&file)).map_err(io(&frame))?;
-            images.push(ImageRef {
-                role: role.to_owned(),
-                kind: "screenshot".into(),
-                file,
-            });
-        }
+        let images = keep_frame(video, m.guest_us, traj, role, &format!("step-{n:03}"))?;
         let tree = looks
             .iter()
             .rev()

@@ -58,6 +58,7 @@ fn record(
         progress: vec![],
         trajectory: format!("tasks/{task}__r{repeat}"),
         started_ms: 1_709_301_909_000,
+        final_images: Vec::new(),
         retried: vec![],
         tool_calls: 0,
     }

@@ -56,6 +56,11 @@ pub struct TaskRecord {
     pub trajectory: String,
     /// Unix time (ms) when it started.
     pub started_ms: u64,
+    /// What the environments showed after the last action (the state the run ended in),
+    /// as the steps' images are: `final-ROLE-KIND.png` in the trajectory. Empty when the
+    /// run ended before an action or without seeing the end (an environment error).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub final_images: Vec<ImageRef>,
     /// The earlier attempts, which failed and were retried (`--attempts`); the rest of the
     /// record is the last attempt's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -296,6 +301,7 @@ mod tests {
             progress: vec![],
             trajectory: "tasks/t-0".into(),
             started_ms: 0,
+            final_images: Vec::new(),
             retried: vec![],
             tool_calls: 0,
         };

@@ -7,7 +7,7 @@
 //! sent to the element on the new screen with the role and name element 7 had when it was
 //! recorded ([`retarget`]); one that is not there is a divergence, named in the report.
 
-use super::record::{self, StepRecord, TaskRecord};
+use super::record::{self, ImageRef, StepRecord, TaskRecord};
 use crate::agent::actions::{AgentAction, Target};
 use crate::agent::observe::View;
 use crate::agent::{Agent, AgentError, Decision, Observation, TaskBrief};
@@ -376,6 +376,10 @@ pub struct Comparison {
     pub recorded: Option<Ending>,
     /// How the replay ended.
     pub replayed: Ending,
+    /// The share of each role's screen that looked different in the states the two runs
+    /// ended in, where both kept them.
+    #[serde(default)]
+    pub final_difference: Vec<(String, f64)>,
 }
 
 impl Comparison {
@@ -438,6 +442,14 @@ impl Comparison {
             .recorded
             .as_ref()
             .map_or("no record (an unfinished run)".into(), ToString::to_string);
+        if !self.final_difference.is_empty() {
+            let ends: Vec<String> = self
+                .final_difference
+                .iter()
+                .map(|(role, d)| format!("{role} {:.1}% differs", d * 100.0))
+                .collect();
+            let _ = writeln!(out, "   end  {}", ends.join(", "));
+        }
         let _ = writeln!(out, "recorded: {recorded}");
         let _ = writeln!(out, "replayed: {}", self.replayed);
         let timing = self
@@ -501,14 +513,11 @@ pub(crate) fn screen_difference(a: &[u8], b: &[u8]) -> Result<f64, crate::pictur
 /// The screenshots of each role that a recorded step and its replay both kept, as pairs of
 /// file names: the plain ones where both have them (marks drawn on a screen are not the
 /// screen), else the marked ones.
-fn shot_pairs(recorded: &StepRecord, replayed: &StepRecord) -> Vec<(String, String, String)> {
+fn shot_pairs(recorded: &[ImageRef], replayed: &[ImageRef]) -> Vec<(String, String, String)> {
     let mut out: Vec<(String, String, String)> = Vec::new();
     for kind in ["screenshot", "marks"] {
-        for a in recorded.images.iter().filter(|i| i.kind == kind) {
-            let b = replayed
-                .images
-                .iter()
-                .find(|b| b.kind == kind && b.role == a.role);
+        for a in recorded.iter().filter(|i| i.kind == kind) {
+            let b = replayed.iter().find(|b| b.kind == kind && b.role == a.role);
             if let Some(b) = b
                 && !out.iter().any(|(r, _, _)| *r == a.role)
             {
@@ -517,6 +526,24 @@ fn shot_pairs(recorded: &StepRecord, replayed: &StepRecord) -> Vec<(String, Stri
         }
     }
     out
+}
+
+/// How much each role's screen differs between two sets of kept images (the recording's
+/// in `rec_dir`, the replay's in `rep_dir`), where both kept one.
+fn differences(
+    recorded: &[ImageRef],
+    replayed: &[ImageRef],
+    rec_dir: &Path,
+    rep_dir: &Path,
+) -> Vec<(String, f64)> {
+    let read = |dir: &Path, f: &str| std::fs::read(dir.join(f)).ok();
+    shot_pairs(recorded, replayed)
+        .into_iter()
+        .filter_map(|(role, file, other)| {
+            let (x, y) = (read(rec_dir, &file)?, read(rep_dir, &other)?);
+            Some((role, screen_difference(&x, &y).ok()?))
+        })
+        .collect()
 }
 
 /// Marks where the runs went apart: the checkpoints passed so far after each step are
@@ -600,13 +627,8 @@ pub fn compare(
         .map(|rec| {
             let again = steps.iter().find(|s| s.step == rec.step);
             let mut screens = Vec::new();
-            for (role, file, other) in again.map(|a| shot_pairs(rec, a)).unwrap_or_default() {
-                let read = |dir: &Path, f: &str| std::fs::read(dir.join(f)).ok();
-                if let (Some(x), Some(y)) = (read(&recording.dir, &file), read(replay_dir, &other))
-                    && let Ok(d) = screen_difference(&x, &y)
-                {
-                    screens.push((role, d));
-                }
+            if let Some(again) = again {
+                screens = differences(&rec.images, &again.images, &recording.dir, replay_dir);
             }
             StepComparison {
                 step: rec.step,
@@ -636,7 +658,16 @@ pub fn compare(
         recording.record.as_ref().map(|r| r.progress.as_slice()),
         &replayed.progress,
     );
+    let final_difference = recording.record.as_ref().map_or_else(Vec::new, |r| {
+        differences(
+            &r.final_images,
+            &replayed.final_images,
+            &recording.dir,
+            replay_dir,
+        )
+    });
     Ok(Comparison {
+        final_difference,
         recording: recording.dir.clone(),
         replay: replay_dir.to_owned(),
         task: recording.task.id.clone(),

@@ -323,6 +323,8 @@ struct TaskRun<'a> {
     /// Checkpoints that passed after this many actions were last shown passing to the
     /// agent (`--feedback step`).
     shown_through: u32,
+    /// The images of the state the run ended in.
+    final_images: Vec<ImageRef>,
     started: Instant,
     started_ms: u64,
 }
@@ -356,6 +358,7 @@ impl<'a> TaskRun<'a> {
             harness: Vec::new(),
             traj_rel,
             shown_through: 0,
+            final_images: Vec::new(),
             started: Instant::now(),
             started_ms: now_ms(),
         }
@@ -569,7 +572,7 @@ impl<'a> TaskRun<'a> {
             let mut obs = self.observation(views, std::mem::take(&mut turn.feedback))?;
             self.add_stills(&mut obs, recents).await;
             timing.observe_ms = t.elapsed().as_secs_f64() * 1000.0;
-            let images = self.save_images(&obs, decision_no);
+            let images = self.save_images(&obs, &format!("step-{decision_no:03}"));
 
             let t = Instant::now();
             let decision = agent
@@ -622,7 +625,8 @@ impl<'a> TaskRun<'a> {
     }
 
     /// Shows the agent the views taken after the last action, if there are any, when the
-    /// run ends: the state it ended in, before the final check and teardown.
+    /// run ends: the state it ended in, before the final check and teardown; they go into
+    /// the trajectory as its final images.
     fn show_last(
         &mut self,
         agent: &mut dyn Agent,
@@ -632,6 +636,7 @@ impl<'a> TaskRun<'a> {
         if let Some(views) = views
             && let Ok(last) = self.observation(views, std::mem::take(&mut turn.feedback))
         {
+            self.final_images = self.save_images(&last, "final");
             agent.seen_last(&last);
         }
     }
@@ -671,16 +676,13 @@ impl<'a> TaskRun<'a> {
 
     /// Writes the images the agent sees into the trajectory; one that cannot be written is
     /// left out of the record rather than failing the task.
-    fn save_images(&self, obs: &Observation, decision_no: u32) -> Vec<ImageRef> {
+    fn save_images(&self, obs: &Observation, prefix: &str) -> Vec<ImageRef> {
         let traj = self.traj();
         let mut images = Vec::new();
         for v in &obs.views {
             for (kind, bytes) in [("screenshot", &v.screenshot), ("marks", &v.marked)] {
                 if let Some(b) = bytes {
-                    let file = format!(
-                        "step-{decision_no:03}-{}-{kind}.png",
-                        crate::task::sanitize(&v.role)
-                    );
+                    let file = format!("{prefix}-{}-{kind}.png", crate::task::sanitize(&v.role));
                     if blocking(|| std::fs::write(traj.join(&file), b)).is_ok() {
                         images.push(ImageRef {
                             role: v.role.clone(),
@@ -692,10 +694,7 @@ impl<'a> TaskRun<'a> {
             }
             for (i, still) in v.video.iter().enumerate() {
                 let kind = format!("video-{i:02}");
-                let file = format!(
-                    "step-{decision_no:03}-{}-{kind}.png",
-                    crate::task::sanitize(&v.role)
-                );
+                let file = format!("{prefix}-{}-{kind}.png", crate::task::sanitize(&v.role));
                 if blocking(|| std::fs::write(traj.join(&file), &still.png)).is_ok() {
                     images.push(ImageRef {
                         role: v.role.clone(),
@@ -938,6 +937,7 @@ impl<'a> TaskRun<'a> {
             progress: self.evaluator.progress(),
             trajectory: self.traj_rel,
             started_ms: self.started_ms,
+            final_images: std::mem::take(&mut self.final_images),
             retried: Vec::new(),
         }
     }
@@ -1522,6 +1522,7 @@ mod tests {
             progress: ev.progress(),
             trajectory: "tasks/t__r0".into(),
             started_ms: 0,
+            final_images: Vec::new(),
             retried: vec![],
             tool_calls: 0,
         };
