@@ -87,7 +87,9 @@ pub(crate) async fn run(a: ReplayArgs, reg: &Registry) -> anyhow::Result<()> {
                 "starting local desktops for roles {}",
                 roles.keys().cloned().collect::<Vec<_>>().join(", ")
             );
-            match sets::local_sets(reg, &roles, 1, a.size, false, &made, &mut |m| {
+            // A recording whose agent had API tools is replayed with them.
+            let tools = observation.tools;
+            match sets::local_sets(reg, &roles, 1, a.size, tools, &made, &mut |m| {
                 eprintln!("  {m}")
             })
             .await
