@@ -18,7 +18,7 @@ use pincer::task::{Platform, Task};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyList};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -191,7 +191,8 @@ fn default_out(tasks: &str, agent: &str) -> PathBuf {
 }
 
 /// An observation as a dict: [`episode::observation_json`] with each view's images as
-/// `bytes` (`screenshot`, `marked`, PNG), and the task's id and instruction.
+/// `bytes` (`screenshot`, `marked`, PNG), its last moments as `video` (a list of
+/// `{"ago_ms", "png"}`, empty unless asked for), and the task's id and instruction.
 fn observation_dict<'py>(
     py: Python<'py>,
     obs: &Observation,
@@ -210,6 +211,15 @@ fn observation_dict<'py>(
                 None => d.set_item(key, py.None())?,
             }
         }
+        // The screen's last moments (`observe="...,video=2s@5fps"`), oldest first.
+        let stills = PyList::empty(py);
+        for still in &view.video {
+            let s = PyDict::new(py);
+            s.set_item("ago_ms", still.ago_ms)?;
+            s.set_item("png", PyBytes::new(py, &still.png))?;
+            stills.append(s)?;
+        }
+        d.set_item("video", stills)?;
     }
     Ok(dict)
 }

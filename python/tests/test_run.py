@@ -81,6 +81,23 @@ def test_a_failed_attempt_is_retried_and_the_agent_told_why(tmp_path: Path) -> N
         pb.run("demo", learner, task_ids=["terminal-make-project"], feedback="end", out=str(tmp_path / "x"))
 
 
+def test_an_agent_asked_for_video_sees_the_screens_last_moments(tmp_path: Path) -> None:
+    seen: list[list[dict]] = []
+
+    def looking(obs: dict):
+        seen.append(obs["views"]["desktop"]["video"])
+        if obs["step"] == 0:
+            return {"action": "type", "text": SOLUTIONS[obs["task"]]}
+        return {"action": "wait", "seconds": 0.3}
+
+    result = pb.run("demo", looking, task_ids=["terminal-make-project"], observe="marks,video=1s@5fps",
+                    out=str(tmp_path / "run"), report=False)
+    assert result["records"][0]["termination"] == "success"
+    frames = [f for video in seen for f in video]
+    assert frames, "at least one frame of the screen's last second"
+    assert all(f["png"].startswith(b"\x89PNG") and 0 <= f["ago_ms"] <= 1000 for f in frames)
+
+
 def test_an_agent_that_raises_or_answers_garbage(tmp_path: Path) -> None:
     def raising(obs: dict):
         raise RuntimeError("the model is down")
