@@ -358,7 +358,8 @@ pub struct ToolSpec {
     pub parameters: serde_json::Value,
 }
 
-const DESKTOP: &[&str] = &[
+/// The desktop actions' tool names.
+pub(crate) const DESKTOP: &[&str] = &[
     "click",
     "double_click",
     "right_click",

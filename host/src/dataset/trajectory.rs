@@ -14,17 +14,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The operations of desktop trajectories (IDMBench's `action_space`).
-pub const DESKTOP_ACTIONS: &[&str] = &[
-    "click",
-    "double_click",
-    "right_click",
-    "type",
-    "key",
-    "hotkey",
-    "scroll",
-    "move",
-    "drag",
-];
+pub const DESKTOP_ACTIONS: &[&str] = crate::agent::actions::DESKTOP;
 /// The operations of phone trajectories.
 pub const MOBILE_ACTIONS: &[&str] = &[
     "tap",
@@ -162,6 +152,16 @@ struct Traj {
     steps: Vec<StepRecord>,
 }
 
+impl Traj {
+    /// The images of what step `k`'s actions left: the next step's, and after the last
+    /// step the state the run ended in.
+    fn after(&self, k: usize) -> &[ImageRef] {
+        self.steps
+            .get(k + 1)
+            .map_or(self.record.final_images.as_slice(), |n| n.images.as_slice())
+    }
+}
+
 /// Every task run of the given run directories with its steps (the latest attempt of each).
 fn read_runs(runs: &[PathBuf]) -> Result<Vec<Traj>, DatasetError> {
     let mut out = Vec::new();
@@ -276,11 +276,7 @@ pub fn idm(runs: &[PathBuf], out: &Path) -> Result<Built<IdmItem>, DatasetError>
     for t in &trajs {
         let (plat, space) = platform(t.record.class);
         for (k, step) in t.steps.iter().enumerate() {
-            // After the last step, the state the run ended in.
-            let next = t
-                .steps
-                .get(k + 1)
-                .map_or(t.record.final_images.as_slice(), |n| n.images.as_slice());
+            let next = t.after(k);
             let skip = match (step.actions.as_slice(), step.results.as_slice()) {
                 ([_], [r]) if r != "ok" => Some("the action failed"),
                 ([a], [_]) if !space.contains(&describe(a).0.as_str()) => {
@@ -352,11 +348,7 @@ pub fn critic(runs: &[PathBuf], out: &Path) -> Result<Built<CriticItem>, Dataset
             for (j, action) in step.actions.iter().enumerate() {
                 let role = action.get("env").and_then(|e| e.as_str());
                 let before = images.of(t, &step.images, role)?;
-                let next = t
-                    .steps
-                    .get(k + 1)
-                    .map_or(t.record.final_images.as_slice(), |n| n.images.as_slice());
-                let after = images.of(t, next, role)?;
+                let after = images.of(t, t.after(k), role)?;
                 let (operation, mut repr) = describe(action);
                 if let Some(r) = step.results.get(j).filter(|r| *r != "ok") {
                     repr.push_str(&format!(" -> {r}"));
