@@ -2,8 +2,10 @@
 //! through a virtual touchscreen and keyboard (`/dev/uinput`) or `input` commands, the UI
 //! tree through `uiautomator dump`, the app in front as the "window", settings through
 //! `settings`, and the device's own state and setup (content providers, packages,
-//! properties, battery, radios, apps) through Android's commands. There is no clipboard
-//! a `shell` user can reach, so it is lacking.
+//! properties, battery, radios, apps) through Android's commands. The clipboard capability
+//! is lacking: since Android 10 only the app in front or the keyboard may read the
+//! clipboard, not the `shell` user (which may write it: typing text `input text` cannot
+//! type goes through it, see [`crate::clip`]).
 
 use crate::commands::{run, run_blocking};
 use crate::input::PhoneInput;
@@ -46,7 +48,8 @@ pub(crate) enum InputRoute {
 pub(crate) struct Android {
     /// Where input goes.
     pub(crate) input: InputRoute,
-    /// A directory the shell user may write (uiautomator's dumps go there).
+    /// A directory the shell user may write (uiautomator's dumps and the clipboard helper
+    /// go there).
     pub(crate) work_dir: PathBuf,
 }
 
@@ -92,7 +95,7 @@ impl Platform for Android {
     }
 
     fn input(&self) -> PhoneInput {
-        PhoneInput::new(self.input.clone())
+        PhoneInput::new(self.input.clone(), self.work_dir.clone())
     }
 
     fn screen(&self) -> PhoneScreen {

@@ -1,8 +1,9 @@
 //! Android's own commands, run by name through `PATH` (`screencap`, `input`, `uiautomator`,
-//! `settings`, `content`, `dumpsys`, `am`, `pm`, `getprop`, `wm`, `cmd`), with arguments as
-//! separate words and never through a shell, with a timeout, and with errors that name the
-//! command. On a phone `PATH` leads to `/system/bin`; in tests a directory of stand-ins put
-//! first on `PATH` replaces the device.
+//! `settings`, `content`, `dumpsys`, `am`, `pm`, `getprop`, `wm`, `cmd`, `app_process`),
+//! with arguments as separate words and never through a shell, with a timeout, and with
+//! errors that name the command; a command may be given environment variables and bytes on
+//! its standard input. On a phone `PATH` leads to `/system/bin`; in tests a directory of
+//! stand-ins put first on `PATH` replaces the device.
 
 use pincer_guest_core::exec;
 use pincer_shared::WireError;
@@ -33,8 +34,23 @@ impl Ran {
     }
 }
 
-fn request(argv: &[&str], timeout: Duration) -> ExecRequest {
+/// What a command gets besides its arguments.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Feed<'a> {
+    /// Environment variables added to the shim's.
+    pub(crate) env: &'a [(&'a str, &'a str)],
+    /// Bytes on its standard input (none: it reads `/dev/null`).
+    pub(crate) stdin: &'a [u8],
+}
+
+fn request(argv: &[&str], feed: Feed<'_>, timeout: Duration) -> ExecRequest {
     let mut req = ExecRequest::new(argv.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
+    req.env = feed
+        .env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    req.stdin = feed.stdin.to_vec();
     req.timeout_ms = timeout.as_millis() as u64;
     req.max_output = MAX_OUTPUT;
     req
@@ -73,14 +89,26 @@ fn judged(argv: &[&str], out: Result<ExecOutput, WireError>) -> Result<Ran, Wire
 
 /// Runs a command to its end; a status other than 0 is an error naming it.
 pub(crate) async fn run(argv: &[&str], timeout: Duration) -> Result<Ran, WireError> {
-    judged(argv, exec::run(&request(argv, timeout)).await)
+    judged(
+        argv,
+        exec::run(&request(argv, Feed::default(), timeout)).await,
+    )
 }
 
 /// [`run`] from a blocking thread (the capabilities that run one call at a time).
 pub(crate) fn run_blocking(argv: &[&str], timeout: Duration) -> Result<Ran, WireError> {
+    run_blocking_fed(argv, Feed::default(), timeout)
+}
+
+/// [`run_blocking`] with environment variables and standard input.
+pub(crate) fn run_blocking_fed(
+    argv: &[&str],
+    feed: Feed<'_>,
+    timeout: Duration,
+) -> Result<Ran, WireError> {
     let handle = tokio::runtime::Handle::try_current().map_err(|_| WireError::Internal {
         message: "no async runtime to run commands on".into(),
     })?;
-    let req = request(argv, timeout);
+    let req = request(argv, feed, timeout);
     judged(argv, handle.block_on(exec::run(&req)))
 }

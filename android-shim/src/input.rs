@@ -3,10 +3,13 @@
 //! `input` commands (each starts a Java process on the phone: tens to hundreds of
 //! milliseconds). Mouse actions map onto touch where they mean the same (a click is a tap,
 //! a drag a swipe, a scroll a swipe by notches); pointer-only ones are refused with a
-//! reason. Text is typed with `input text`, which takes ASCII only: other text is refused
-//! with a typed error rather than typed wrongly.
+//! reason. Text is typed a line at a time with Enter between lines: a line of printable
+//! ASCII with `input text`, any other line (accents, CJK, emoji, a literal `%s`, control
+//! characters) by putting it on the clipboard and pasting it ([`Clipboard`]), which replaces
+//! what the clipboard held.
 
 use crate::android::InputRoute;
+use crate::clip::Clipboard;
 use crate::commands::run_blocking;
 use crate::uinput::{self, Sink};
 use pincer_shared::WireError;
@@ -35,6 +38,8 @@ pub(crate) struct PhoneInput {
     route: Route,
     /// The next touch's tracking id.
     tracking: i32,
+    /// For the text `input text` cannot type.
+    clipboard: Clipboard,
 }
 
 impl std::fmt::Debug for PhoneInput {
@@ -52,12 +57,14 @@ fn unsupported(what: &str) -> WireError {
 }
 
 impl PhoneInput {
-    /// Input as `want` says, decided on first use.
-    pub(crate) fn new(want: InputRoute) -> Self {
+    /// Input as `want` says, decided on first use; the clipboard helper is kept in
+    /// `work_dir`.
+    pub(crate) fn new(want: InputRoute, work_dir: std::path::PathBuf) -> Self {
         Self {
             want,
             route: Route::Undecided,
             tracking: 1,
+            clipboard: Clipboard::new(work_dir),
         }
     }
 
@@ -188,23 +195,29 @@ impl PhoneInput {
     }
 
     fn text(&mut self, text: &str) -> Result<(), WireError> {
-        if !text.is_ascii() {
-            return Err(WireError::Unsupported {
-                what: "typing text that is not ASCII: Android's `input text` takes ASCII only, and no other way is open to the shell user".into(),
-            });
-        }
-        // Lines are typed one at a time with Enter between them; `input text` reads `%s` as
-        // a space, so spaces are written that way (and a literal `%s` cannot be typed).
         for (i, line) in text.split('\n').enumerate() {
             if i > 0 {
                 self.key("KEYCODE_ENTER", Some(uinput::KEY_ENTER))?;
             }
-            if !line.is_empty() {
+            if line.is_empty() {
+                continue;
+            }
+            if typeable(line) {
+                // `input text` reads `%s` as a space, so spaces are written that way.
                 Self::input(&["text", &line.replace(' ', "%s")])?;
+            } else {
+                self.clipboard.set(line)?;
+                Self::input(&["keyevent", "KEYCODE_PASTE"])?;
             }
         }
         Ok(())
     }
+}
+
+/// Whether `input text` types `line` as it is: printable ASCII (its key map has nothing
+/// else), and no `%s`, which it reads as a space.
+fn typeable(line: &str) -> bool {
+    line.bytes().all(|b| (b' '..=b'~').contains(&b)) && !line.contains("%s")
 }
 
 fn io(e: std::io::Error) -> WireError {
@@ -313,5 +326,27 @@ impl pincer_guest_core::platform::Input for PhoneInput {
 
     fn cursor(&mut self) -> Result<Point, WireError> {
         Err(unsupported("a pointer position"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::typeable;
+
+    #[test]
+    fn input_text_types_printable_ascii_without_percent_s() {
+        assert!(typeable("see you at 6, ok? ~{}"));
+        for line in [
+            "Bogotá",
+            "世界",
+            "👋",
+            "100%s",
+            "tab\there",
+            "nul\0",
+            "cr\r",
+            "del\x7f",
+        ] {
+            assert!(!typeable(line), "{line:?}");
+        }
     }
 }

@@ -5,6 +5,7 @@
 //! name through `PATH`, do the device's part ([`android::Android`]).
 
 mod android;
+mod clip;
 mod commands;
 mod device;
 mod hierarchy;

@@ -4,8 +4,12 @@
 //! `am`, `pm`, `getprop`, `wm`), put first on `PATH`, that replay outputs recorded from real
 //! devices (`fixtures/android/`) and keep the device's state in files a test can change:
 //! which app is in front, what the screen shows, the settings, content-provider rows. What
-//! the shim sends to `input` is logged, so a test sees every tap.
+//! the shim sends to `input` is logged, so a test sees every tap, and what it types is kept
+//! as a text field would have it (`input text`, Enter, and paste of the clipboard, which
+//! the shim's own clipboard helper sets when [`Phone::with_clipboard`] installs a stand-in
+//! `app_process` running it on a JVM: see [`crate::android_framework`]).
 
+use crate::android_framework::{ClipApi, Framework, app_process_script};
 use std::path::{Path, PathBuf};
 
 /// The recorded outputs.
@@ -20,6 +24,8 @@ pub struct Phone {
     pub bin: PathBuf,
     /// The state the scripts read and write.
     pub state: PathBuf,
+    /// The stand-in framework `app_process` runs the clipboard helper over, if any.
+    framework: Option<Framework>,
     _dir: tempfile::TempDir,
 }
 
@@ -54,6 +60,7 @@ impl Phone {
         let phone = Self {
             bin,
             state,
+            framework: None,
             _dir: dir,
         };
         phone.set_screen(screen);
@@ -88,7 +95,13 @@ impl Phone {
             "uiautomator",
             "[ \"$1\" = dump ] || { echo \"unknown command $1\" >&2; exit 1; }\nout=${2:-/sdcard/window_dump.xml}\nif [ -f \"$S/dump-error.txt\" ]; then cat \"$S/dump-error.txt\"; exit 0; fi\ncp \"$S/screen.xml\" \"$out\" && echo \"UI hierchary dumped to: $out\"",
         );
-        script(b, s, "input", "echo \"$*\" >> \"$S/input.log\"");
+        // What a text field gets: `input text` reads `%s` as a space; paste inserts the clip.
+        script(
+            b,
+            s,
+            "input",
+            "echo \"$*\" >> \"$S/input.log\"\ncase \"$1 $2\" in\n  'text '*) printf '%s' \"$2\" | sed 's/%s/ /g' >> \"$S/typed.txt\" ;;\n  'keyevent KEYCODE_ENTER') printf '\\n' >> \"$S/typed.txt\" ;;\n  'keyevent KEYCODE_PASTE') cat \"$S/clip.txt\" >> \"$S/typed.txt\" 2>/dev/null ;;\nesac",
+        );
         script(
             b,
             s,
@@ -138,6 +151,37 @@ impl Phone {
             "echo \"$*\" >> \"$S/cmd.log\"\necho \"cmd $1 is not recorded\" >&2\nexit 1",
         );
         phone
+    }
+
+    /// Gives the phone an `app_process` that runs the dex it is given (`CLASSPATH`) on a
+    /// JVM over the stand-in framework of `api`, so the shim's clipboard helper sets the
+    /// stand-in clipboard ([`Phone::clip`]); it logs its arguments (`app_process.log`), its
+    /// `CLASSPATH` (`app_process-classpath.log`) and its last standard input
+    /// (`app_process.stdin`).
+    pub fn with_clipboard(mut self, api: ClipApi) -> Self {
+        let framework = Framework::compile(api);
+        script(
+            &self.bin,
+            &self.state,
+            "app_process",
+            &format!(
+                "echo \"$*\" >> \"$S/app_process.log\"\nprintf '%s\\n' \"$CLASSPATH\" >> \"$S/app_process-classpath.log\"\ncat > \"$S/app_process.stdin\"\n{}",
+                app_process_script(&framework.classes)
+            ),
+        );
+        self.framework = Some(framework);
+        self
+    }
+
+    /// What a text field has had typed into it, as bytes: `input text` (with `%s` as a
+    /// space), Enter as a newline, and the clipboard's text for each paste.
+    pub fn typed(&self) -> Vec<u8> {
+        std::fs::read(self.state.join("typed.txt")).unwrap_or_default()
+    }
+
+    /// The stand-in clipboard's text, as bytes, if anything set it.
+    pub fn clip(&self) -> Option<Vec<u8>> {
+        std::fs::read(self.state.join("clip.txt")).ok()
     }
 
     /// Keeps the phone's directory after the phone is dropped, and returns it (for the

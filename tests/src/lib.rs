@@ -4,6 +4,7 @@
 
 pub mod adb;
 pub mod android;
+pub mod android_framework;
 pub mod cases;
 pub mod kube;
 pub mod routes;

@@ -21,6 +21,7 @@ use pincer_shared::probe::{Probe, ProbeReply};
 use pincer_shared::setup::{ExecRequest, Setup};
 use pincer_tests::adb::{StandInAdb, StandInDevice};
 use pincer_tests::android::{self, Node, Phone, SIZE, dump};
+use pincer_tests::android_framework::{self as framework, ClipApi, Framework};
 use pincer_tests::{Sandbox, bin};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -485,7 +486,8 @@ async fn touches_and_keys_reach_the_touchscreen_byte_for_byte() {
     .unwrap();
     assert_eq!(phone.inputs(), ["text see%syou%sat%s6", "text ok"]);
     assert_eq!(read()[before..], key(28));
-    // Text Android's `input` cannot type is refused, not typed wrongly.
+    // Text Android's `input text` cannot type goes through the clipboard with
+    // `app_process`, which this phone lacks: a typed error naming it, nothing typed wrongly.
     let e = env
         .act(Action::TypeText {
             text: "Bogotá".into(),
@@ -493,7 +495,8 @@ async fn touches_and_keys_reach_the_touchscreen_byte_for_byte() {
         .await
         .unwrap_err();
     assert!(
-        matches!(wire(&e), WireError::Unsupported { what } if what.contains("ASCII")),
+        matches!(wire(&e), WireError::Unsupported { what }
+            if what.contains("`app_process` is not on this device's PATH") && what.contains("printable ASCII")),
         "{e}"
     );
     assert_eq!(phone.inputs().len(), 2, "nothing of it was typed");
@@ -508,6 +511,236 @@ async fn touches_and_keys_reach_the_touchscreen_byte_for_byte() {
         matches!(wire(&e), WireError::Unsupported { what } if what.contains("no pointer")),
         "{e}"
     );
+}
+
+/// Text that `input text` cannot type, and that a clipboard must carry exactly: accents,
+/// CJK, a combining mark, emoji outside the Basic Multilingual Plane (which JNI's Modified
+/// UTF-8 would mangle), joiners and flags, newlines, what looks like an option, `%s`, NUL.
+fn tricky_texts() -> Vec<String> {
+    vec![
+        "Grüße, 世界 👋".into(),
+        "e\u{301}le\u{300}ve, naïve café, Ångström".into(),
+        "日本語のテキストと한국어".into(),
+        "👩‍👩‍👧‍👦 🏳️‍🌈 𝄞 \u{1F600}".into(),
+        "line one\nline two\r\n\n".into(),
+        "-n --help -".into(),
+        "100%s done %d %n".into(),
+        "nul\0inside\0".into(),
+        String::new(),
+        // 64 KiB and more, in characters of 1 to 4 bytes.
+        "aé世👋".repeat(6_554),
+    ]
+}
+
+#[test]
+fn the_clipboard_helper_is_its_smali_source_assembled() {
+    // smali 2.5.2 writes the same bytes for the same source (checked: twice in a row,
+    // and here against the committed dex), so the source and the dex the shim embeds agree.
+    let dir = tempfile::tempdir().unwrap();
+    let dex = dir.path().join("pincer-clip.dex");
+    let out = Command::new("smali")
+        .args(["assemble", "-o"])
+        .arg(&dex)
+        .arg(framework::smali_source())
+        .output()
+        .expect("smali (install libsmali-java and default-jre-headless: ./run.sh deps)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shipped = std::fs::read(framework::shipped_dex()).unwrap();
+    assert!(
+        std::fs::read(&dex).unwrap() == shipped,
+        "android-shim/dex/pincer-clip.dex is not what smali makes of Clip.smali: \
+         run `smali assemble -o pincer-clip.dex Clip.smali` in android-shim/dex"
+    );
+
+    // Android's own dex reader: the checksum holds, and the class is what app_process runs.
+    let check = Command::new("dexdump")
+        .arg("-c")
+        .arg(framework::shipped_dex())
+        .output()
+        .expect("dexdump (install dexdump: ./run.sh deps)");
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success() && said.contains("Checksum verified"),
+        "{said}"
+    );
+    let dump = Command::new("dexdump")
+        .arg(framework::shipped_dex())
+        .output()
+        .unwrap();
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    assert!(
+        dump.contains("DEX version '035'"),
+        "every Android reads 035: {dump}"
+    );
+    assert!(
+        dump.contains("Class descriptor  : 'Lorg/pincer/Clip;'"),
+        "{dump}"
+    );
+    let main = dump
+        .split("#")
+        .find(|m| m.contains("name          : 'main'"))
+        .expect("a main method");
+    assert!(
+        main.contains("type          : '([Ljava/lang/String;)V'")
+            && main.contains("(PUBLIC STATIC)"),
+        "{main}"
+    );
+}
+
+#[test]
+fn the_clipboard_helper_sets_the_clip_on_every_android_version() {
+    // The shipped dex's own instructions, translated to JVM classes, over stand-ins of the
+    // framework as each Android version declared `IClipboard.setPrimaryClip`.
+    let dir = tempfile::tempdir().unwrap();
+    let jar = dir.path().join("clip.jar");
+    framework::enjarify(&framework::shipped_dex(), &jar);
+    for api in ClipApi::ALL {
+        let fw = Framework::compile(api);
+        for text in tricky_texts() {
+            let state = tempfile::tempdir().unwrap();
+            let out = framework::run_helper(&jar, &fw, state.path(), text.as_bytes());
+            let short: String = text.chars().take(40).collect();
+            assert!(
+                out.status.success(),
+                "{api:?} {short:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let clip = std::fs::read(state.path().join("clip.txt")).unwrap();
+            assert!(
+                clip == text.as_bytes(),
+                "{api:?}: the clip is not {short:?}"
+            );
+            let call = std::fs::read_to_string(state.path().join("clip-call.log")).unwrap();
+            assert_eq!(call, format!("{}\n", api.expected_call()), "{api:?}");
+        }
+        // No clipboard service: a failure, with the reason.
+        let state = tempfile::tempdir().unwrap();
+        std::fs::write(state.path().join("no-clipboard"), "").unwrap();
+        let out = framework::run_helper(&jar, &fw, state.path(), "ü".as_bytes());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{api:?}: {err}");
+        assert!(
+            err.contains("pincer-clip: cannot set the clipboard")
+                && err.contains("there is no clipboard service"),
+            "{api:?}: {err}"
+        );
+        assert!(!state.path().join("clip.txt").exists());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_input_text_cannot_type_is_pasted_through_the_clipboard() {
+    let sb = Sandbox::new();
+    let phone = Phone::new(
+        &gmail(),
+        "com.google.android.apps.messaging/.ui.ConversationListActivity",
+    )
+    .with_clipboard(ClipApi::Api34);
+    let s = shim(&phone, &sb.path().join("shim"), &["--no-uinput"]);
+    let env = register(&sb, "phone", &s, "udp").await;
+    let type_text = |text: &str| {
+        env.act(Action::TypeText {
+            text: text.to_owned(),
+        })
+    };
+
+    // The action reaches the field exactly: put on the clipboard by the shim's own helper
+    // (the dex it wrote, run by `app_process` with the text on stdin), then pasted.
+    let text = "Grüße, 世界 👋";
+    type_text(text).await.unwrap();
+    assert_eq!(String::from_utf8(phone.typed()).unwrap(), text);
+    assert_eq!(phone.inputs(), ["keyevent KEYCODE_PASTE"]);
+    assert_eq!(phone.log("app_process"), ["/ org.pincer.Clip"]);
+    let dex = s.dir.join("pincer-clip.dex");
+    assert_eq!(
+        phone.log("app_process-classpath"),
+        [dex.display().to_string()]
+    );
+    assert_eq!(
+        std::fs::read(phone.state.join("app_process.stdin")).unwrap(),
+        text.as_bytes()
+    );
+    assert!(
+        std::fs::read(&dex).unwrap() == std::fs::read(framework::shipped_dex()).unwrap(),
+        "the shim wrote another dex than the shipped one"
+    );
+    assert_eq!(phone.log("clip-call"), [ClipApi::Api34.expected_call()]);
+
+    // Lines apart: ASCII through `input text`, the rest pasted, Enter between; an empty
+    // line is just Enter; `%s`, which `input text` reads as a space, is pasted.
+    let before = phone.typed().len();
+    let mixed = "Hello there\nnaïve 👋\n\nrate: 100%s\nbye";
+    type_text(mixed).await.unwrap();
+    assert_eq!(
+        String::from_utf8(phone.typed()[before..].to_vec()).unwrap(),
+        mixed
+    );
+    assert_eq!(
+        phone.inputs()[1..],
+        [
+            "text Hello%sthere",
+            "keyevent KEYCODE_ENTER",
+            "keyevent KEYCODE_PASTE",
+            "keyevent KEYCODE_ENTER",
+            "keyevent KEYCODE_ENTER",
+            "keyevent KEYCODE_PASTE",
+            "keyevent KEYCODE_ENTER",
+            "text bye"
+        ]
+    );
+    assert_eq!(phone.log("app_process").len(), 3);
+
+    // Nothing to type is nothing typed; a key of a non-ASCII character is pasted; a very
+    // long line, NUL bytes and what looks like an option arrive whole.
+    let inputs = phone.inputs().len();
+    type_text("").await.unwrap();
+    assert_eq!(phone.inputs().len(), inputs);
+    for text in ["ß", &"aé世👋".repeat(6_554), "nul\0inside", "-n --help"] {
+        let before = phone.typed().len();
+        if text == "ß" {
+            env.act(Action::KeyPress {
+                key: pincer_shared::key::Key::Char('ß'),
+            })
+            .await
+            .unwrap();
+        } else {
+            type_text(text).await.unwrap();
+        }
+        assert!(
+            phone.typed()[before..] == *text.as_bytes(),
+            "{:?} was not typed",
+            text.chars().take(20).collect::<String>()
+        );
+    }
+
+    // A phone whose clipboard service is missing: `app_process` fails, the error names it
+    // and says why; nothing is pasted, and the shim keeps serving.
+    std::fs::write(phone.state.join("no-clipboard"), "").unwrap();
+    let inputs = phone.inputs().len();
+    let e = type_text("ça").await.unwrap_err();
+    assert!(
+        matches!(wire(&e), WireError::Io { message }
+            if message.contains("`app_process / org.pincer.Clip` failed")
+                && message.contains("there is no clipboard service")
+                && message.contains("pincer android doctor")),
+        "{e}"
+    );
+    assert_eq!(phone.inputs().len(), inputs, "nothing was pasted");
+    // The helper is written again after a failure (it may have gone): here, it had.
+    std::fs::remove_file(phone.state.join("no-clipboard")).unwrap();
+    std::fs::remove_file(&dex).unwrap();
+    type_text("ça").await.unwrap();
+    assert!(phone.typed().ends_with("ça".as_bytes()));
+    env.act(Action::Touch(Gesture::Tap {
+        at: Point::new(1, 2),
+    }))
+    .await
+    .unwrap();
+    assert_eq!(phone.inputs().last().unwrap(), "tap 1 2");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
