@@ -1144,7 +1144,8 @@ impl Drop for Detached {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pincer_android_connects_a_phone_through_adb() {
     let sb = Sandbox::new();
-    let phone = Phone::new(&gmail(), "com.google.android.gm/.ConversationListActivity");
+    let phone = Phone::new(&gmail(), "com.google.android.gm/.ConversationListActivity")
+        .with_clipboard(ClipApi::Api34);
     let mips = Phone::new(&gmail(), "com.android.settings/.Settings");
     mips.write(
         "getprop.txt",
@@ -1312,6 +1313,8 @@ async fn pincer_android_connects_a_phone_through_adb() {
         "x86_64",
         "API level",
         "input",
+        "other text pasted from the clipboard (replacing it) through",
+        "/app_process",
         "screencap",
         "1080x2400",
         "uiautomator",
@@ -1326,6 +1329,12 @@ async fn pincer_android_connects_a_phone_through_adb() {
     let o = android(&["doctor", "mips-1"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("FIX"), "{}", text(&o));
+    // A phone without `app_process` can be typed printable ASCII only.
+    assert!(
+        text(&o).contains("FIX  text         printable ASCII only: no `app_process`"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// The aarch64 build, as a phone would run it, under qemu-aarch64-static.

@@ -381,7 +381,8 @@ impl Finding {
 }
 
 /// Checks adb, the device, and what its shell user may do: the shim's ABI, the API level,
-/// `/dev/uinput` (input through a virtual touchscreen, else `input` commands), the
+/// `/dev/uinput` (input through a virtual touchscreen, else `input` commands),
+/// `app_process` (typing text `input text` cannot type, through the clipboard), the
 /// `screencap` format, `uiautomator`, and each command the probes read.
 pub async fn doctor(
     adb: &Adb,
@@ -449,6 +450,24 @@ pub async fn doctor(
             format!("`input` commands (slower; /dev/uinput: {uinput})")
         },
         None,
+    ));
+    // Text `input text` cannot type (not printable ASCII) is pasted from the clipboard,
+    // which the shim sets through a dex that `app_process` runs.
+    let app_process = adb.shell(&s, "command -v app_process").await?.text();
+    let pastes = !app_process.is_empty();
+    f.push(Finding::new(
+        "text",
+        pastes,
+        if pastes {
+            format!(
+                "printable ASCII through `input text`, other text pasted from the clipboard (replacing it) through {app_process}"
+            )
+        } else {
+            "printable ASCII only: no `app_process` on the shell's PATH".to_owned()
+        },
+        (!pastes).then_some(
+            "the shim types other text (accents, CJK, emoji) through `app_process`, found in /system/bin on every Android: check the shell's PATH",
+        ),
     ));
     let header = adb
         .shell(&s, "screencap | head -c 16 | od -An -tu4")
