@@ -38,8 +38,11 @@ RUN_PKGS="xvfb xauth dbus dbus-x11 at-spi2-core libatk-adaptor libgail-common op
 VM_PKGS="mmdebstrap e2fsprogs podman runc"
 
 # Android: adb (its server, for `pincer android`), qemu-user-static (tests run the aarch64
-# shim under it), python3-venv (zig and cargo-zigbuild come from PyPI into a venv).
-ANDROID_PKGS="adb qemu-user-static python3-venv"
+# shim under it), python3-venv (zig and cargo-zigbuild come from PyPI into a venv); for the
+# shim's clipboard helper (a dex written in smali): libsmali-java assembles it (tests check
+# the committed dex is its source assembled), dexdump checks it, enjarify turns it into JVM
+# classes that the JDK (javac, java) runs over stand-in Android framework classes.
+ANDROID_PKGS="adb qemu-user-static python3-venv libsmali-java dexdump enjarify default-jdk-headless"
 
 # Many machines: a real Slurm cluster (controller, three nodes, munge) that the tests start
 # on this machine in a temporary directory.

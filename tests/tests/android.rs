@@ -6,7 +6,10 @@
 //! server** (`pincer_tests::adb::StandInAdb`) speaking the adb server protocol.
 //!
 //! Proven here: the screen, the UI tree, touches and keys (the uinput event stream byte
-//! for byte, and `input` commands without uinput), every probe, every setup step, the
+//! for byte, and `input` commands without uinput), any text typed (printable ASCII with
+//! `input text`, the rest pasted after the shim's clipboard helper, a dex, set the clip:
+//! the shipped dex runs on a JVM over stand-in Android framework classes, translated by
+//! enjarify, for each `setPrimaryClip` Android has had), every probe, every setup step, the
 //! read-only mode, the TCP fallback, `pincer android devices|connect|doctor`, garbage from
 //! Android's commands as typed errors, a phone that goes away as an environment error,
 //! CRAB's evaluable phone tasks, and a task across a local desktop and the phone.
