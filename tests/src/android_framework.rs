@@ -33,6 +33,9 @@ pub enum ClipApi {
     Api33,
     /// Android 14 on (API 34+): a device id after the user id.
     Api34,
+    /// No Android's: a `boolean` the helper cannot know how to fill (it must fail, saying
+    /// so, rather than guess).
+    Unknown,
 }
 
 impl ClipApi {
@@ -61,6 +64,11 @@ impl ClipApi {
                 ("int", "userId"),
                 ("int", "deviceId"),
             ],
+            Self::Unknown => &[
+                ("ClipData", "clip"),
+                ("String", "callingPackage"),
+                ("boolean", "notify"),
+            ],
         }
     }
 
@@ -72,6 +80,7 @@ impl ClipApi {
             Self::Api29 => "setPrimaryClip(pincer, com.android.shell, 0)",
             Self::Api33 => "setPrimaryClip(pincer, com.android.shell, null, 0)",
             Self::Api34 => "setPrimaryClip(pincer, com.android.shell, null, 0, 0)",
+            Self::Unknown => "(none: the helper refuses)",
         }
     }
 

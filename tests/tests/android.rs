@@ -633,6 +633,17 @@ fn the_clipboard_helper_sets_the_clip_on_every_android_version() {
         );
         assert!(!state.path().join("clip.txt").exists());
     }
+    // A `setPrimaryClip` with a parameter the helper does not know: it refuses, naming it.
+    let fw = Framework::compile(ClipApi::Unknown);
+    let state = tempfile::tempdir().unwrap();
+    let out = framework::run_helper(&jar, &fw, state.path(), "ü".as_bytes());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot fill a parameter of type boolean of public abstract void android.content.IClipboard.setPrimaryClip(android.content.ClipData,java.lang.String,boolean)"),
+        "{err}"
+    );
+    assert!(!state.path().join("clip.txt").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
