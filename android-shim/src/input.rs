@@ -207,6 +207,7 @@ impl PhoneInput {
                 Self::input(&["text", &line.replace(' ', "%s")])?;
             } else {
                 self.clipboard.set(line)?;
+                // Through `input` on every route: the virtual keyboard has no paste key.
                 Self::input(&["keyevent", "KEYCODE_PASTE"])?;
             }
         }
