@@ -76,11 +76,23 @@ pub(crate) async fn run(argv: &[&str], timeout: Duration) -> Result<Ran, WireErr
     judged(argv, exec::run(&request(argv, timeout)).await)
 }
 
-/// [`run`] from a blocking thread (the capabilities that run one call at a time).
+/// [`run`], waited for: from a blocking thread (the capabilities that run one call at a
+/// time), or as the guest starts.
 pub(crate) fn run_blocking(argv: &[&str], timeout: Duration) -> Result<Ran, WireError> {
     let handle = tokio::runtime::Handle::try_current().map_err(|_| WireError::Internal {
         message: "no async runtime to run commands on".into(),
     })?;
     let req = request(argv, timeout);
-    judged(argv, handle.block_on(exec::run(&req)))
+    // A thread driving the runtime may not block on it (the guest starting up, which makes
+    // the input devices, is one): the command is waited for on a thread of its own.
+    let ran = std::thread::scope(|s| {
+        s.spawn(|| handle.block_on(exec::run(&req)))
+            .join()
+            .unwrap_or_else(|_| {
+                Err(WireError::Internal {
+                    message: format!("running {argv:?} panicked"),
+                })
+            })
+    });
+    judged(argv, ran)
 }
