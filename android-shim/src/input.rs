@@ -15,11 +15,11 @@ use pincer_shared::key::{Key, NamedKey};
 use std::time::Duration;
 
 const INPUT_TIME: Duration = Duration::from_secs(20);
+/// The longest side a screen is believed to have, in pixels (axes are `i32`s).
+const MAX_SIDE: u32 = 1 << 16;
 
-/// Where touches and keys go once the route is decided.
+/// Where touches and keys go.
 enum Route {
-    /// Not decided yet (the screen size is read on first use).
-    Undecided,
     /// Virtual devices: the touchscreen and the keyboard.
     Devices {
         touch: Box<dyn Sink>,
@@ -33,6 +33,8 @@ enum Route {
 pub(crate) struct PhoneInput {
     want: InputRoute,
     route: Route,
+    /// The touchscreen's slot as the kernel holds it (what need not be sent again).
+    slot: uinput::Slot,
     /// The next touch's tracking id.
     tracking: i32,
 }
@@ -52,53 +54,68 @@ fn unsupported(what: &str) -> WireError {
 }
 
 impl PhoneInput {
-    /// Input as `want` says, decided on first use.
+    /// Input as `want` says. The virtual devices are made now, as the shim starts, not on
+    /// the first touch: a reader (Android's input system) finds a new device some time
+    /// after it appears and opens it, and events written before that are lost to it.
     pub(crate) fn new(want: InputRoute) -> Self {
+        let route = Self::open(&want);
         Self {
             want,
-            route: Route::Undecided,
+            route,
+            slot: uinput::Slot::default(),
             tracking: 1,
         }
     }
 
     /// Opens the virtual devices, or settles for `input` commands.
-    fn route(&mut self) -> &mut Route {
-        if matches!(self.route, Route::Undecided) {
-            self.route = match &self.want {
-                InputRoute::Commands => Route::Commands,
-                InputRoute::Log(path) => match std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                {
-                    Ok(f) => match f.try_clone() {
-                        Ok(g) => Route::Devices {
-                            touch: Box::new(f),
-                            keys: Box::new(g),
-                        },
-                        Err(_) => Route::Commands,
+    fn open(want: &InputRoute) -> Route {
+        match want {
+            InputRoute::Commands => Route::Commands,
+            InputRoute::Log(path) => match std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
+                Ok(f) => match f.try_clone() {
+                    Ok(g) => Route::Devices {
+                        touch: Box::new(f),
+                        keys: Box::new(g),
                     },
-                    Err(e) => {
-                        tracing::warn!("cannot open the input log {}: {e}", path.display());
-                        Route::Commands
-                    }
+                    Err(_) => Route::Commands,
                 },
-                InputRoute::Uinput(node) => Self::devices(node).unwrap_or_else(|e| {
+                Err(e) => {
+                    tracing::warn!("cannot open the input log {}: {e}", path.display());
+                    Route::Commands
+                }
+            },
+            InputRoute::Uinput(node) => match Self::devices(node) {
+                Ok(route) => {
+                    tracing::info!(
+                        "touches and keys through a virtual touchscreen and keyboard ({})",
+                        node.display()
+                    );
+                    route
+                }
+                Err(e) => {
                     tracing::info!(
                         "no virtual input devices through {} ({e}): using `input` commands",
                         node.display()
                     );
                     Route::Commands
-                }),
-            };
+                }
+            },
         }
-        &mut self.route
     }
 
     #[cfg(target_os = "linux")]
     fn devices(node: &std::path::Path) -> Result<Route, String> {
         let size = run_blocking(&["wm", "size"], INPUT_TIME).map_err(|e| e.to_string())?;
         let (w, h) = crate::device::wm_size(&size.text()).map_err(|e| e.to_string())?;
+        // A kernel takes an axis of 0..0 (and Android would put every touch off it): a
+        // display without pixels is a misreading, not a screen.
+        if w == 0 || h == 0 || w > MAX_SIDE || h > MAX_SIDE {
+            return Err(format!("`wm size` says {w}x{h}, which is no screen"));
+        }
         let path = node.display().to_string();
         let touch = uinput::device::touchscreen(&path, w, h).map_err(|e| e.to_string())?;
         let keys = uinput::device::keyboard(&path).map_err(|e| e.to_string())?;
@@ -126,31 +143,31 @@ impl PhoneInput {
 
     fn tap(&mut self, at: Point) -> Result<(), WireError> {
         let id = self.next_id();
-        match self.route() {
-            Route::Devices { touch, .. } => {
-                touch.send(&uinput::stroke(&[(at.x, at.y)], id)).map_err(io)
-            }
+        match &mut self.route {
+            Route::Devices { touch, .. } => touch
+                .send(&self.slot.stroke(&[(at.x, at.y)], id))
+                .map_err(io),
             _ => Self::input(&["tap", &at.x.to_string(), &at.y.to_string()]),
         }
     }
 
     fn swipe(&mut self, from: Point, to: Point, duration_ms: u32) -> Result<(), WireError> {
         let id = self.next_id();
-        match self.route() {
+        match &mut self.route {
             Route::Devices { touch, .. } => {
                 // One move every 10 ms, as a finger reports.
                 let steps = (duration_ms / 10).clamp(1, 200);
                 let points = uinput::line((from.x, from.y), (to.x, to.y), steps);
                 let pause = Duration::from_millis(u64::from(duration_ms) / u64::from(steps));
-                let stroke = uinput::stroke(&points, id);
-                let (down, rest) = stroke.split_at(6 * uinput::EVENT_SIZE);
-                let (moves, up) = rest.split_at(rest.len() - 3 * uinput::EVENT_SIZE);
-                touch.send(down).map_err(io)?;
-                for m in moves.chunks(3 * uinput::EVENT_SIZE) {
+                touch.send(&self.slot.down(points[0], id)).map_err(io)?;
+                for &p in &points[1..] {
                     std::thread::sleep(pause);
-                    touch.send(m).map_err(io)?;
+                    let m = self.slot.moved(p);
+                    if !m.is_empty() {
+                        touch.send(&m).map_err(io)?;
+                    }
                 }
-                touch.send(up).map_err(io)
+                touch.send(&self.slot.up()).map_err(io)
             }
             _ => Self::input(&[
                 "swipe",
@@ -165,13 +182,11 @@ impl PhoneInput {
 
     fn long_press(&mut self, at: Point, duration_ms: u32) -> Result<(), WireError> {
         let id = self.next_id();
-        match self.route() {
+        match &mut self.route {
             Route::Devices { touch, .. } => {
-                let stroke = uinput::stroke(&[(at.x, at.y)], id);
-                let (down, up) = stroke.split_at(6 * uinput::EVENT_SIZE);
-                touch.send(down).map_err(io)?;
+                touch.send(&self.slot.down((at.x, at.y), id)).map_err(io)?;
                 std::thread::sleep(Duration::from_millis(u64::from(duration_ms.max(500))));
-                touch.send(up).map_err(io)
+                touch.send(&self.slot.up()).map_err(io)
             }
             _ => {
                 let (x, y) = (at.x.to_string(), at.y.to_string());
@@ -181,7 +196,7 @@ impl PhoneInput {
     }
 
     fn key(&mut self, keycode: &str, linux: Option<u16>) -> Result<(), WireError> {
-        match (self.route(), linux) {
+        match (&mut self.route, linux) {
             (Route::Devices { keys, .. }, Some(code)) => keys.send(&uinput::key(code)).map_err(io),
             _ => Self::input(&["keyevent", keycode]),
         }
