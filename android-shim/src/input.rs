@@ -109,16 +109,7 @@ impl PhoneInput {
 
     #[cfg(target_os = "linux")]
     fn devices(node: &std::path::Path) -> Result<Route, String> {
-        let size = run_blocking(&["wm", "size"], INPUT_TIME).map_err(|e| e.to_string())?;
-        let (w, h) = crate::device::wm_size(&size.text()).map_err(|e| e.to_string())?;
-        // A kernel takes an axis of 0..0 (and Android would put every touch off it): a
-        // display without pixels is a misreading, not a screen.
-        if w == 0 || h == 0 || w > MAX_SIDE || h > MAX_SIDE {
-            return Err(format!("`wm size` says {w}x{h}, which is no screen"));
-        }
-        let path = node.display().to_string();
-        let touch = uinput::device::touchscreen(&path, w, h).map_err(|e| e.to_string())?;
-        let keys = uinput::device::keyboard(&path).map_err(|e| e.to_string())?;
+        let (touch, keys, _) = make(node)?;
         Ok(Route::Devices {
             touch: Box::new(touch),
             keys: Box::new(keys),
@@ -220,6 +211,43 @@ impl PhoneInput {
         }
         Ok(())
     }
+}
+
+/// The touchscreen (as large as `wm size` says) and the keyboard, made through `node`.
+#[cfg(target_os = "linux")]
+fn make(node: &std::path::Path) -> Result<(std::fs::File, std::fs::File, (u32, u32)), String> {
+    let size = run_blocking(&["wm", "size"], INPUT_TIME).map_err(|e| e.to_string())?;
+    let (w, h) = crate::device::wm_size(&size.text()).map_err(|e| e.to_string())?;
+    // A kernel takes an axis of 0..0 (and Android would put every touch off it): a display
+    // without pixels is a misreading, not a screen.
+    if w == 0 || h == 0 || w > MAX_SIDE || h > MAX_SIDE {
+        return Err(format!("`wm size` says {w}x{h}, which is no screen"));
+    }
+    let path = node.display().to_string();
+    let touch = uinput::device::touchscreen(&path, w, h).map_err(|e| format!("{path}: {e}"))?;
+    let keys = uinput::device::keyboard(&path).map_err(|e| format!("{path}: {e}"))?;
+    Ok((touch, keys, (w, h)))
+}
+
+/// `--check-input`: makes the devices as the shim would, says what the kernel named them,
+/// and removes them (closing a uinput descriptor destroys its device).
+#[cfg(target_os = "linux")]
+pub(crate) fn check(node: &std::path::Path) -> Result<String, String> {
+    let (touch, keys, (w, h)) = make(node)?;
+    let name =
+        |f: &std::fs::File| uinput::device::sysname(f).unwrap_or_else(|e| format!("? ({e})"));
+    Ok(format!(
+        "a {w}x{h} touchscreen ({}) and a keyboard ({}) made through {}, then removed",
+        name(&touch),
+        name(&keys),
+        node.display()
+    ))
+}
+
+/// `--check-input` where there is no uinput.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn check(_: &std::path::Path) -> Result<String, String> {
+    Err("uinput exists on Linux only".into())
 }
 
 fn io(e: std::io::Error) -> WireError {

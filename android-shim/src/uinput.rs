@@ -167,7 +167,13 @@ pub(crate) mod device {
     const fn io(nr: u64) -> u64 {
         ((b'U' as u64) << 8) | nr
     }
+    /// `_IOR('U', nr, size)`.
+    const fn ior(nr: u64, size: u64) -> u64 {
+        (2 << 30) | (size << 16) | ((b'U' as u64) << 8) | nr
+    }
     const UI_DEV_CREATE: u64 = io(1);
+    const SYSNAME_LEN: u64 = 64;
+    const UI_GET_SYSNAME: u64 = ior(44, SYSNAME_LEN);
     const UI_DEV_SETUP: u64 = iow(3, 92);
     const UI_ABS_SETUP: u64 = iow(4, 28);
     const UI_SET_EVBIT: u64 = iow(100, 4);
@@ -231,6 +237,15 @@ pub(crate) mod device {
         setup(&f, "pincer touchscreen")?;
         ioctl(&f, UI_DEV_CREATE, 0)?;
         Ok(f)
+    }
+
+    /// The name the kernel gave a device made through `f` (`input7`: its directory under
+    /// `/sys/devices/virtual/input/`).
+    pub(crate) fn sysname(f: &std::fs::File) -> std::io::Result<String> {
+        let mut buf = [0u8; SYSNAME_LEN as usize];
+        ioctl(f, UI_GET_SYSNAME, buf.as_mut_ptr() as libc::c_ulong)?;
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
     }
 
     /// A keyboard with the keys phones have.

@@ -1094,6 +1094,8 @@ async fn pincer_android_connects_a_phone_through_adb() {
         assert!(report.contains(want), "{want}: {report}");
     }
     assert!(o.status.success(), "{report}");
+    // The pushed shim made the devices, or said why it could not (`--check-input`).
+    assert!(report.contains("virtual input devices"), "{report}");
     let o = android(&["doctor", "mips-1"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("FIX"), "{}", text(&o));
