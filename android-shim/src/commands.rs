@@ -95,7 +95,8 @@ pub(crate) async fn run(argv: &[&str], timeout: Duration) -> Result<Ran, WireErr
     )
 }
 
-/// [`run`] from a blocking thread (the capabilities that run one call at a time).
+/// [`run`], waited for: from a blocking thread (the capabilities that run one call at a
+/// time), or as the guest starts.
 pub(crate) fn run_blocking(argv: &[&str], timeout: Duration) -> Result<Ran, WireError> {
     run_blocking_fed(argv, Feed::default(), timeout)
 }
@@ -110,5 +111,16 @@ pub(crate) fn run_blocking_fed(
         message: "no async runtime to run commands on".into(),
     })?;
     let req = request(argv, feed, timeout);
-    judged(argv, handle.block_on(exec::run(&req)))
+    // A thread driving the runtime may not block on it (the guest starting up, which makes
+    // the input devices, is one): the command is waited for on a thread of its own.
+    let ran = std::thread::scope(|s| {
+        s.spawn(|| handle.block_on(exec::run(&req)))
+            .join()
+            .unwrap_or_else(|_| {
+                Err(WireError::Internal {
+                    message: format!("running {argv:?} panicked"),
+                })
+            })
+    });
+    judged(argv, ran)
 }

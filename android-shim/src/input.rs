@@ -18,11 +18,11 @@ use pincer_shared::key::{Key, NamedKey};
 use std::time::Duration;
 
 const INPUT_TIME: Duration = Duration::from_secs(20);
+/// The longest side a screen is believed to have, in pixels (axes are `i32`s).
+const MAX_SIDE: u32 = 1 << 16;
 
-/// Where touches and keys go once the route is decided.
+/// Where touches and keys go.
 enum Route {
-    /// Not decided yet (the screen size is read on first use).
-    Undecided,
     /// Virtual devices: the touchscreen and the keyboard.
     Devices {
         touch: Box<dyn Sink>,
@@ -36,6 +36,8 @@ enum Route {
 pub(crate) struct PhoneInput {
     want: InputRoute,
     route: Route,
+    /// The touchscreen's slot as the kernel holds it (what need not be sent again).
+    slot: uinput::Slot,
     /// The next touch's tracking id.
     tracking: i32,
     /// For the text `input text` cannot type.
@@ -57,58 +59,64 @@ fn unsupported(what: &str) -> WireError {
 }
 
 impl PhoneInput {
-    /// Input as `want` says, decided on first use; the clipboard helper is kept in
-    /// `work_dir`.
+    /// Input as `want` says, with the clipboard helper kept in `work_dir`. The virtual
+    /// devices are made now, as the shim starts, not on the first touch: a reader (Android's
+    /// input system) finds a new device some time after it appears and opens it, and events
+    /// written before that are lost to it.
     pub(crate) fn new(want: InputRoute, work_dir: std::path::PathBuf) -> Self {
+        let route = Self::open(&want);
         Self {
             want,
-            route: Route::Undecided,
+            route,
+            slot: uinput::Slot::default(),
             tracking: 1,
             clipboard: Clipboard::new(work_dir),
         }
     }
 
     /// Opens the virtual devices, or settles for `input` commands.
-    fn route(&mut self) -> &mut Route {
-        if matches!(self.route, Route::Undecided) {
-            self.route = match &self.want {
-                InputRoute::Commands => Route::Commands,
-                InputRoute::Log(path) => match std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                {
-                    Ok(f) => match f.try_clone() {
-                        Ok(g) => Route::Devices {
-                            touch: Box::new(f),
-                            keys: Box::new(g),
-                        },
-                        Err(_) => Route::Commands,
+    fn open(want: &InputRoute) -> Route {
+        match want {
+            InputRoute::Commands => Route::Commands,
+            InputRoute::Log(path) => match std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
+                Ok(f) => match f.try_clone() {
+                    Ok(g) => Route::Devices {
+                        touch: Box::new(f),
+                        keys: Box::new(g),
                     },
-                    Err(e) => {
-                        tracing::warn!("cannot open the input log {}: {e}", path.display());
-                        Route::Commands
-                    }
+                    Err(_) => Route::Commands,
                 },
-                InputRoute::Uinput(node) => Self::devices(node).unwrap_or_else(|e| {
+                Err(e) => {
+                    tracing::warn!("cannot open the input log {}: {e}", path.display());
+                    Route::Commands
+                }
+            },
+            InputRoute::Uinput(node) => match Self::devices(node) {
+                Ok(route) => {
+                    tracing::info!(
+                        "touches and keys through a virtual touchscreen and keyboard ({})",
+                        node.display()
+                    );
+                    route
+                }
+                Err(e) => {
                     tracing::info!(
                         "no virtual input devices through {} ({e}): using `input` commands",
                         node.display()
                     );
                     Route::Commands
-                }),
-            };
+                }
+            },
         }
-        &mut self.route
     }
 
     #[cfg(target_os = "linux")]
     fn devices(node: &std::path::Path) -> Result<Route, String> {
-        let size = run_blocking(&["wm", "size"], INPUT_TIME).map_err(|e| e.to_string())?;
-        let (w, h) = crate::device::wm_size(&size.text()).map_err(|e| e.to_string())?;
-        let path = node.display().to_string();
-        let touch = uinput::device::touchscreen(&path, w, h).map_err(|e| e.to_string())?;
-        let keys = uinput::device::keyboard(&path).map_err(|e| e.to_string())?;
+        let (touch, keys, _) = make(node)?;
         Ok(Route::Devices {
             touch: Box::new(touch),
             keys: Box::new(keys),
@@ -133,31 +141,31 @@ impl PhoneInput {
 
     fn tap(&mut self, at: Point) -> Result<(), WireError> {
         let id = self.next_id();
-        match self.route() {
-            Route::Devices { touch, .. } => {
-                touch.send(&uinput::stroke(&[(at.x, at.y)], id)).map_err(io)
-            }
+        match &mut self.route {
+            Route::Devices { touch, .. } => touch
+                .send(&self.slot.stroke(&[(at.x, at.y)], id))
+                .map_err(io),
             _ => Self::input(&["tap", &at.x.to_string(), &at.y.to_string()]),
         }
     }
 
     fn swipe(&mut self, from: Point, to: Point, duration_ms: u32) -> Result<(), WireError> {
         let id = self.next_id();
-        match self.route() {
+        match &mut self.route {
             Route::Devices { touch, .. } => {
                 // One move every 10 ms, as a finger reports.
                 let steps = (duration_ms / 10).clamp(1, 200);
                 let points = uinput::line((from.x, from.y), (to.x, to.y), steps);
                 let pause = Duration::from_millis(u64::from(duration_ms) / u64::from(steps));
-                let stroke = uinput::stroke(&points, id);
-                let (down, rest) = stroke.split_at(6 * uinput::EVENT_SIZE);
-                let (moves, up) = rest.split_at(rest.len() - 3 * uinput::EVENT_SIZE);
-                touch.send(down).map_err(io)?;
-                for m in moves.chunks(3 * uinput::EVENT_SIZE) {
+                touch.send(&self.slot.down(points[0], id)).map_err(io)?;
+                for &p in &points[1..] {
                     std::thread::sleep(pause);
-                    touch.send(m).map_err(io)?;
+                    let m = self.slot.moved(p);
+                    if !m.is_empty() {
+                        touch.send(&m).map_err(io)?;
+                    }
                 }
-                touch.send(up).map_err(io)
+                touch.send(&self.slot.up()).map_err(io)
             }
             _ => Self::input(&[
                 "swipe",
@@ -172,13 +180,11 @@ impl PhoneInput {
 
     fn long_press(&mut self, at: Point, duration_ms: u32) -> Result<(), WireError> {
         let id = self.next_id();
-        match self.route() {
+        match &mut self.route {
             Route::Devices { touch, .. } => {
-                let stroke = uinput::stroke(&[(at.x, at.y)], id);
-                let (down, up) = stroke.split_at(6 * uinput::EVENT_SIZE);
-                touch.send(down).map_err(io)?;
+                touch.send(&self.slot.down((at.x, at.y), id)).map_err(io)?;
                 std::thread::sleep(Duration::from_millis(u64::from(duration_ms.max(500))));
-                touch.send(up).map_err(io)
+                touch.send(&self.slot.up()).map_err(io)
             }
             _ => {
                 let (x, y) = (at.x.to_string(), at.y.to_string());
@@ -188,7 +194,7 @@ impl PhoneInput {
     }
 
     fn key(&mut self, keycode: &str, linux: Option<u16>) -> Result<(), WireError> {
-        match (self.route(), linux) {
+        match (&mut self.route, linux) {
             (Route::Devices { keys, .. }, Some(code)) => keys.send(&uinput::key(code)).map_err(io),
             _ => Self::input(&["keyevent", keycode]),
         }
@@ -219,6 +225,43 @@ impl PhoneInput {
 /// else), and no `%s`, which it reads as a space.
 fn typeable(line: &str) -> bool {
     line.bytes().all(|b| (b' '..=b'~').contains(&b)) && !line.contains("%s")
+}
+
+/// The touchscreen (as large as `wm size` says) and the keyboard, made through `node`.
+#[cfg(target_os = "linux")]
+fn make(node: &std::path::Path) -> Result<(std::fs::File, std::fs::File, (u32, u32)), String> {
+    let size = run_blocking(&["wm", "size"], INPUT_TIME).map_err(|e| e.to_string())?;
+    let (w, h) = crate::device::wm_size(&size.text()).map_err(|e| e.to_string())?;
+    // A kernel takes an axis of 0..0 (and Android would put every touch off it): a display
+    // without pixels is a misreading, not a screen.
+    if w == 0 || h == 0 || w > MAX_SIDE || h > MAX_SIDE {
+        return Err(format!("`wm size` says {w}x{h}, which is no screen"));
+    }
+    let path = node.display().to_string();
+    let touch = uinput::device::touchscreen(&path, w, h).map_err(|e| format!("{path}: {e}"))?;
+    let keys = uinput::device::keyboard(&path).map_err(|e| format!("{path}: {e}"))?;
+    Ok((touch, keys, (w, h)))
+}
+
+/// `--check-input`: makes the devices as the shim would, says what the kernel named them,
+/// and removes them (closing a uinput descriptor destroys its device).
+#[cfg(target_os = "linux")]
+pub(crate) fn check(node: &std::path::Path) -> Result<String, String> {
+    let (touch, keys, (w, h)) = make(node)?;
+    let name =
+        |f: &std::fs::File| uinput::device::sysname(f).unwrap_or_else(|e| format!("? ({e})"));
+    Ok(format!(
+        "a {w}x{h} touchscreen ({}) and a keyboard ({}) made through {}, then removed",
+        name(&touch),
+        name(&keys),
+        node.display()
+    ))
+}
+
+/// `--check-input` where there is no uinput.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn check(_: &std::path::Path) -> Result<String, String> {
+    Err("uinput exists on Linux only".into())
 }
 
 fn io(e: std::io::Error) -> WireError {

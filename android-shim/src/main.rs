@@ -34,6 +34,11 @@ struct Args {
     /// (to see what a device would get).
     #[arg(long, value_name = "FILE")]
     uinput_log: Option<PathBuf>,
+    /// Make the virtual touchscreen and keyboard through --uinput, say what the kernel named
+    /// them, remove them and exit: 0 when they can be made, 1 (and why) when touches and
+    /// keys would go through `input` commands (`pincer android doctor` runs this).
+    #[arg(long, conflicts_with_all = ["uinput_log", "no_uinput"])]
+    check_input: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,6 +51,21 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    if args.check_input {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        match rt.block_on(async { input::check(&args.uinput) }) {
+            Ok(made) => println!("virtual input devices: {made}"),
+            Err(why) => {
+                println!(
+                    "no virtual input devices ({why}): touches and keys go through `input` commands"
+                );
+                std::process::exit(1);
+            }
+        }
+        return Ok(());
+    }
     let state_dir = args
         .guest
         .state_dir

@@ -2,7 +2,8 @@
 //! open on most devices (group `uhid`): a tap is a handful of `input_event`s written to one
 //! descriptor, microseconds instead of the `input` command's tens to hundreds of
 //! milliseconds (it starts a Java process each time). The events follow the Linux
-//! multi-touch protocol (type B: slot, tracking id, position, `BTN_TOUCH`, `SYN_REPORT`).
+//! multi-touch protocol (type B: tracking id, position, `BTN_TOUCH`, `SYN_REPORT`), as the
+//! kernel passes them on to readers ([`Slot`]).
 //! The byte layout is `struct input_event` on 64-bit Linux: a 16-byte time (zeros: the
 //! kernel stamps events itself), then type, code and value.
 
@@ -50,39 +51,70 @@ pub(crate) fn event(kind: u16, code: u16, value: i32) -> [u8; EVENT_SIZE] {
     e
 }
 
-/// A touch stroke: down at the first point, moved through the rest, up at the last.
-pub(crate) fn stroke(points: &[(i32, i32)], tracking_id: i32) -> Vec<u8> {
-    let mut out = Vec::new();
-    let Some(&(x0, y0)) = points.first() else {
-        return out;
-    };
-    for e in [
-        event(EV_ABS, ABS_MT_SLOT, 0),
-        event(EV_ABS, ABS_MT_TRACKING_ID, tracking_id),
-        event(EV_ABS, ABS_MT_POSITION_X, x0),
-        event(EV_ABS, ABS_MT_POSITION_Y, y0),
-        event(EV_KEY, BTN_TOUCH, 1),
-        event(EV_SYN, SYN_REPORT, 0),
-    ] {
-        out.extend_from_slice(&e);
+/// The touchscreen's one slot as the kernel keeps it. The kernel passes an absolute value on
+/// only when it differs from the one it holds for the slot (positions stay after a finger
+/// lifts; a fresh device holds zeros), and a report only when something is in it; so the
+/// shim sends exactly what readers get, and the `--uinput-log` stream is what a real
+/// device's reader sees. Slot 0 is the only slot used and the one a fresh device starts in,
+/// so no `ABS_MT_SLOT` is sent (the kernel passes a slot event on only when it changes).
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    /// The position the kernel holds.
+    at: (i32, i32),
+}
+
+impl Slot {
+    /// A finger down at `at`, a new contact with `tracking_id`.
+    pub(crate) fn down(&mut self, at: (i32, i32), tracking_id: i32) -> Vec<u8> {
+        let mut out = event(EV_ABS, ABS_MT_TRACKING_ID, tracking_id).to_vec();
+        self.axes(at, &mut out);
+        out.extend_from_slice(&event(EV_KEY, BTN_TOUCH, 1));
+        out.extend_from_slice(&event(EV_SYN, SYN_REPORT, 0));
+        out
     }
-    for &(x, y) in &points[1..] {
-        for e in [
-            event(EV_ABS, ABS_MT_POSITION_X, x),
-            event(EV_ABS, ABS_MT_POSITION_Y, y),
-            event(EV_SYN, SYN_REPORT, 0),
-        ] {
-            out.extend_from_slice(&e);
+
+    /// The finger moved to `to`: the axes that changed; nothing when it stayed.
+    pub(crate) fn moved(&mut self, to: (i32, i32)) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.axes(to, &mut out);
+        if !out.is_empty() {
+            out.extend_from_slice(&event(EV_SYN, SYN_REPORT, 0));
         }
+        out
     }
-    for e in [
-        event(EV_ABS, ABS_MT_TRACKING_ID, -1),
-        event(EV_KEY, BTN_TOUCH, 0),
-        event(EV_SYN, SYN_REPORT, 0),
-    ] {
-        out.extend_from_slice(&e);
+
+    /// The finger lifted: the contact ends.
+    pub(crate) fn up(&mut self) -> Vec<u8> {
+        [
+            event(EV_ABS, ABS_MT_TRACKING_ID, -1),
+            event(EV_KEY, BTN_TOUCH, 0),
+            event(EV_SYN, SYN_REPORT, 0),
+        ]
+        .concat()
     }
-    out
+
+    /// A touch stroke: down at the first point, moved through the rest, up at the last.
+    pub(crate) fn stroke(&mut self, points: &[(i32, i32)], tracking_id: i32) -> Vec<u8> {
+        let Some(&first) = points.first() else {
+            return Vec::new();
+        };
+        let mut out = self.down(first, tracking_id);
+        for &p in &points[1..] {
+            out.extend_from_slice(&self.moved(p));
+        }
+        out.extend_from_slice(&self.up());
+        out
+    }
+
+    fn axes(&mut self, to: (i32, i32), out: &mut Vec<u8>) {
+        if to.0 != self.at.0 {
+            out.extend_from_slice(&event(EV_ABS, ABS_MT_POSITION_X, to.0));
+        }
+        if to.1 != self.at.1 {
+            out.extend_from_slice(&event(EV_ABS, ABS_MT_POSITION_Y, to.1));
+        }
+        self.at = to;
+    }
 }
 
 /// A key pressed and released.
@@ -135,7 +167,13 @@ pub(crate) mod device {
     const fn io(nr: u64) -> u64 {
         ((b'U' as u64) << 8) | nr
     }
+    /// `_IOR('U', nr, size)`.
+    const fn ior(nr: u64, size: u64) -> u64 {
+        (2 << 30) | (size << 16) | ((b'U' as u64) << 8) | nr
+    }
     const UI_DEV_CREATE: u64 = io(1);
+    const SYSNAME_LEN: u64 = 64;
+    const UI_GET_SYSNAME: u64 = ior(44, SYSNAME_LEN);
     const UI_DEV_SETUP: u64 = iow(3, 92);
     const UI_ABS_SETUP: u64 = iow(4, 28);
     const UI_SET_EVBIT: u64 = iow(100, 4);
@@ -201,6 +239,15 @@ pub(crate) mod device {
         Ok(f)
     }
 
+    /// The name the kernel gave a device made through `f` (`input7`: its directory under
+    /// `/sys/devices/virtual/input/`).
+    pub(crate) fn sysname(f: &std::fs::File) -> std::io::Result<String> {
+        let mut buf = [0u8; SYSNAME_LEN as usize];
+        ioctl(f, UI_GET_SYSNAME, buf.as_mut_ptr() as libc::c_ulong)?;
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+    }
+
     /// A keyboard with the keys phones have.
     pub(crate) fn keyboard(path: &str) -> std::io::Result<std::fs::File> {
         let f = open(path)?;
@@ -225,12 +272,8 @@ pub(crate) mod device {
 mod tests {
     use super::*;
 
-    /// The event stream of a tap, byte for byte, as the kernel's `struct input_event`.
-    #[test]
-    fn a_tap_is_the_multitouch_protocol_byte_for_byte() {
-        let bytes = stroke(&[(100, 200)], 7);
-        assert_eq!(bytes.len(), 9 * EVENT_SIZE);
-        let decoded: Vec<(u16, u16, i32)> = bytes
+    fn decode(bytes: &[u8]) -> Vec<(u16, u16, i32)> {
+        bytes
             .chunks_exact(EVENT_SIZE)
             .map(|e| {
                 assert_eq!(&e[..16], &[0u8; 16], "the kernel stamps the time");
@@ -240,11 +283,16 @@ mod tests {
                     i32::from_ne_bytes([e[20], e[21], e[22], e[23]]),
                 )
             })
-            .collect();
+            .collect()
+    }
+
+    /// The event stream of a tap, byte for byte, as the kernel's `struct input_event`.
+    #[test]
+    fn a_tap_is_the_multitouch_protocol_byte_for_byte() {
+        let bytes = Slot::default().stroke(&[(100, 200)], 7);
         assert_eq!(
-            decoded,
+            decode(&bytes),
             [
-                (EV_ABS, ABS_MT_SLOT, 0),
                 (EV_ABS, ABS_MT_TRACKING_ID, 7),
                 (EV_ABS, ABS_MT_POSITION_X, 100),
                 (EV_ABS, ABS_MT_POSITION_Y, 200),
@@ -258,8 +306,38 @@ mod tests {
         // On a little-endian machine (arm64 and x86_64 phones both are), the raw bytes.
         #[cfg(target_endian = "little")]
         assert_eq!(
-            &bytes[2 * EVENT_SIZE + 16..3 * EVENT_SIZE],
+            &bytes[EVENT_SIZE + 16..2 * EVENT_SIZE],
             &[0x03, 0x00, 0x35, 0x00, 100, 0, 0, 0]
+        );
+    }
+
+    /// What the kernel would drop is not sent: a position the slot already holds (after a
+    /// lift too, and zeros on a fresh device), and a move that moved nothing.
+    #[test]
+    fn values_the_kernel_holds_are_not_sent_again() {
+        let mut slot = Slot::default();
+        let _ = slot.stroke(&[(100, 200)], 1);
+        assert_eq!(
+            decode(&slot.stroke(&[(100, 300)], 2))[..3],
+            [
+                (EV_ABS, ABS_MT_TRACKING_ID, 2),
+                (EV_ABS, ABS_MT_POSITION_Y, 300),
+                (EV_KEY, BTN_TOUCH, 1),
+            ]
+        );
+        assert!(slot.moved((100, 300)).is_empty());
+        assert_eq!(
+            decode(&slot.moved((101, 300))),
+            [(EV_ABS, ABS_MT_POSITION_X, 101), (EV_SYN, SYN_REPORT, 0)]
+        );
+        assert_eq!(
+            decode(&Slot::default().down((0, 5), 3)),
+            [
+                (EV_ABS, ABS_MT_TRACKING_ID, 3),
+                (EV_ABS, ABS_MT_POSITION_Y, 5),
+                (EV_KEY, BTN_TOUCH, 1),
+                (EV_SYN, SYN_REPORT, 0),
+            ]
         );
     }
 
@@ -267,8 +345,13 @@ mod tests {
     fn swipes_move_between_down_and_up_and_keys_press_and_release() {
         let pts = line((0, 0), (100, 50), 4);
         assert_eq!(pts, [(0, 0), (25, 12), (50, 25), (75, 37), (100, 50)]);
-        assert_eq!(stroke(&pts, 1).len(), (6 + 4 * 3 + 3) * EVENT_SIZE);
-        assert!(stroke(&[], 1).is_empty());
+        // Down at the origin holds nothing new but the contact: 3 events; 4 moves of both
+        // axes, 3 events each; up, 3.
+        assert_eq!(
+            Slot::default().stroke(&pts, 1).len(),
+            (3 + 4 * 3 + 3) * EVENT_SIZE
+        );
+        assert!(Slot::default().stroke(&[], 1).is_empty());
         let k = key(KEY_BACK);
         assert_eq!(k.len(), 4 * EVENT_SIZE);
         assert_eq!(u16::from_ne_bytes([k[18], k[19]]), KEY_BACK);

@@ -381,7 +381,8 @@ impl Finding {
 }
 
 /// Checks adb, the device, and what its shell user may do: the shim's ABI, the API level,
-/// `/dev/uinput` (input through a virtual touchscreen, else `input` commands),
+/// input (the virtual touchscreen and keyboard made and removed by the shim that `connect`
+/// pushed, `pincer-shim --check-input`; else whether `/dev/uinput` is writable),
 /// `app_process` (typing text `input text` cannot type, through the clipboard), the
 /// `screencap` format, `uiautomator`, and each command the probes read.
 pub async fn doctor(
@@ -434,10 +435,16 @@ pub async fn doctor(
         sdk.clone(),
         (api < 24).then_some("Android 7 (API 24) or newer is needed (shell protocol v2, cmd)"),
     ));
+    // A shim that `connect` pushed makes the devices and removes them (the kernel has the
+    // last word: a writable node is not yet a touchscreen); without one, whether the node
+    // can be written is all that can be told.
+    let shim = q(&format!("{}/pincer-shim", device_dir.trim_end_matches('/')));
     let uinput = adb
         .shell(
             &s,
-            "test -w /dev/uinput && echo writable || ls -l /dev/uinput 2>&1",
+            &format!(
+                "if [ -x {shim} ] && {shim} --help 2>/dev/null | grep -q -- --check-input; then {shim} --check-input 2>/dev/null; else test -w /dev/uinput && echo writable || ls -l /dev/uinput 2>&1; fi"
+            ),
         )
         .await?
         .text();
@@ -445,7 +452,11 @@ pub async fn doctor(
         "input",
         true,
         if uinput == "writable" {
-            "/dev/uinput: a virtual touchscreen and keyboard (fast)".to_owned()
+            "/dev/uinput is writable: a virtual touchscreen and keyboard (fast; `pincer android connect` pushes the shim, after which this makes them)".to_owned()
+        } else if uinput.starts_with("virtual input devices:") {
+            format!("{uinput} (fast)")
+        } else if uinput.starts_with("no virtual input devices") {
+            format!("{uinput} (slower)")
         } else {
             format!("`input` commands (slower; /dev/uinput: {uinput})")
         },
