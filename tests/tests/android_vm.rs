@@ -44,6 +44,11 @@ fn sh(sb: &Sandbox, env: &str, script: &str) -> String {
     sb.pincer_ok(&["exec", "--env", env, "--", "sh", "-c", script])
 }
 
+/// Starts a shell command line on the phone in the background (it outlives the request).
+fn launch(sb: &Sandbox, script: &str) {
+    sb.pincer_ok(&["launch", "--env", "phone", "--", "sh", "-c", script]);
+}
+
 /// The static x86_64 build, stripped of debug information for a quicker copy.
 fn shim(sb: &Sandbox) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -309,15 +314,7 @@ async fn the_shims_devices_are_real_to_a_linux_kernel() {
 
     // Readers on both event nodes (as Android's input system is), open before any touch.
     for (n, out) in [(&touch_node, "touch.bin"), (&keys_node, "keys.bin")] {
-        sb.pincer_ok(&[
-            "launch",
-            "--env",
-            "phone",
-            "--",
-            "sh",
-            "-c",
-            &format!("exec cat {n} > $HOME/{out}"),
-        ]);
+        launch(&sb, &format!("exec cat {n} > $HOME/{out}"));
     }
     wait_for(20, "the readers to open the event nodes", || {
         sh(
@@ -422,18 +419,13 @@ async fn the_shims_devices_are_real_to_a_linux_kernel() {
     // A second shim beside the first: its own pair of devices, the first's still there;
     // killed, its devices go with its descriptors, and the first's still work.
     let start_shim = |dir: &str, path: &str| {
-        sb.pincer_ok(&[
-            "launch",
-            "--env",
-            "phone",
-            "--",
-            "sh",
-            "-c",
+        launch(
+            &sb,
             &format!(
                 "PATH={path}:/usr/bin:/bin exec {PHONE}/pincer-shim --listen 127.0.0.1:0 \
                  --state-dir /tmp/{dir} --ready-file /tmp/{dir}/ready.json > /tmp/{dir}.log 2>&1"
             ),
-        ]);
+        );
         wait_for(30, dir, || {
             sh(
                 &sb,
