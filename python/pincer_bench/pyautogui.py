@@ -210,6 +210,30 @@ def pincer_key(name: object) -> str:
     )
 
 
+# The keys a US keyboard has under the shifted characters, for chords.
+_UNSHIFTED: dict[str, str] = dict(zip('~!@#$%^&*()_{}|:"<>?', "`1234567890-[]\\;',./"))
+
+
+def _shifted(keys: list[str]) -> list[str]:
+    """A chord as pyautogui presses it on X11, where OSWorld runs it.
+
+    pyautogui holds shift around a key whose character needs it (``isShiftCharacter``: a
+    capital ASCII letter or a shifted symbol), so ``hotkey('ctrl', 'T')`` is ctrl+shift+t and
+    ``hotkey('ctrl', '!')`` is ctrl+shift+1 (the key of ``!`` on a US layout, as OSWorld's
+    desktops have). Sent as they are, ``T`` and ``!`` would reach the application without
+    shift. ``plus`` stays itself: pincer names it as a key.
+    """
+    out: list[str] = []
+    for key in keys:
+        if len(key) == 1 and key.isascii() and (key.isupper() or key in _UNSHIFTED):
+            if "shift" not in out:
+                out.append("shift")
+            out.append(_UNSHIFTED.get(key, key.lower()))
+        else:
+            out.append(key)
+    return out
+
+
 # pyautogui functions, by the _Session method that translates them.
 _CALLS: dict[str, str] = {
     "click": "click",
@@ -595,7 +619,7 @@ class _Session:
 
     def _hotkey(self, keys: list[str]) -> None:
         """Sends a chord; the held keys count as used."""
-        chord = list(dict.fromkeys(keys))
+        chord = list(dict.fromkeys(_shifted(keys)))
         if len(chord) > MAX_HOTKEY_KEYS:
             raise ActionRefused(f"a hotkey has at most {MAX_HOTKEY_KEYS} keys, not {len(chord)}")
         self.used.update(self.keys)
