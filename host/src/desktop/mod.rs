@@ -312,11 +312,12 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
     if let Some(h) = &opts.home {
         cmd.arg("--home").arg(h);
     }
-    let lifeline = match opts.lifeline {
-        true => Some(lifeline::read_end().map_err(io("making the desktop's lifeline"))?),
-        false => None,
-    };
-    if let Some(fd) = lifeline {
+    let lifeline_fd = opts
+        .lifeline
+        .then(lifeline::read_end)
+        .transpose()
+        .map_err(io("making the desktop's lifeline"))?;
+    if let Some(fd) = lifeline_fd {
         cmd.arg("--lifeline").arg(fd.to_string());
     }
     if let Some(d) = &opts.dial {
@@ -334,7 +335,7 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            if let Some(fd) = lifeline {
+            if let Some(fd) = lifeline_fd {
                 lifeline::inherit(fd)?;
             }
             Ok(())
@@ -1094,7 +1095,7 @@ fn run_session(
     let mut restarts: Vec<Instant> = Vec::new();
     let mut xvfb = _xvfb;
     while !STOP.load(Ordering::SeqCst) {
-        // A signal (`down`) cuts the wait short.
+        // With a lifeline the tick waits on it, and a signal (`down`) cuts it short.
         const TICK: Duration = Duration::from_millis(100);
         match owner {
             Some(o) if o.gone_within(TICK) => {
