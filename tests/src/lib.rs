@@ -226,6 +226,8 @@ pub struct ProcessEntry {
     pub state: char,
     /// Its parent's pid.
     pub ppid: u32,
+    /// Its session id (a desktop's processes: its supervisor's pid).
+    pub session: u32,
     /// When it started, in clock ticks since boot.
     pub started: u64,
     /// Its arguments, joined by spaces.
@@ -245,6 +247,7 @@ impl ProcessEntry {
             comm: head.split_once('(')?.1.to_owned(),
             state: fields.first()?.chars().next()?,
             ppid: fields.get(1)?.parse().ok()?,
+            session: fields.get(3)?.parse().ok()?,
             started: fields.get(19)?.parse().ok()?,
             cmdline: String::from_utf8_lossy(&cmdline)
                 .trim_end_matches('\0')
@@ -276,6 +279,89 @@ pub fn processes() -> Vec<ProcessEntry> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// What a running local desktop holds, read from its `desktop.json` and `/proc`: its
+/// processes (its supervisor's session, and any process carrying its `PINCER_DESKTOP_ID`),
+/// its X display and its agent's UDP port. For tests that check a desktop leaves nothing
+/// behind.
+#[derive(Debug, Clone)]
+pub struct DesktopFootprint {
+    /// The desktop's name.
+    pub name: String,
+    /// Its processes when it was taken, the supervisor among them.
+    pub processes: Vec<ProcessEntry>,
+    /// The X display's number.
+    pub display: u32,
+    /// The agent's address.
+    pub agent: std::net::SocketAddr,
+}
+
+impl DesktopFootprint {
+    /// The footprint of a desktop from its state (`desktop.json`).
+    pub fn of(state: &serde_json::Value) -> Self {
+        let name = state["name"].as_str().expect("a name").to_owned();
+        let supervisor = state["supervisor_pid"].as_u64().expect("a supervisor") as u32;
+        let marker = format!("PINCER_DESKTOP_ID={name}-{supervisor}").into_bytes();
+        let processes: Vec<ProcessEntry> = processes()
+            .into_iter()
+            .filter(|p| p.session == supervisor || p.environ().contains(&marker))
+            .collect();
+        assert!(
+            processes.iter().any(|p| p.pid == supervisor),
+            "desktop {name}: its supervisor {supervisor} is not running"
+        );
+        let display = state["display"]
+            .as_str()
+            .and_then(|d| d.strip_prefix(':'))
+            .and_then(|n| n.parse().ok())
+            .expect("a display :N");
+        let agent = state["agent_addr"]
+            .as_str()
+            .and_then(|a| a.parse().ok())
+            .expect("an agent address");
+        Self {
+            name,
+            processes,
+            display,
+            agent,
+        }
+    }
+
+    /// What of the desktop is still there: processes still running (the same pid started
+    /// at the same time), an X server answering on its display, a socket bound to its
+    /// agent's port. Empty when it is all gone.
+    pub fn left(&self) -> Vec<String> {
+        let mut left: Vec<String> = self
+            .processes
+            .iter()
+            .filter(|p| {
+                ProcessEntry::read(p.pid)
+                    .is_some_and(|now| now.started == p.started && !matches!(now.state, 'Z' | 'X'))
+            })
+            .map(|p| format!("process {} ({})", p.pid, p.comm))
+            .collect();
+        let socket = format!("/tmp/.X11-unix/X{}", self.display);
+        if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+            left.push(format!("an X server on :{}", self.display));
+        }
+        if std::net::UdpSocket::bind(self.agent).is_err() {
+            left.push(format!("a socket on the agent's port {}", self.agent));
+        }
+        left
+    }
+
+    /// Waits up to `within` for [`Self::left`] to be empty; returns what is left then.
+    pub fn wait_gone(&self, within: Duration) -> Vec<String> {
+        let until = Instant::now() + within;
+        loop {
+            let left = self.left();
+            if left.is_empty() || Instant::now() > until {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 /// A suite of `n` terminal tasks; each oracle idles `sleep_ms` before typing its command.

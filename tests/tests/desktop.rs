@@ -1,5 +1,6 @@
 //! A real local desktop with real GTK3 apps (and LibreOffice), driven through the real agent
-//! over QUIC: typing, clicking, screenshots, widget bounds, probes and window operations.
+//! over QUIC: typing, clicking, screenshots, widget bounds, probes and window operations;
+//! and a desktop's life: `pincer desktop up`'s outlive the command, `down` leaves nothing.
 
 use pincer_shared::observe::{
     ImageFormat, PixelLayout, Rect, ScreenshotRequest, TreeRequest, TreeScope,
@@ -7,7 +8,7 @@ use pincer_shared::observe::{
 use pincer_shared::probe::{FileKind, Probe, ProbeReply, WindowInfo};
 use pincer_shared::setup::{ExecRequest, ExitStatus, Setup, WindowOp};
 use pincer_shared::{Action, Request, Response};
-use pincer_tests::{Sandbox, eventually, process_running, wait_for_node};
+use pincer_tests::{DesktopFootprint, Sandbox, eventually, process_running, wait_for_node};
 use std::time::Duration;
 
 fn argv(a: &[&str]) -> Vec<String> {
@@ -289,6 +290,33 @@ async fn files_and_the_active_window_are_read_through_probes() {
     assert_eq!(w.process_name.as_deref(), Some("zenity"));
     assert_eq!(w.class.as_deref(), Some("Zenity"));
     assert!(process_running(&env, "zenity").await);
+}
+
+#[test]
+fn a_desktop_from_desktop_up_outlives_the_command_until_down() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("stays", "800x600", &["--no-wm"]);
+    let footprint = DesktopFootprint::of(&d.state());
+    // The command has exited; a desktop tied to it would be gone well within this.
+    std::thread::sleep(Duration::from_secs(3));
+    let held = footprint.left();
+    assert_eq!(
+        held.len(),
+        footprint.processes.len() + 2,
+        "every process, the display and the port are still held: {held:?} of {:?}",
+        footprint.processes
+    );
+    let listed = sb.pincer_ok(&["desktop", "list"]);
+    assert!(
+        listed.contains("stays") && listed.contains("display :"),
+        "{listed}"
+    );
+
+    drop(d); // `pincer desktop down stays`
+    let left = footprint.wait_gone(Duration::from_secs(20));
+    assert!(left.is_empty(), "down left {left:?}");
+    let listed = sb.pincer_ok(&["desktop", "list"]);
+    assert!(listed.contains("no local desktops are up"), "{listed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,7 @@
 //! after the runner was killed, an environment dying mid-task, and an agent restart the
 //! host rides out.
 
-use pincer_tests::{Sandbox, bin, terminal_suite as suite};
+use pincer_tests::{DesktopFootprint, Sandbox, bin, terminal_suite as suite};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -117,8 +117,6 @@ fn a_killed_run_resumes_without_redoing_finished_tasks() {
     child.wait().unwrap();
     let first = results(&out);
     assert!(!first.is_empty() && first.len() < 3, "{first:?}");
-    // The killed runner left its desktops behind; a person would stop them too.
-    sb.pincer_ok(&["desktop", "down", "--all"]);
 
     let resumed = sb.pincer(&oracle_run(
         &tasks,
@@ -303,6 +301,44 @@ fn sigterm_stops_the_desktops_the_run_started() {
         run_desktops(&sb).is_empty(),
         "the desktops outlived the run"
     );
+}
+
+#[test]
+fn a_killed_run_takes_its_desktops_with_it() {
+    let sb = Sandbox::new();
+    let tasks = suite(sb.path(), 1, 30_000);
+    let out = sb.path().join("out");
+    let mut child = spawn_pincer(
+        &sb,
+        &oracle_run(&tasks, &out, &["--no-report", "--size", "1024x768"]),
+    );
+    assert!(
+        wait_until(Duration::from_secs(120), || out
+            .join("tasks/t0__r0/step-001-desktop-marks.png")
+            .exists()),
+        "the task never started"
+    );
+    let desktops: Vec<DesktopFootprint> =
+        run_desktops(&sb).iter().map(DesktopFootprint::of).collect();
+    assert_eq!(desktops.len(), 1);
+    assert!(
+        desktops[0].processes.len() >= 4,
+        "supervisor, Xvfb, D-Bus, agent at least: {:?}",
+        desktops[0].processes
+    );
+    let registered = |name: &str| sb.registry().load().unwrap().envs.contains_key(name);
+    assert!(registered(&desktops[0].name));
+    // No Ctrl-C, no cleanup: the runner just stops existing (the oracle is idling).
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for d in &desktops {
+        let left = d.wait_gone(Duration::from_secs(20));
+        assert!(left.is_empty(), "desktop {} left {left:?}", d.name);
+        assert!(!registered(&d.name), "{} is still in the envs file", d.name);
+    }
+    assert!(run_desktops(&sb).is_empty(), "a desktop.json is left");
+    let listed = sb.pincer_ok(&["desktop", "list"]);
+    assert!(listed.contains("no local desktops are up"), "{listed}");
 }
 
 /// The first decision of each task run of a run, by (task, repeat). (Later ones depend on

@@ -171,6 +171,7 @@ async fn ground_set(a: GroundArgs, reg: &Registry) -> anyhow::Result<()> {
                             port: 0,
                             home: None,
                             dial: None,
+                            lifeline: true,
                         },
                     )
                     .await?;

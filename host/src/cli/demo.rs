@@ -47,6 +47,8 @@ pub(crate) async fn run(a: DemoArgs, reg: &Registry) -> anyhow::Result<()> {
             port: 0,
             home: None,
             dial: None,
+            // Unless kept, the desktop ends with the demo, also when the demo is killed.
+            lifeline: !a.keep,
         },
     )
     .await?;

@@ -107,6 +107,9 @@ pub(crate) struct SuperviseArgs {
     host_token_file: Option<PathBuf>,
     #[arg(long)]
     host_fingerprint: Option<String>,
+    /// The read end of the lifeline of the process that started the desktop for its own use.
+    #[arg(long, value_name = "FD")]
+    lifeline: Option<i32>,
 }
 
 /// The dialling part of a desktop's options.
@@ -153,8 +156,10 @@ pub(crate) fn supervise(a: &SuperviseArgs) -> anyhow::Result<()> {
                 a.host_token_file.as_ref(),
                 a.host_fingerprint.as_ref(),
             ),
+            lifeline: a.lifeline.is_some(),
         },
         agent: a.agent.clone(),
+        lifeline: a.lifeline,
     })?)
 }
 
@@ -340,6 +345,8 @@ async fn up(a: UpArgs, reg: &Registry) -> anyhow::Result<()> {
             a.host_token_file.as_ref(),
             a.host_fingerprint.as_ref(),
         ),
+        // The desktop outlives this command: that is what it is for.
+        lifeline: false,
     };
     eprintln!(
         "starting desktop '{}' ({}x{})...",

@@ -193,6 +193,8 @@ pub async fn local_sets(
                 port: 0,
                 home: None,
                 dial: None,
+                // However the run ends, its desktops end with it.
+                lifeline: true,
             },
         )
         .await

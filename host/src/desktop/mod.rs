@@ -3,8 +3,15 @@
 //! installed) and `pincer-agent`, all in one session; `pincer desktop down` stops every
 //! process of that session, including the helpers D-Bus activated on its own.
 //!
+//! A desktop a program starts for its own use (`pincer run`, `pincer mcp`, the Python
+//! package) hangs on the program's [`lifeline`]: when the program is gone, however it ended,
+//! the supervisor stops the desktop and unregisters it. `pincer desktop up`'s desktops have
+//! none and outlive the command.
+//!
 //! Each desktop gets its own home directory, so two local desktops behave like two machines
 //! (files, app settings, gsettings) and a task's reset cannot leak into another desktop.
+
+mod lifeline;
 
 use crate::env::registry::{DesktopEntry, EnvEntry, Registry, RegistryError};
 use serde::{Deserialize, Serialize};
@@ -37,6 +44,10 @@ pub struct DesktopOptions {
     /// Make the agent dial a host instead of listening (a cluster node's desktop serving
     /// one central runner).
     pub dial: Option<Dial>,
+    /// Tie the desktop to this process ([`lifeline`]): when the process is gone, however it
+    /// ended, the desktop stops and leaves the envs file, as `down` would. Off for desktops
+    /// meant to outlive their command (`pincer desktop up`).
+    pub lifeline: bool,
 }
 
 /// Where a dialling desktop's agent reaches its host (`pincer env listen` there).
@@ -301,6 +312,14 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
     if let Some(h) = &opts.home {
         cmd.arg("--home").arg(h);
     }
+    let lifeline_fd = opts
+        .lifeline
+        .then(lifeline::read_end)
+        .transpose()
+        .map_err(io("making the desktop's lifeline"))?;
+    if let Some(fd) = lifeline_fd {
+        cmd.arg("--lifeline").arg(fd.to_string());
+    }
     if let Some(d) = &opts.dial {
         cmd.arg("--connect").arg(&d.host);
         cmd.arg("--host-token-file").arg(&d.token_file);
@@ -308,12 +327,16 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
             cmd.arg("--host-fingerprint").arg(fp);
         }
     }
-    // SAFETY: setsid is async-signal-safe; the supervisor leads a new session that every
-    // process of the desktop inherits, which is how `down` finds them all.
+    // SAFETY: setsid and fcntl are async-signal-safe. The supervisor leads a new session
+    // that every process of the desktop inherits, which is how `down` finds them all; it
+    // alone of this process's children keeps the lifeline's read end.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            if let Some(fd) = lifeline_fd {
+                lifeline::inherit(fd)?;
             }
             Ok(())
         });
@@ -481,6 +504,9 @@ pub struct SuperviseOptions {
     pub desktop: DesktopOptions,
     /// The agent binary.
     pub agent: PathBuf,
+    /// The fd of the owner's lifeline, inherited from `up` (`--lifeline FD`): the desktop
+    /// stops when it reports the owner gone.
+    pub lifeline: Option<std::os::fd::RawFd>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -489,16 +515,34 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// Runs the supervisor until SIGTERM/SIGINT or until the X server dies, then stops every
-/// process of the session.
+/// Why a supervisor stops a desktop that came up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// SIGTERM, SIGINT or SIGHUP: `down`, or a person.
+    Asked,
+    /// The process that started the desktop for its own use is gone ([`lifeline`]).
+    OwnerGone,
+}
+
+/// Runs the supervisor until SIGTERM/SIGINT, until the X server dies or until the owner's
+/// lifeline (if any) reports it gone, then stops every process of the session.
 pub fn supervise(opts: &SuperviseOptions) -> Result<(), DesktopError> {
+    // Taken before any child starts, so that none inherits it.
+    let owner = match opts.lifeline {
+        // SAFETY: `up` handed this fd to us alone (`--lifeline`).
+        Some(fd) => Some(
+            unsafe { lifeline::Owner::adopt(fd) }
+                .map_err(io(format!("taking the lifeline (fd {fd})")))?,
+        ),
+        None => None,
+    };
     // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
     }
-    let result = run_session(opts);
+    let result = run_session(opts, owner.as_ref());
     if let Err(e) = &result {
         eprintln!("supervisor: {e}");
     }
@@ -517,7 +561,30 @@ pub fn supervise(opts: &SuperviseOptions) -> Result<(), DesktopError> {
     let _ = std::fs::remove_file(state_file(&dir));
     let _ = std::fs::remove_dir_all(dir.join("runtime"));
     eprintln!("supervisor: stopped {} processes", procs.len());
-    result
+    // No one is left to run `down`: its last part, the envs file, falls to us.
+    if let Ok(Ended::OwnerGone) = result {
+        unregister(&opts.desktop.name, me)?;
+    }
+    result.map(|_| ())
+}
+
+/// Removes the desktop `name` of `supervisor` from the envs file, and from being the
+/// default; an entry of another desktop of that name (started since) stays.
+fn unregister(name: &str, supervisor: u32) -> Result<(), DesktopError> {
+    Registry::locate(None).update(|f| {
+        let ours = f
+            .envs
+            .get(name)
+            .and_then(|e| e.desktop.as_ref())
+            .is_some_and(|d| d.supervisor_pid == supervisor);
+        if ours {
+            f.envs.remove(name);
+            if f.default.as_deref() == Some(name) {
+                f.default = None;
+            }
+        }
+    })?;
+    Ok(())
 }
 
 fn reap() {
@@ -910,7 +977,10 @@ pub fn leaks_outside(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p)) || NAMES.contains(&name)
 }
 
-fn run_session(opts: &SuperviseOptions) -> Result<(), DesktopError> {
+fn run_session(
+    opts: &SuperviseOptions,
+    owner: Option<&lifeline::Owner>,
+) -> Result<Ended, DesktopError> {
     let d = &opts.desktop;
     let dir = dir_of(&d.name);
     let runtime = dir.join("runtime");
@@ -1025,7 +1095,19 @@ fn run_session(opts: &SuperviseOptions) -> Result<(), DesktopError> {
     let mut restarts: Vec<Instant> = Vec::new();
     let mut xvfb = _xvfb;
     while !STOP.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(100));
+        // With a lifeline the tick waits on it, and a signal (`down`) cuts it short.
+        const TICK: Duration = Duration::from_millis(100);
+        match owner {
+            Some(o) if o.gone_within(TICK) => {
+                eprintln!(
+                    "supervisor: the process that started desktop '{}' is gone; stopping it",
+                    d.name
+                );
+                return Ok(Ended::OwnerGone);
+            }
+            Some(_) => {}
+            None => std::thread::sleep(TICK),
+        }
         if let Ok(Some(st)) = xvfb.try_wait() {
             return Err(DesktopError::Process {
                 what: format!("Xvfb exited ({st}); the desktop is gone"),
@@ -1051,7 +1133,7 @@ fn run_session(opts: &SuperviseOptions) -> Result<(), DesktopError> {
         }
         reap();
     }
-    Ok(())
+    Ok(Ended::Asked)
 }
 
 #[cfg(test)]
