@@ -201,7 +201,7 @@ impl PhoneInput {
     }
 
     fn text(&mut self, text: &str) -> Result<(), WireError> {
-        for (i, line) in text.split('\n').enumerate() {
+        for (i, line) in lines(text).into_iter().enumerate() {
             if i > 0 {
                 self.key("KEYCODE_ENTER", Some(uinput::KEY_ENTER))?;
             }
@@ -219,6 +219,20 @@ impl PhoneInput {
         }
         Ok(())
     }
+}
+
+/// The lines of `text`, as a desktop's guest types them: `"\r\n"`, `"\n"` and `"\r"` each
+/// end one (and are typed as one Enter).
+fn lines(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(['\r', '\n']) {
+        out.push(&rest[..i]);
+        let end = if rest[i..].starts_with("\r\n") { 2 } else { 1 };
+        rest = &rest[i + end..];
+    }
+    out.push(rest);
+    out
 }
 
 /// Whether `input text` types `line` as it is: printable ASCII (its key map has nothing
@@ -375,7 +389,16 @@ impl pincer_guest_core::platform::Input for PhoneInput {
 
 #[cfg(test)]
 mod tests {
-    use super::typeable;
+    use super::{lines, typeable};
+
+    #[test]
+    fn line_ends_are_typed_as_a_desktop_types_them() {
+        assert_eq!(lines("a\r\nb\nc\rd"), ["a", "b", "c", "d"]);
+        assert_eq!(lines("\r\n\r\n"), ["", "", ""]);
+        assert_eq!(lines("\n\r"), ["", "", ""]);
+        assert_eq!(lines("x"), ["x"]);
+        assert_eq!(lines(""), [""]);
+    }
 
     #[test]
     fn input_text_types_printable_ascii_without_percent_s() {

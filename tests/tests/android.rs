@@ -689,13 +689,14 @@ async fn text_input_text_cannot_type_is_pasted_through_the_clipboard() {
     assert_eq!(phone.log("clip-call"), [ClipApi::Api34.expected_call()]);
 
     // Lines apart: ASCII through `input text`, the rest pasted, Enter between; an empty
-    // line is just Enter; `%s`, which `input text` reads as a space, is pasted.
+    // line is just Enter; `%s`, which `input text` reads as a space, is pasted; "\r\n"
+    // is one Enter, as on a desktop.
     let before = phone.typed().len();
-    let mixed = "Hello there\nnaïve 👋\n\nrate: 100%s\nbye";
+    let mixed = "Hello there\nnaïve 👋\r\n\nrate: 100%s\nbye";
     type_text(mixed).await.unwrap();
     assert_eq!(
         String::from_utf8(phone.typed()[before..].to_vec()).unwrap(),
-        mixed
+        mixed.replace("\r\n", "\n")
     );
     assert_eq!(
         phone.inputs()[1..],
