@@ -2,7 +2,8 @@
 //! task runs through [`pincer::run::episode::Session`] (the Gymnasium and OSWorld-style
 //! environments are thin Python classes over [`Session`]) and puts a Python callable in
 //! pincer's own runner as the agent ([`run`]). Nothing here speaks to a guest: every call
-//! goes through the host library, and only the observe and action classes are reachable.
+//! goes through the host library, and only the observe and action classes are reachable
+//! (and the tool class, a task's declared API tools, with `tools=True`).
 //!
 //! Values cross the boundary as JSON (Python's `json` module on that side), images as
 //! `bytes`.
