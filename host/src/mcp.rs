@@ -4,8 +4,12 @@
 //! Tools: `screenshot` (fitted to what clients take: at most 1 MiB, the long side at most
 //! 1568 px), `observe` (the Set-of-Marks image and its elements), `ui_tree`, one tool per
 //! agent action (generated from the same schema LLM agents get; listed only with
-//! `--allow-actions`), and the task tools `list_tasks`, `start_task`, `task_status`,
-//! `finish_task`. A started task is an ordinary task run of a [`Session`] (setup, initial
+//! `--allow-actions`), the task tools `list_tasks`, `start_task`, `task_status`,
+//! `finish_task`, and with `--tools` the generic `api` (a call of one of the running task's
+//! declared API tools by name: the tool list is fixed when the server starts, while each
+//! task declares its own tools). With `--observe ...,video=2s@5fps` a running task's
+//! `screenshot` and `observe` also carry the screen's last moments, one captioned image
+//! per frame. A started task is an ordinary task run of a [`Session`] (setup, initial
 //! check, evaluation after every action, final check, trajectory, results, report); actions
 //! outside a task go to the desktop through the action class alone. Never setup, exec,
 //! file or shell tools. Every call is appended to `<run dir>/mcp.jsonl`.
@@ -13,7 +17,7 @@
 use crate::agent::actions::{self, AgentAction, Marks};
 use crate::agent::observe::View;
 use crate::agent::{Observation, som};
-use crate::run::episode::{Now, Session};
+use crate::run::episode::{self, Now, Session};
 use crate::run::record::{JsonlWriter, TaskRecord};
 use crate::task::Platform;
 use base64::Engine as _;
@@ -106,8 +110,9 @@ fn env_schema(roles: &BTreeMap<String, Platform>) -> Value {
     })
 }
 
-/// The tool list: the fixed tools, and the action tools when actions are allowed.
-fn tools(roles: &BTreeMap<String, Platform>, allow_actions: bool) -> Vec<Tool> {
+/// The tool list: the fixed tools, the action tools when actions are allowed, and `api`
+/// when API tools are offered.
+fn tools(roles: &BTreeMap<String, Platform>, allow_actions: bool, api: bool) -> Vec<Tool> {
     let env = env_schema(roles);
     let mut list = vec![
         Tool::new(
@@ -171,7 +176,55 @@ fn tools(roles: &BTreeMap<String, Platform>, allow_actions: bool) -> Vec<Tool> {
                 .map(|t| Tool::new(t.name, t.description, object(t.parameters))),
         );
     }
+    if api {
+        list.push(Tool::new(
+            API,
+            "Call one of the running task's API tools (start_task and task_status list them with their parameters) instead of working the screen: a typed call run sandboxed on the task's machine. Its status and output come back; it counts as an action.",
+            object(json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "description": "the API tool's name, e.g. add_event"},
+                    "arguments": {"type": "object", "description": "its parameters by name"}
+                },
+                "required": ["name"]
+            })),
+        ));
+    }
     list
+}
+
+/// The tool that calls a running task's API tools.
+const API: &str = "api";
+
+/// The API tools a task offers, one line each with its parameters' JSON Schema, for
+/// `start_task` and `task_status`; empty when it offers none.
+fn api_text(tools: &[actions::ToolSpec]) -> String {
+    if tools.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nAPI tools (call them with the `api` tool):");
+    for t in tools {
+        let name = t.name.strip_prefix(actions::API_PREFIX).unwrap_or(&t.name);
+        out.push_str(&format!(
+            "\n  {name}: {} arguments: {}",
+            t.description, t.parameters
+        ));
+    }
+    out
+}
+
+/// A view's last moments (`--observe ...,video=`), oldest first: each frame captioned
+/// with its age, then the frame, as LLM agents get them.
+fn video_blocks(v: &View) -> Result<Vec<ContentBlock>, String> {
+    let mut out = Vec::new();
+    for still in &v.video {
+        out.push(ContentBlock::text(format!(
+            "{} as it was {} ms before this observation:",
+            v.role, still.ago_ms
+        )));
+        out.push(image_block(&still.png)?);
+    }
+    Ok(out)
 }
 
 /// An image as clients take it: PNG if it fits in [`MAX_IMAGE_BYTES`], else JPEG at a
@@ -277,7 +330,11 @@ impl Server {
     /// A server over a session, logging every call; actions are listed and carried out
     /// only if allowed.
     pub fn new(session: Session, log: JsonlWriter, allow_actions: bool) -> Self {
-        let tools = tools(session.platforms(), allow_actions);
+        let tools = tools(
+            session.platforms(),
+            allow_actions,
+            session.observation().tools,
+        );
         Self {
             state: Arc::new(Mutex::new(State {
                 session,
@@ -409,14 +466,18 @@ impl Server {
                     .screenshot
                     .as_deref()
                     .ok_or("this server takes no screenshots")?;
-                Ok(vec![ContentBlock::text(scale_note(&v)), image_block(png)?])
+                let mut out = vec![ContentBlock::text(scale_note(&v)), image_block(png)?];
+                out.extend(video_blocks(&v)?);
+                Ok(out)
             }
             "observe" => {
                 let role = Self::role_of(st, args)?;
                 let v = Self::view(st, &role, Part::Marks).await?;
                 let png = v.marked.as_deref().ok_or("this server draws no marks")?;
                 let text = format!("{}\n{}", scale_note(&v), som::list(&v.elements));
-                Ok(vec![ContentBlock::text(text), image_block(png)?])
+                let mut out = vec![ContentBlock::text(text), image_block(png)?];
+                out.extend(video_blocks(&v)?);
+                Ok(out)
             }
             "ui_tree" => {
                 let role = Self::role_of(st, args)?;
@@ -460,18 +521,20 @@ impl Server {
                     .map(|t| t.instruction.clone())
                     .unwrap_or_default();
                 let text = Self::settle(st, now);
+                let api = Self::api_of(st, id);
                 Ok(vec![ContentBlock::text(format!(
-                    "started task {id}: {instruction}\n{text}"
+                    "started task {id}: {instruction}\n{text}{api}"
                 ))])
             }
             "task_status" => Ok(vec![ContentBlock::text(
                 match (st.session.running(), &st.last, &st.ended) {
                     (Some(t), Some(obs), _) => format!(
-                        "task {}: {}\nactions taken: {}\n{}",
+                        "task {}: {}\nactions taken: {}\n{}{}",
                         t.id,
                         t.instruction,
                         obs.step,
-                        checkpoints_text(obs)
+                        checkpoints_text(obs),
+                        api_text(&episode::api_tools(&st.session.observation(), t)),
                     ),
                     (_, _, Some(rec)) => ended_text(rec),
                     _ => "no task has run: start one with start_task".into(),
@@ -506,8 +569,52 @@ impl Server {
                     .map_err(|e| e.to_string())?;
                 Ok(vec![ContentBlock::text(Self::settle(st, now))])
             }
+            API if self.tools.iter().any(|t| t.name == API) => Self::api(st, args).await,
             action => self.act(st, action, args).await,
         }
+    }
+
+    /// The API tools a task offers here, as text (none without `--tools`).
+    fn api_of(st: &State, id: &str) -> String {
+        st.session
+            .tasks()
+            .find(|t| t.id == id)
+            .map(|t| api_text(&episode::api_tools(&st.session.observation(), t)))
+            .unwrap_or_default()
+    }
+
+    /// A call of one of the running task's API tools: an action of the task run, run by
+    /// the role that declares the tool; its status and output come back as feedback.
+    async fn api(st: &mut State, args: &JsonObject) -> Answer {
+        if st.session.running().is_none() {
+            return Err(
+                "API tools belong to a task: start one with start_task (it lists its tools)".into(),
+            );
+        }
+        let name = args
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or("api needs `name`, the API tool's name (start_task lists them)")?;
+        let name = name.strip_prefix(actions::API_PREFIX).unwrap_or(name);
+        let arguments = match args.get("arguments") {
+            None | Some(Value::Null) => BTreeMap::new(),
+            Some(Value::Object(m)) => m.clone().into_iter().collect(),
+            Some(other) => {
+                return Err(format!(
+                    "api: `arguments` is an object of parameters, got {other}"
+                ));
+            }
+        };
+        let action = AgentAction::Tool {
+            name: name.to_owned(),
+            arguments,
+        };
+        let described = action.describe();
+        let now = st.session.act(action).await.map_err(|e| e.to_string())?;
+        Ok(vec![ContentBlock::text(format!(
+            "{described}: {}",
+            Self::settle(st, now)
+        ))])
     }
 
     /// An agent action: into the running task, or straight to the desktop without one.
@@ -520,6 +627,10 @@ impl Server {
                 {
                     format!(
                         "{name}: actions are off; this server observes only (start it with --allow-actions)"
+                    )
+                } else if name == API || name.starts_with(actions::API_PREFIX) {
+                    format!(
+                        "{name}: API tools are off on this server (start it with --tools to offer the tools tasks declare)"
                     )
                 } else {
                     format!("there is no tool '{name}'")
@@ -557,11 +668,15 @@ impl Server {
                 st.last = Some(*obs);
                 text
             }
-            Now::Ended(rec, _) => {
+            Now::Ended(rec, last) => {
                 st.last = None;
                 // Element numbers from before the task mean nothing now.
                 st.free_marks.clear();
-                let text = ended_text(&rec);
+                let mut text = ended_text(&rec);
+                // What the last actions said (an API tool's output) is in the final view.
+                if let Some(obs) = last.filter(|o| !o.feedback.is_empty()) {
+                    text.push_str(&format!("\nfeedback: {}", obs.feedback.join("; ")));
+                }
                 st.ended = Some(*rec);
                 text
             }
@@ -664,7 +779,7 @@ mod tests {
     fn action_tools_are_listed_only_when_allowed() {
         let roles: BTreeMap<String, Platform> = [("desktop".to_owned(), Platform::Linux)].into();
         let names = |allow| -> Vec<String> {
-            tools(&roles, allow)
+            tools(&roles, allow, false)
                 .into_iter()
                 .map(|t| t.name.to_string())
                 .collect()
@@ -690,5 +805,12 @@ mod tests {
         ] {
             assert!(!all.contains(&t.to_owned()), "{t} listed");
         }
+        assert!(!all.contains(&API.to_owned()), "api listed without --tools");
+        let with_api: Vec<String> = tools(&roles, false, true)
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        assert!(with_api.contains(&API.to_owned()), "{with_api:?}");
+        assert!(!with_api.contains(&"click".to_owned()), "{with_api:?}");
     }
 }

@@ -3,7 +3,8 @@ agents inside pincer's runner, and an OSWorld-compatible ``DesktopEnv``.
 
 Everything goes through pincer's host library (the ``_pincer`` extension): the same task
 runs, evaluator, trajectories and reports as ``pincer run``. Only the observe and action
-classes are reachable: an agent sees observations and sends actions, nothing else.
+classes are reachable (and a task's declared API tools with ``tools=True``): an agent sees
+observations and sends actions, nothing else.
 """
 
 from __future__ import annotations

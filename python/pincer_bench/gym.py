@@ -115,7 +115,9 @@ class PincerEnv(gymnasium.Env):
     started for the session and stopped by ``close()``; ``sets="desktop=NAME"`` uses
     registered environments (local desktops, VMs, phones). ``observe`` chooses what
     observations carry: ``marks`` (the Set-of-Marks image and elements), ``screenshot``,
-    ``tree``.
+    ``tree``, ``video=2s@5fps``. ``tools=True`` offers the API tools tasks declare (each
+    observation's ``tools`` lists them; act with ``{"action": "api_NAME", ...}``); without
+    it a tool action is refused as invalid.
     """
 
     metadata = {"render_modes": []}
@@ -135,6 +137,7 @@ class PincerEnv(gymnasium.Env):
         vm: Optional[str] = None,
         vm_memory: int = 1024,
         vm_cpus: int = 2,
+        tools: bool = False,
     ):
         super().__init__()
         ids = task_ids if task_ids is not None else ([task] if task is not None else None)
@@ -151,6 +154,7 @@ class PincerEnv(gymnasium.Env):
             vm=vm,
             vm_memory=vm_memory,
             vm_cpus=vm_cpus,
+            tools=tools,
         )
         self.task_id = task or self.session.task_ids()[0]
         self._screen = size

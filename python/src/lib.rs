@@ -2,7 +2,8 @@
 //! task runs through [`pincer::run::episode::Session`] (the Gymnasium and OSWorld-style
 //! environments are thin Python classes over [`Session`]) and puts a Python callable in
 //! pincer's own runner as the agent ([`run`]). Nothing here speaks to a guest: every call
-//! goes through the host library, and only the observe and action classes are reachable.
+//! goes through the host library, and only the observe and action classes are reachable
+//! (and the tool class, a task's declared API tools, with `tools=True`).
 //!
 //! Values cross the boundary as JSON (Python's `json` module on that side), images as
 //! `bytes`.
@@ -192,15 +193,19 @@ fn default_out(tasks: &str, agent: &str) -> PathBuf {
 
 /// An observation as a dict: [`episode::observation_json`] with each view's images as
 /// `bytes` (`screenshot`, `marked`, PNG), its last moments as `video` (a list of
-/// `{"ago_ms", "png"}`, empty unless asked for), and the task's id and instruction.
+/// `{"ago_ms", "png"}`, empty unless asked for), the task's id and instruction, and the
+/// API tools offered (`tools`: `{"name": "api_NAME", "description", "parameters"}`, empty
+/// unless the run offers tools and the task declares some).
 fn observation_dict<'py>(
     py: Python<'py>,
     obs: &Observation,
     (id, instruction): (&str, &str),
+    tools: &[actions::ToolSpec],
 ) -> PyResult<Bound<'py, PyAny>> {
     let mut v = episode::observation_json(obs);
     v["task"] = id.into();
     v["instruction"] = instruction.into();
+    v["tools"] = tools_json(tools);
     let dict = json_to_py(py, &v)?.into_bound(py);
     let views = dict.get_item("views")?;
     for view in &obs.views {
@@ -222,6 +227,20 @@ fn observation_dict<'py>(
         d.set_item("video", stills)?;
     }
     Ok(dict)
+}
+
+/// API tools as JSON: name, description and the parameters' JSON Schema each.
+fn tools_json(tools: &[actions::ToolSpec]) -> serde_json::Value {
+    tools
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters,
+            })
+        })
+        .collect()
 }
 
 fn record_dict(py: Python<'_>, rec: &pincer::run::record::TaskRecord) -> PyResult<Py<PyAny>> {
@@ -255,6 +274,8 @@ struct Session {
     /// The running task, for its id, instruction and roles.
     task: Mutex<Option<Task>>,
     out: PathBuf,
+    /// What the session shows, and whether it offers API tools.
+    observation: ObservationConfig,
     closed: AtomicBool,
 }
 
@@ -311,7 +332,12 @@ impl Session {
             Some(obs) => {
                 d.set_item(
                     "observation",
-                    observation_dict(py, obs, (&task.id, &task.instruction))?,
+                    observation_dict(
+                        py,
+                        obs,
+                        (&task.id, &task.instruction),
+                        &episode::api_tools(&self.observation, task),
+                    )?,
                 )?;
                 d.set_item(
                     "checkpoints",
@@ -355,10 +381,12 @@ impl Session {
     /// `task_ids` narrows it; `sets` names registered environments as `ROLE=ENV,...`, `vm`
     /// an image whose VMs are started (each reset before every task; `vm_memory` MiB,
     /// `vm_cpus`), and without either local desktops are started, at `size`; `observe` is a comma-separated
-    /// choice of marks, screenshot, tree; `out` is the run directory (results, trajectories,
-    /// report); `envs` an envs file other than the default.
+    /// choice of marks, screenshot, tree and video=2s@5fps; `tools` offers the API tools
+    /// tasks declare (local desktops then serve them; without it a tool action is refused as
+    /// invalid); `out` is the run directory (results, trajectories, report); `envs` an envs
+    /// file other than the default.
     #[new]
-    #[pyo3(signature = (tasks, task_ids=None, sets=None, observe="marks", max_size=None, size=(1920, 1080), out=None, agent="python", envs=None, vm=None, vm_memory=1024, vm_cpus=2))]
+    #[pyo3(signature = (tasks, task_ids=None, sets=None, observe="marks", max_size=None, size=(1920, 1080), out=None, agent="python", envs=None, vm=None, vm_memory=1024, vm_cpus=2, tools=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -374,11 +402,16 @@ impl Session {
         vm: Option<String>,
         vm_memory: u32,
         vm_cpus: u32,
+        tools: bool,
     ) -> PyResult<Self> {
+        let observation = ObservationConfig {
+            tools,
+            ..observation_config(observe, max_size)?
+        };
         let cfg = SessionConfig {
             tasks: load_tasks(tasks, task_ids)?,
             envs: envs_of(sets, vm, (vm_memory, vm_cpus), size)?,
-            observation: observation_config(observe, max_size)?,
+            observation,
             out: out.unwrap_or_else(|| default_out(tasks, agent)),
             agent: agent.to_owned(),
         };
@@ -400,6 +433,7 @@ impl Session {
             inner: Mutex::new(Some(opened.map_err(err)?)),
             task: Mutex::new(None),
             out,
+            observation,
             closed: AtomicBool::new(false),
         })
     }
@@ -411,7 +445,8 @@ impl Session {
         Ok(s.tasks().map(|t| t.id.clone()).collect())
     }
 
-    /// A task's id, instruction, roles (role → platform), limits and tags.
+    /// A task's id, instruction, roles (role → platform), limits, tags and the API tools
+    /// its episodes offer (`tools`, empty unless the session offers tools).
     fn task(&self, py: Python<'_>, id: &str) -> PyResult<Py<PyAny>> {
         let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let s = guard.as_ref().ok_or_else(|| self.gone())?;
@@ -429,6 +464,7 @@ impl Session {
                 "roles": roles,
                 "max_steps": t.limits.max_steps,
                 "tags": t.tags,
+                "tools": tools_json(&episode::api_tools(&self.observation, t)),
             }),
         )
     }
@@ -546,13 +582,15 @@ struct PyAgent {
     /// The task's id and instruction, from `begin`.
     task: Option<(String, String)>,
     roles: BTreeMap<String, Platform>,
+    /// The API tools the run offers on this task, from `begin`.
+    tools: Vec<actions::ToolSpec>,
 }
 
 impl PyAgent {
     fn decide(&self, obs: &Observation) -> Result<Decision, AgentError> {
         let (id, instruction) = self.task.as_ref().ok_or(AgentError::NotStarted)?;
         let answer = Python::attach(|py| -> PyResult<serde_json::Value> {
-            let dict = observation_dict(py, obs, (id, instruction))?;
+            let dict = observation_dict(py, obs, (id, instruction), &self.tools)?;
             let out = self.callable.bind(py).call1((dict,))?;
             py_to_json(&out)
         });
@@ -574,6 +612,12 @@ impl Agent for PyAgent {
     fn begin(&mut self, brief: &TaskBrief) -> Result<(), AgentError> {
         self.roles = brief.roles.clone();
         self.task = Some((brief.id.clone(), brief.instruction.clone()));
+        self.tools = brief
+            .tools
+            .iter()
+            .filter(|t| t.name.starts_with(actions::API_PREFIX))
+            .cloned()
+            .collect();
         Ok(())
     }
 
@@ -589,10 +633,12 @@ impl Agent for PyAgent {
 /// `ROLE=ENV,...`), else `parallel` sets of VMs of image `vm` or of local desktops.
 /// `feedback` ("none", "step", "end") and `attempts` are `pincer run`'s `--feedback` and
 /// `--attempts`: what the agent is told of the checkpoints (in the observation's
-/// "feedback"), and how often a task run it failed is set up again and retried.
+/// "feedback"), and how often a task run it failed is set up again and retried. `tools`
+/// offers the API tools tasks declare (`pincer run --tools`: local desktops serve them, the
+/// agent may return `{"action": "api_NAME", ...}`); without it a tool action is invalid.
 /// Returns {"out", "records", "report"}.
 #[pyfunction]
-#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=1024, vm_cpus=2, feedback="none", attempts=1))]
+#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=1024, vm_cpus=2, feedback="none", attempts=1, tools=false))]
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
@@ -616,6 +662,7 @@ fn run(
     vm_cpus: u32,
     feedback: &str,
     attempts: u32,
+    tools: bool,
 ) -> PyResult<Py<PyAny>> {
     if !agent.bind(py).is_callable() {
         return Err(PyValueError::new_err(
@@ -625,7 +672,10 @@ fn run(
     let spec = tasks;
     let tasks = load_tasks(spec, task_ids)?;
     runner::prepare(&tasks, &pincer::eval::functions::Library::standard()).map_err(err)?;
-    let observation = observation_config(observe, max_size)?;
+    let observation = ObservationConfig {
+        tools,
+        ..observation_config(observe, max_size)?
+    };
     let correction = feedback
         .parse()
         .and_then(|f| runner::task::Correction::new(f, attempts))
@@ -651,6 +701,7 @@ fn run(
             name: factory_name.clone(),
             task: None,
             roles: BTreeMap::new(),
+            tools: Vec::new(),
         }) as Box<dyn Agent>)
     });
     let cancel = Arc::new(AtomicBool::new(false));

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -151,3 +152,99 @@ def test_the_desktop_goes_with_the_server(pincer_cli: Path, tmp_path: Path, how:
     finally:
         server_proc.kill()
     assert "no local desktops are up" in desktops(pincer_cli)
+
+
+async def with_video(cli: Path, out: Path) -> dict:
+    spec = "screenshot,marks,tree,video=1s@5fps"
+    async with stdio_client(server(cli, out, "--allow-actions", "--observe", spec)) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            seen = {"before": await s.call_tool("screenshot", {})}
+            await s.call_tool("start_task", {"task": TASK})
+            await s.call_tool("type", {"text": "echo the screen moves\n"})
+            seen["shot"] = await s.call_tool("screenshot", {})
+            seen["observe"] = await s.call_tool("observe", {})
+            return seen
+
+
+def frames(result) -> list[tuple[int, bytes]]:
+    """The captioned frames after a tool's first image: (age in ms, PNG)."""
+    blocks = result.content
+    first = next(i for i, c in enumerate(blocks) if c.type == "image")
+    out = []
+    for caption, image in zip(blocks[first + 1::2], blocks[first + 2::2]):
+        assert caption.type == "text" and image.type == "image"
+        ago = int(caption.text.split(" as it was ")[1].split(" ms ")[0])
+        out.append((ago, base64.b64decode(image.data)))
+    return out
+
+
+def test_observations_carry_the_screens_last_moments(pincer_cli: Path, tmp_path: Path) -> None:
+    seen = asyncio.run(with_video(pincer_cli, tmp_path / "run"))
+    for tool in ("shot", "observe"):
+        got = frames(seen[tool])
+        assert got, f"{tool}: no frames in {[c.type for c in seen[tool].content]}"
+        assert all(0 <= ago <= 1000 and png.startswith(b"\x89PNG") for ago, png in got)
+        assert [ago for ago, _ in got] == sorted((ago for ago, _ in got), reverse=True)  # oldest first
+    # Outside a task there is no stream to sample: the screenshot alone.
+    assert [c.type for c in seen["before"].content] == ["text", "image"]
+
+
+CALENDAR = "example-calendar-dentist"
+BOOK = {"title": "Dentist", "date": "2026-12-03", "hour": 9}
+
+
+def calendar_server(cli: Path, out: Path, *extra: str) -> StdioServerParameters:
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "PINCER_STATE_DIR", "PINCER_ENVS")}
+    return StdioServerParameters(
+        command=str(cli),
+        args=["mcp", "--tasks", "examples", "--task", CALENDAR, "--allow-actions", "--out", str(out), *extra],
+        env=env,
+    )
+
+
+async def book(cli: Path, out: Path, *extra: str) -> dict:
+    async with stdio_client(calendar_server(cli, out, *extra)) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            seen = {"tools": [t.name for t in (await s.list_tools()).tools]}
+            seen["early"] = await s.call_tool("api", {"name": "add_event", "arguments": BOOK})
+            seen["start"] = text(await s.call_tool("start_task", {"task": CALENDAR}))
+            seen["call"] = await s.call_tool("api", {"name": "add_event", "arguments": BOOK})
+            for _ in range(20):
+                status = text(await s.call_tool("task_status", {}))
+                if "ended" in status:
+                    break
+                await s.call_tool("wait", {"seconds": 0.3})
+            seen["status"] = status
+            if "ended" not in status:
+                await s.call_tool("finish_task", {"outcome": "infeasible"})
+            return seen
+
+
+@pytest.mark.skipif(not (shutil.which("radicale") and shutil.which("bwrap")),
+                    reason="needs Debian's radicale and bubblewrap")
+def test_with_tools_a_client_books_through_the_api_tool(pincer_cli: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    seen = asyncio.run(book(pincer_cli, out, "--tools"))
+    assert "api" in seen["tools"]
+    assert seen["early"].is_error and "start one with start_task" in text(seen["early"])
+    assert "API tools" in seen["start"] and "add_event:" in seen["start"] and '"hour"' in seen["start"]
+    assert not seen["call"].is_error, text(seen["call"])
+    assert "tool add_event succeeded" in text(seen["call"])
+    assert "ended: success" in seen["status"], seen["status"]
+    (record,) = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
+    assert record["termination"] == "success" and record["tool_calls"] == 1
+
+
+@pytest.mark.skipif(not (shutil.which("radicale") and shutil.which("bwrap")),
+                    reason="needs Debian's radicale and bubblewrap")
+def test_without_tools_the_api_tool_is_refused(pincer_cli: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    seen = asyncio.run(book(pincer_cli, out))
+    assert "api" not in seen["tools"]
+    assert seen["call"].is_error and "--tools" in text(seen["call"])
+    assert "API tools" not in seen["start"]
+    assert "ended: success" not in seen["status"]
+    (record,) = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
+    assert record["tool_calls"] == 0 and record["termination"] != "success"

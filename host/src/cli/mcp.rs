@@ -28,6 +28,15 @@ pub(crate) struct McpArgs {
     /// observes.
     #[arg(long)]
     allow_actions: bool,
+    /// Offer the API tools tasks declare, through the `api` tool (local desktops then serve
+    /// them, as with `pincer run --tools`); without it they are refused.
+    #[arg(long)]
+    tools: bool,
+    /// What the tools show: `screenshot`, `marks` and `tree` (each off makes its tool
+    /// answer that it is off), and `video=2s@5fps` for the screen's last moments with a
+    /// running task's `screenshot` and `observe`.
+    #[arg(long, default_value = "screenshot,marks,tree")]
+    observe: String,
     /// Run directory for results, trajectories, the call log and the report (default
     /// runs/mcp-TIMESTAMP).
     #[arg(long)]
@@ -44,6 +53,11 @@ pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
         &a.only,
         &[],
     )?;
+    let observation = ObservationConfig {
+        tools: a.tools,
+        ..ObservationConfig::parse(&a.observe, Some((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE)))
+            .map_err(|e| anyhow::anyhow!("--observe: {e}"))?
+    };
     let out = a.out.unwrap_or_else(|| {
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -52,13 +66,14 @@ pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
     });
     // Stdout carries the protocol alone: everything else goes to stderr.
     eprintln!(
-        "pincer mcp: {} tasks, actions {}, run directory {}",
+        "pincer mcp: {} tasks, actions {}, API tools {}, run directory {}",
         tasks.len(),
         if a.allow_actions {
             "allowed"
         } else {
             "off (observe only)"
         },
+        if a.tools { "offered" } else { "off" },
         out.display()
     );
     let log = Server::open_log(&out)?;
@@ -77,14 +92,7 @@ pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
                 }),
                 (None, None) => Envs::Local(a.size),
             },
-            observation: ObservationConfig {
-                screenshot: true,
-                marks: true,
-                tree_text: true,
-                max_size: Some((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE)),
-                video: None,
-                tools: false,
-            },
+            observation,
             out,
             agent: "mcp".into(),
         },

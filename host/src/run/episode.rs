@@ -10,7 +10,7 @@
 use super::record::{JsonlWriter, TaskRecord};
 use super::sets::{self, EnvSet, Made};
 use super::{RunError, shard, task};
-use crate::agent::actions::Marks;
+use crate::agent::actions::{Marks, ToolSpec};
 use crate::agent::observe::{ObservationConfig, View};
 use crate::agent::{Agent, AgentAction, AgentError, Decision, Observation, TaskBrief};
 use crate::env::registry::Registry;
@@ -303,7 +303,9 @@ impl Session {
             Envs::Local(size) => {
                 let refs: Vec<&Task> = cfg.tasks.iter().collect();
                 let roles = sets::roles_needed(&refs)?;
-                match sets::local_sets(&reg, &roles, 1, *size, false, &made, &mut |_| {}).await {
+                // A session that offers API tools starts its desktops serving them.
+                let tools = cfg.observation.tools;
+                match sets::local_sets(&reg, &roles, 1, *size, tools, &made, &mut |_| {}).await {
                     Ok(mut s) => s.remove(0),
                     Err(e) => {
                         made.stop(&reg).await;
@@ -523,6 +525,17 @@ impl Session {
         }
         self.made.stop(&self.reg).await;
         aborted.map(|_| ())
+    }
+}
+
+/// The API tools a task run offers its agent, as agents see them (`api_NAME`, its
+/// parameters as JSON Schema): the task's declared tools when `observation` offers tools
+/// (`tools=True`, `pincer mcp --tools`), else none, as in `pincer run`.
+pub fn api_tools(observation: &ObservationConfig, task: &Task) -> Vec<ToolSpec> {
+    if observation.tools {
+        crate::agent::actions::api_tools(task.tools.values().flatten())
+    } else {
+        Vec::new()
     }
 }
 
