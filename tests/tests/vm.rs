@@ -2,8 +2,9 @@
 //! recipe hash in the user's image cache, so later runs on this machine reuse it), booted
 //! under QEMU (TCG here: this machine has no hardware virtualization), with the agent
 //! answering from inside. A reset must throw away files and settings, two VMs of one image
-//! run side by side, a run on VMs resets between tasks and replaces a VM that dies, bundled
-//! tasks pass with the oracle, and bad input is named.
+//! run side by side, a run on VMs resets between tasks and replaces a VM that dies, a killed
+//! run takes its VMs with it (and leaves `vm up`'s), bundled tasks pass with the oracle, and
+//! bad input is named.
 
 use pincer_tests::Sandbox;
 use serde_json::Value;
@@ -370,6 +371,127 @@ fn a_run_on_vms_resets_between_tasks_and_replaces_a_vm_that_dies() {
     // The run stopped its VMs.
     let list = sb.pincer_ok(&["vm", "list"]);
     assert!(list.starts_with("no VMs"), "{list}");
+}
+
+/// Waits up to `within` for `done`; whether it came.
+fn wait_until(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    done()
+}
+
+#[test]
+fn a_killed_run_takes_its_vms_with_it_and_vm_up_ones_stay() {
+    let sb = Sandbox::new();
+    // A VM of `vm up`: it must outlive the command, and the run's end must not touch it.
+    let (_kept, _) = up(&sb, "vm-kept");
+    let tasks = sb.path().join("tasks");
+    std::fs::create_dir_all(&tasks).unwrap();
+    // A task that idles long enough to be killed in the middle.
+    let waits: Vec<Value> = (0..12)
+        .map(|_| serde_json::json!({"do": "sleep", "ms": 10000}))
+        .collect();
+    let t = terminal_task(
+        "waits",
+        "touch ~/w",
+        serde_json::json!([{"id": "never", "env": "desktop", "check": "file_exists", "args": {"path": "~/never"}}]),
+        &waits,
+    );
+    std::fs::write(tasks.join("waits.json"), t.to_string()).unwrap();
+    let out = sb.path().join("out");
+    let mut run = sb
+        .pincer_command(&[
+            "run",
+            "--tasks",
+            tasks.to_str().unwrap(),
+            "--agent",
+            "oracle",
+            "--vm",
+            IMAGE,
+            "--no-report",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let steps = out.join("tasks/waits__r0/steps.jsonl");
+    let started = wait_until(Duration::from_secs(600), || {
+        assert!(run.try_wait().unwrap().is_none(), "the run ended early");
+        std::fs::read_to_string(&steps).is_ok_and(|t| !t.is_empty())
+    });
+    assert!(started, "the task never started");
+
+    // The run's VM, as its record, /proc and the envs file show it.
+    let vms = sb.path().join("state/vms");
+    let names: Vec<String> = std::fs::read_dir(&vms)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != "vm-kept")
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let name = &names[0];
+    let dir = vms.join(name);
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("vm.json")).unwrap()).unwrap();
+    let port = record["port"].as_u64().unwrap() as u16;
+    let qmp = format!("unix:{}/qmp.sock,server=on,wait=off", dir.display());
+    let qemus = || -> Vec<u32> {
+        pincer_tests::processes()
+            .into_iter()
+            .filter(|p| p.state != 'Z' && p.cmdline.split(' ').any(|a| a == qmp))
+            .map(|p| p.pid)
+            .collect()
+    };
+    let supervisor = format!("vm supervise --dir {} ", dir.display());
+    let supervisors = || -> Vec<u32> {
+        pincer_tests::processes()
+            .into_iter()
+            .filter(|p| p.state != 'Z' && p.cmdline.contains(&supervisor))
+            .map(|p| p.pid)
+            .collect()
+    };
+    assert_eq!(qemus(), [record["pid"].as_u64().unwrap() as u32]);
+    assert_eq!(supervisors().len(), 1);
+    let registered = |n: &str| sb.registry().load().unwrap().envs.contains_key(n);
+    assert!(registered(name));
+    let port_free = || std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+    assert!(!port_free(), "QEMU does not hold port {port}");
+
+    // No Ctrl-C, no cleanup: the runner just stops existing (the oracle is idling).
+    let t = Instant::now();
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let gone = wait_until(Duration::from_secs(30), || {
+        qemus().is_empty() && !dir.exists() && !registered(name)
+    });
+    let took = t.elapsed();
+    assert!(
+        gone,
+        "after {took:?}: QEMU {:?}, directory {}, registered {}",
+        qemus(),
+        dir.exists(),
+        registered(name)
+    );
+    eprintln!("the run's VM was gone {took:?} after the run was killed");
+    assert!(port_free(), "port {port} is still taken");
+    assert!(
+        wait_until(Duration::from_secs(5), || supervisors().is_empty()),
+        "{:?}",
+        supervisors()
+    );
+    let list = sb.pincer_ok(&["vm", "list"]);
+    assert!(!list.contains(name.as_str()), "{list}");
+
+    // The `vm up` VM still serves.
+    assert_eq!(sh(&sb, "vm-kept", "echo still here").trim(), "still here");
+    assert!(list.contains("vm-kept") && list.contains(" up "), "{list}");
 }
 
 #[test]

@@ -59,6 +59,20 @@ pub(crate) enum VmCmd {
         #[command(flatten)]
         cache: CacheArg,
     },
+    /// Internal: ties a machine to the process that started it for its own use (started
+    /// by `up`).
+    #[command(hide = true)]
+    Supervise {
+        /// The machine's directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// The VM's name, when it is a registered VM.
+        #[arg(long)]
+        name: Option<String>,
+        /// The read end of the owner's lifeline.
+        #[arg(long, value_name = "FD")]
+        lifeline: i32,
+    },
 }
 
 pub(crate) async fn run(cmd: VmCmd, reg: &Registry) -> anyhow::Result<()> {
@@ -83,6 +97,8 @@ pub(crate) async fn run(cmd: VmCmd, reg: &Registry) -> anyhow::Result<()> {
                 memory_mib: memory,
                 cpus,
                 agent: agent.unwrap_or_else(default_agent),
+                // `vm up`'s VMs outlive the command.
+                lifeline: false,
             };
             let up = vm::up(reg, &cache.cache(), &opts, &mut |m| eprintln!("{m}")).await?;
             let t = up.timing;
@@ -134,6 +150,11 @@ pub(crate) async fn run(cmd: VmCmd, reg: &Registry) -> anyhow::Result<()> {
             vm::down(reg, &name).await?;
             println!("VM '{name}' stopped and removed");
         }
+        VmCmd::Supervise {
+            dir,
+            name,
+            lifeline,
+        } => vm::supervise(&dir, name.as_deref(), lifeline).await?,
         VmCmd::Bench {
             image,
             rounds,
@@ -174,6 +195,8 @@ async fn bench(
         memory_mib: 1024,
         cpus: 2,
         agent: default_agent(),
+        // The benchmark's VM is its own: it goes if the benchmark is killed.
+        lifeline: true,
     };
     let first = vm::up(reg, cache, &opts, &mut |m| eprintln!("{m}")).await?;
     eprintln!(

@@ -1,10 +1,10 @@
-//! A desktop's lifeline: how a desktop a program starts for its own use ends with that
-//! program, however the program ends (SIGKILL and crashes included).
+//! A desktop's lifeline: how a desktop (or a VM, `vm::supervise`) a program starts for its
+//! own use ends with that program, however the program ends (SIGKILL and crashes included).
 //!
 //! The owning process holds the write end of one pipe for its whole life and never writes
-//! to it; every supervisor it starts gets the read end. When the owner is gone, the kernel
-//! closes its last write end, the supervisors' read ends report end of file, and each
-//! supervisor stops its desktop as `down` would. No process ids are watched, so a reused
+//! to it; every supervisor it starts, of desktops and VMs alike, gets the read end. When the
+//! owner is gone, the kernel closes its last write end, the supervisors' read ends report
+//! end of file, and each supervisor stops its desktop or VM as `down` would. No process ids are watched, so a reused
 //! pid cannot keep a desktop alive. Both ends are close-on-exec, so no other program the
 //! owner runs holds the pipe open; the supervisor's end is made inheritable only in the
 //! supervisor's own child between fork and exec. A child the owner forks without exec
@@ -37,7 +37,7 @@ extern "C" fn forget_in_child() {
 
 /// The read end of this process's lifeline, made on first use, for a supervisor to inherit
 /// ([`inherit`]). The number is at least 3, so a child's standard streams never replace it.
-pub(super) fn read_end() -> std::io::Result<RawFd> {
+pub(crate) fn read_end() -> std::io::Result<RawFd> {
     let mut slot = READ_END.lock().unwrap_or_else(|e| e.into_inner());
     let me = std::process::id();
     if let Some((owner, fd)) = *slot
@@ -76,7 +76,7 @@ pub(super) fn read_end() -> std::io::Result<RawFd> {
 
 /// Between fork and exec of a supervisor: let it keep `fd`, the lifeline's read end.
 /// Async-signal-safe.
-pub(super) fn inherit(fd: RawFd) -> std::io::Result<()> {
+pub(crate) fn inherit(fd: RawFd) -> std::io::Result<()> {
     // SAFETY: clears close-on-exec on an fd of the forked child only.
     if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
         return Err(std::io::Error::last_os_error());
@@ -86,7 +86,7 @@ pub(super) fn inherit(fd: RawFd) -> std::io::Result<()> {
 
 /// The supervisor's end of its owner's lifeline.
 #[derive(Debug)]
-pub(super) struct Owner(OwnedFd);
+pub(crate) struct Owner(OwnedFd);
 
 impl Owner {
     /// Takes the read end the owner handed over as `fd`, close-on-exec from now on, so the
@@ -94,7 +94,7 @@ impl Owner {
     ///
     /// # Safety
     /// `fd` must be an open fd nothing else in this process owns.
-    pub(super) unsafe fn adopt(fd: RawFd) -> std::io::Result<Self> {
+    pub(crate) unsafe fn adopt(fd: RawFd) -> std::io::Result<Self> {
         // SAFETY: the caller hands over sole ownership of an open fd.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: fcntl on an fd we own.
@@ -106,7 +106,7 @@ impl Owner {
 
     /// Waits up to `timeout` (less when a signal arrives) and tells whether the owner is
     /// gone: every write end closed.
-    pub(super) fn gone_within(&self, timeout: Duration) -> bool {
+    pub(crate) fn gone_within(&self, timeout: Duration) -> bool {
         let mut p = libc::pollfd {
             fd: self.0.as_raw_fd(),
             events: libc::POLLIN,

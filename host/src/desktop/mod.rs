@@ -11,7 +11,7 @@
 //! Each desktop gets its own home directory, so two local desktops behave like two machines
 //! (files, app settings, gsettings) and a task's reset cannot leak into another desktop.
 
-mod lifeline;
+pub(crate) mod lifeline;
 
 use crate::env::registry::{DesktopEntry, EnvEntry, Registry, RegistryError};
 use serde::{Deserialize, Serialize};

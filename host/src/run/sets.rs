@@ -249,6 +249,8 @@ pub async fn vm_sets(
             memory_mib: plan.memory_mib,
             cpus: plan.cpus,
             agent: plan.agent.clone(),
+            // However the run ends, its VMs end with it.
+            lifeline: true,
         };
         let up = crate::vm::up(reg, &plan.cache, &opts, &mut |m| progress(m))
             .await

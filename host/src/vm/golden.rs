@@ -289,6 +289,9 @@ async fn make(
         }
     ));
     let started = Instant::now();
+    // The first boot is this process's alone, whatever the VM's: if the process dies
+    // mid-boot (a minute under TCG), its QEMU and scratch directory go with it.
+    super::supervise::start(dir, None)?;
     let mut child = machine
         .spawn()
         .map_err(io("starting qemu-system-x86_64 (install qemu-system-x86)"))?;
@@ -346,7 +349,13 @@ async fn make(
     let _ = child.wait();
     saved.map_err(|e| fail(format!("saving the state: {e}"), &machine))?;
     let save_s = t.elapsed().as_secs_f64();
-    for f in ["qmp.sock", "clock.sock", "qemu.log", "serial.log"] {
+    for f in [
+        "qmp.sock",
+        "clock.sock",
+        "qemu.log",
+        "serial.log",
+        super::supervise::LOG,
+    ] {
         let _ = std::fs::remove_file(dir.join(f));
     }
     // Read-only by convention from now on: every VM of the image builds on these.

@@ -5,17 +5,23 @@
 //! overlay away, so nothing a task did survives it. Each VM is registered in the envs file
 //! like any environment (its agent's pinned certificate and token, over the TCP transport
 //! that an isolated guest's network allows), so every command works on it unchanged.
+//!
+//! A VM a program starts for its own use (`UpOptions::lifeline`: a run's VMs) ends with the
+//! program, however it ends: `supervise` watches the program's lifeline and stops the VM as
+//! `down` would. `pincer vm up`'s VMs have none and outlive the command.
 
 pub mod golden;
 pub mod qemu;
 pub mod qmp;
+mod supervise;
 
-use crate::desktop::alive;
+pub use supervise::supervise;
+
 use crate::env::registry::{EnvEntry, Registry, RegistryError, VmEntry};
 use crate::env::{Deadlines, Environment, Transport};
 use crate::image::{Cache, Image, ImageError};
 use golden::Golden;
-use qemu::{Accel, Machine, Ram};
+use qemu::{Accel, Machine, Ram, Running};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -105,6 +111,10 @@ pub struct UpOptions {
     pub cpus: u32,
     /// The agent to run in it.
     pub agent: PathBuf,
+    /// Tie the VM to this process (the desktops' lifeline, `supervise`): when the process
+    /// is gone, however it ended, the VM stops and is removed as by `down`. Off for VMs
+    /// meant to outlive their command (`pincer vm up`).
+    pub lifeline: bool,
 }
 
 /// A VM's record, `vm.json` in its directory: everything a reset needs.
@@ -175,7 +185,12 @@ fn valid_name(name: &str) -> Result<(), VmError> {
 }
 
 fn read_state(name: &str) -> Option<VmState> {
-    let text = std::fs::read_to_string(dir_of(name).join("vm.json")).ok()?;
+    read_state_in(&dir_of(name))
+}
+
+/// The record in a VM's directory.
+fn read_state_in(dir: &Path) -> Option<VmState> {
+    let text = std::fs::read_to_string(dir.join("vm.json")).ok()?;
     serde_json::from_str(&text).ok()
 }
 
@@ -196,7 +211,7 @@ pub fn list() -> Vec<(VmState, bool)> {
         .filter_map(Result::ok)
         .filter_map(|e| read_state(&e.file_name().to_string_lossy()))
         .map(|st| {
-            let up = alive(st.pid);
+            let up = running(&st).is_some();
             (st, up)
         })
         .collect();
@@ -281,7 +296,7 @@ pub async fn up(
 ) -> Result<Up, VmError> {
     valid_name(&opts.name)?;
     if let Some(st) = read_state(&opts.name)
-        && alive(st.pid)
+        && running(&st).is_some()
     {
         return Err(VmError::AlreadyUp {
             name: opts.name.clone(),
@@ -320,6 +335,10 @@ pub async fn up(
     let golden_s = t.elapsed().as_secs_f64();
     let dir = dir_of(&opts.name);
     std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    if opts.lifeline {
+        // Before QEMU starts, so that no moment of its life is left uncovered.
+        supervise::start(&dir, Some((&opts.name, reg)))?;
+    }
     let mut st = VmState {
         name: opts.name.clone(),
         image: opts.image.clone(),
@@ -495,7 +514,8 @@ pub async fn reset(name: &str) -> Result<Timing, VmError> {
         name: name.into(),
         known: list().into_iter().map(|(s, _)| s.name).collect(),
     })?;
-    stop_qemu(st.pid).await;
+    // Nothing to save: no polite quit.
+    stop_qemu(&dir_of(name), Some(st.pid), false).await;
     let cache = Cache::at(
         st.image_dir
             .parent()
@@ -514,19 +534,36 @@ pub async fn reset(name: &str) -> Result<Timing, VmError> {
     start(&mut st, &golden, &image).await
 }
 
-/// Kills a VM's QEMU and waits until it is gone (its port free again).
-async fn stop_qemu(pid: u32) {
-    if !alive(pid) {
+/// The QEMU of a VM, if it runs: the process its record names, if that is still it.
+fn running(st: &VmState) -> Option<Running> {
+    Running::of(&dir_of(&st.name), st.pid)
+}
+
+/// Stops the QEMU of the machine in `dir` (`hint`: its recorded pid) and waits until it is
+/// gone (its port free again): a QMP `quit` first if `polite`, else at once SIGKILL. Only
+/// that QEMU is signalled, never a process that merely got its pid ([`Running`]).
+async fn stop_qemu(dir: &Path, hint: Option<u32>, polite: bool) {
+    let Some(qemu) = Running::find(dir, hint) else {
         return;
+    };
+    let gone_within = async |d: Duration| {
+        let until = Instant::now() + d;
+        while !qemu.exited() && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        qemu.exited()
+    };
+    if polite {
+        // QEMU has nothing to save.
+        if let Ok(mut q) = qmp::Qmp::connect(&dir.join("qmp.sock")).await {
+            let _ = q.execute("quit", json!({})).await;
+        }
+        if gone_within(Duration::from_secs(3)).await {
+            return;
+        }
     }
-    // SAFETY: signalling the QEMU this VM's record names.
-    unsafe {
-        libc::kill(pid as i32, libc::SIGKILL);
-    }
-    let until = Instant::now() + Duration::from_secs(10);
-    while alive(pid) && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    qemu.signal(libc::SIGKILL);
+    gone_within(Duration::from_secs(10)).await;
 }
 
 /// Stops a VM, removes its files and its envs entry.
@@ -536,28 +573,28 @@ pub async fn down(reg: &Registry, name: &str) -> Result<VmState, VmError> {
         name: name.into(),
         known: list().into_iter().map(|(s, _)| s.name).collect(),
     })?;
-    if alive(st.pid) {
-        // A polite quit first; QEMU has nothing to save.
-        if let Ok(mut q) = qmp::Qmp::connect(&dir_of(name).join("qmp.sock")).await {
-            let _ = q.execute("quit", json!({})).await;
-        }
-        let until = Instant::now() + Duration::from_secs(3);
-        while alive(st.pid) && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        stop_qemu(st.pid).await;
-    }
-    let dir = dir_of(name);
-    std::fs::remove_dir_all(&dir).map_err(io(format!("removing {}", dir.display())))?;
+    remove(reg, name, &dir_of(name), Some(st.pid)).await?;
+    Ok(st)
+}
+
+/// `down`'s work on the VM `name` in `dir` (`hint`: its QEMU's recorded pid): QEMU, the
+/// directory (overlay, record, sockets, logs), the envs entry if it is this VM's.
+async fn remove(reg: &Registry, name: &str, dir: &Path, hint: Option<u32>) -> Result<(), VmError> {
+    stop_qemu(dir, hint, true).await;
+    std::fs::remove_dir_all(dir).map_err(io(format!("removing {}", dir.display())))?;
     reg.update(|f| {
-        if f.envs.get(name).is_some_and(|e| e.vm.is_some()) {
+        if f.envs
+            .get(name)
+            .and_then(|e| e.vm.as_ref())
+            .is_some_and(|v| v.state_dir == dir)
+        {
             f.envs.remove(name);
         }
-        if f.default.as_deref() == Some(name) {
+        if f.default.as_deref() == Some(name) && !f.envs.contains_key(name) {
             f.default = None;
         }
     })?;
-    Ok(st)
+    Ok(())
 }
 
 #[cfg(test)]

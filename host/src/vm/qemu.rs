@@ -4,6 +4,7 @@
 //! socket), the accelerator chosen by probing, and starting it detached from the caller.
 
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -214,7 +215,7 @@ impl Machine {
             "-serial".into(),
             "chardev:serial".into(),
             "-qmp".into(),
-            format!("unix:{},server=on,wait=off", p(&self.qmp_socket())),
+            qmp_arg(&self.dir),
         ]);
         if self.incoming {
             a.extend(["-incoming".into(), "defer".into(), "-S".into()]);
@@ -245,6 +246,93 @@ impl Machine {
         }
         cmd.spawn()
     }
+}
+
+/// The `-qmp` argument of the QEMU of the machine in `dir`: no other process has it on its
+/// command line, so it names that QEMU ([`Running`]).
+fn qmp_arg(dir: &Path) -> String {
+    format!("unix:{},server=on,wait=off", dir.join("qmp.sock").display())
+}
+
+/// The live QEMU of the machine in one directory, held by a pidfd: signals sent through it
+/// reach that process or none, even once its pid has been given to another.
+#[derive(Debug)]
+pub struct Running {
+    /// Its pid, for messages.
+    pid: u32,
+    /// The pidfd.
+    fd: OwnedFd,
+}
+
+impl Running {
+    /// The QEMU of the machine in `dir` if it is process `pid` (a pid in a record may have
+    /// been given to any process since).
+    pub fn of(dir: &Path, pid: u32) -> Option<Self> {
+        let needle = qmp_arg(dir);
+        if pid == 0 || !serves(pid, &needle) {
+            return None;
+        }
+        // SAFETY: pidfd_open with a pid and no flags; returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: a fresh fd, ours alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        // Looked at again through the pidfd's process: the pid may have changed hands
+        // between the first look and the open.
+        serves(pid, &needle).then_some(Self { pid, fd })
+    }
+
+    /// The QEMU of the machine in `dir`: process `hint` (its record's pid) if that is it,
+    /// else any process with the machine's QMP socket on its command line (one started
+    /// before its record was written).
+    pub fn find(dir: &Path, hint: Option<u32>) -> Option<Self> {
+        if let Some(r) = hint.and_then(|pid| Self::of(dir, pid)) {
+            return Some(r);
+        }
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .find_map(|pid| Self::of(dir, pid))
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Sends it `signal` (nothing happens if it has exited).
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: pidfd_send_signal on our pidfd, no siginfo, no flags.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.fd.as_raw_fd(),
+                signal,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            );
+        }
+    }
+
+    /// Whether it has exited (a zombie counts: it holds nothing any more).
+    pub fn exited(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no waiting.
+        unsafe { libc::poll(&mut p, 1, 0) > 0 }
+    }
+}
+
+/// Whether process `pid` lives with `arg` among its arguments (a zombie's are empty).
+fn serves(pid: u32, arg: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == arg.as_bytes()))
 }
 
 #[cfg(test)]
@@ -287,6 +375,29 @@ mod tests {
         assert!(args.windows(2).any(|w| w == ["-incoming", "defer"]));
         assert!(args.iter().any(|a| a == "tcg,thread=multi"));
         assert!(args.iter().any(|a| a.contains("serial=pincer-agent")));
+    }
+
+    #[test]
+    fn a_qemu_is_found_by_its_directory_and_a_dead_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        // A stand-in with the machine's `-qmp` argument on its command line ($0 of sh).
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 30"])
+            .arg(qmp_arg(dir.path()))
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert!(Running::of(other.path(), pid).is_none());
+        assert!(Running::of(dir.path(), std::process::id()).is_none());
+        let found = Running::find(dir.path(), None).unwrap();
+        assert_eq!(found.pid(), pid);
+        let by_record = Running::of(dir.path(), pid).unwrap();
+        assert!(!by_record.exited());
+        by_record.signal(libc::SIGKILL);
+        child.wait().unwrap();
+        assert!(by_record.exited());
+        assert!(Running::find(dir.path(), Some(pid)).is_none());
     }
 
     #[test]
