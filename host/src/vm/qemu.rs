@@ -258,30 +258,36 @@ fn qmp_arg(dir: &Path) -> String {
 /// reach that process or none, even once its pid has been given to another.
 #[derive(Debug)]
 pub struct Running {
-    /// Its pid, for messages.
+    /// Its pid.
     pid: u32,
-    /// The pidfd.
-    fd: OwnedFd,
+    /// Its `-qmp` argument, which names it.
+    arg: String,
+    /// The pidfd; none on kernels before 5.3, where the process is looked at again before
+    /// each signal instead (a narrow window for pid reuse remains there).
+    fd: Option<OwnedFd>,
 }
 
 impl Running {
     /// The QEMU of the machine in `dir` if it is process `pid` (a pid in a record may have
     /// been given to any process since).
     pub fn of(dir: &Path, pid: u32) -> Option<Self> {
-        let needle = qmp_arg(dir);
-        if pid == 0 || !serves(pid, &needle) {
+        let arg = qmp_arg(dir);
+        if pid == 0 || !serves(pid, &arg) {
             return None;
         }
         // SAFETY: pidfd_open with a pid and no flags; returns a new fd or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: a fresh fd, ours alone.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        // Looked at again through the pidfd's process: the pid may have changed hands
-        // between the first look and the open.
-        serves(pid, &needle).then_some(Self { pid, fd })
+        let fd = if fd >= 0 {
+            // SAFETY: a fresh fd, ours alone.
+            Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+        } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            None
+        } else {
+            return None; // gone meanwhile
+        };
+        // Looked at again, the pidfd's process now: the pid may have changed hands between
+        // the first look and the open.
+        serves(pid, &arg).then_some(Self { pid, arg, fd })
     }
 
     /// The QEMU of the machine in `dir`: process `hint` (its record's pid) if that is it,
@@ -305,22 +311,34 @@ impl Running {
 
     /// Sends it `signal` (nothing happens if it has exited).
     pub fn signal(&self, signal: libc::c_int) {
-        // SAFETY: pidfd_send_signal on our pidfd, no siginfo, no flags.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.fd.as_raw_fd(),
-                signal,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            );
+        match &self.fd {
+            // SAFETY: pidfd_send_signal on our pidfd, no siginfo, no flags.
+            Some(fd) => unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    signal,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            },
+            None if serves(self.pid, &self.arg) => {
+                // SAFETY: a plain signal to the process just seen to be this QEMU.
+                unsafe {
+                    libc::kill(self.pid as libc::pid_t, signal);
+                }
+            }
+            None => {}
         }
     }
 
     /// Whether it has exited (a zombie counts: it holds nothing any more).
     pub fn exited(&self) -> bool {
+        let Some(fd) = &self.fd else {
+            return !serves(self.pid, &self.arg);
+        };
         let mut p = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
+            fd: fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
@@ -393,10 +411,18 @@ mod tests {
         let found = Running::find(dir.path(), None).unwrap();
         assert_eq!(found.pid(), pid);
         let by_record = Running::of(dir.path(), pid).unwrap();
+        assert!(by_record.fd.is_some(), "no pidfd on this kernel");
         assert!(!by_record.exited());
+        // Without a pidfd (kernels before 5.3), the same through a second look.
+        let without = Running {
+            fd: None,
+            ..Running::of(dir.path(), pid).unwrap()
+        };
+        assert!(!without.exited());
         by_record.signal(libc::SIGKILL);
         child.wait().unwrap();
         assert!(by_record.exited());
+        assert!(without.exited());
         assert!(Running::find(dir.path(), Some(pid)).is_none());
     }
 
