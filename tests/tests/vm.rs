@@ -3,8 +3,8 @@
 //! under QEMU (TCG here: this machine has no hardware virtualization), with the agent
 //! answering from inside. A reset must throw away files and settings, two VMs of one image
 //! run side by side, a run on VMs resets between tasks and replaces a VM that dies, a killed
-//! run takes its VMs with it (and leaves `vm up`'s), bundled tasks pass with the oracle, and
-//! bad input is named.
+//! run takes its VMs with it (and leaves `vm up`'s), so does a killed first boot, bundled
+//! tasks pass with the oracle, and bad input is named.
 
 use pincer_tests::Sandbox;
 use serde_json::Value;
@@ -492,6 +492,70 @@ fn a_killed_run_takes_its_vms_with_it_and_vm_up_ones_stay() {
     // The `vm up` VM still serves.
     assert_eq!(sh(&sb, "vm-kept", "echo still here").trim(), "still here");
     assert!(list.contains("vm-kept") && list.contains(" up "), "{list}");
+}
+
+#[test]
+fn a_killed_first_boot_leaves_no_qemu_behind() {
+    let sb = Sandbox::new();
+    image(&sb);
+    // An agent no golden state was made for (one byte more), so `vm up` boots cold.
+    let agent = sb.path().join("pincer-agent");
+    let mut bytes = std::fs::read(pincer_tests::bin("pincer-agent")).unwrap();
+    bytes.push(0);
+    std::fs::write(&agent, bytes).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut cli = sb
+        .pincer_command(&["vm", "up", "--image", IMAGE, "--name", "cold", "--agent"])
+        .arg(&agent)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The first boot's QEMU runs in a scratch directory named by the process making it.
+    let scratch = format!("-{}/qmp.sock,server=on,wait=off", cli.id());
+    let qemus = || -> Vec<u32> {
+        pincer_tests::processes()
+            .into_iter()
+            .filter(|p| {
+                p.state != 'Z'
+                    && p.cmdline.split(' ').any(|a| {
+                        a.starts_with("unix:")
+                            && a.contains("/golden/.new-")
+                            && a.ends_with(&scratch)
+                    })
+            })
+            .map(|p| p.pid)
+            .collect()
+    };
+    assert!(
+        wait_until(Duration::from_secs(120), || !qemus().is_empty()),
+        "the first boot never started"
+    );
+    let dir = pincer_tests::processes()
+        .into_iter()
+        .find(|p| p.pid == qemus()[0])
+        .and_then(|p| {
+            p.cmdline.split(' ').find_map(|a| {
+                a.strip_prefix("unix:")?
+                    .strip_suffix(",server=on,wait=off")
+                    .map(|s| s.to_owned())
+            })
+        })
+        .map(|sock| Path::new(&sock).parent().unwrap().to_owned())
+        .unwrap();
+    assert!(dir.is_dir(), "{}", dir.display());
+    cli.kill().unwrap();
+    cli.wait().unwrap();
+    let gone = wait_until(Duration::from_secs(30), || {
+        qemus().is_empty() && !dir.exists()
+    });
+    assert!(
+        gone,
+        "QEMU {:?}, {} exists: {}",
+        qemus(),
+        dir.display(),
+        dir.exists()
+    );
 }
 
 #[test]
