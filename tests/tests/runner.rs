@@ -56,6 +56,18 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// An oracle run of `tasks` into `out`, once its first task has taken its first step.
+fn started_run(sb: &Sandbox, tasks: &Path, out: &Path, extra: &[&str], within: u64) -> Child {
+    let child = spawn_pincer(sb, &oracle_run(tasks, out, extra));
+    assert!(
+        wait_until(Duration::from_secs(within), || out
+            .join("tasks/t0__r0/step-001-desktop-marks.png")
+            .exists()),
+        "the first task never took its first step"
+    );
+    child
+}
+
 /// Local desktops `pincer run` made, with their state files.
 fn run_desktops(sb: &Sandbox) -> Vec<Value> {
     let dir = sb.path().join("state/desktops");
@@ -202,13 +214,13 @@ fn an_agent_restart_mid_task_is_ridden_out() {
     let d = sb.desktop("restart", "1024x768", &[]);
     let tasks = suite(sb.path(), 1, 3000);
     let out = sb.path().join("out");
-    let mut child = spawn_pincer(
+    let mut child = started_run(
         &sb,
-        &oracle_run(&tasks, &out, &["--set", "desktop=restart", "--no-report"]),
+        &tasks,
+        &out,
+        &["--set", "desktop=restart", "--no-report"],
+        60,
     );
-    assert!(wait_until(Duration::from_secs(60), || out
-        .join("tasks/t0__r0/step-001-desktop-marks.png")
-        .exists()));
     // The oracle is idling; kill the guest agent. The supervisor restarts it and the host
     // reconnects on its next call.
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -230,15 +242,12 @@ fn ctrl_c_records_the_running_task_as_aborted_and_stops_the_desktops() {
     let sb = Sandbox::new();
     let tasks = suite(sb.path(), 2, 4000);
     let out = sb.path().join("out");
-    let mut child = spawn_pincer(
+    let mut child = started_run(
         &sb,
-        &oracle_run(&tasks, &out, &["--no-report", "--size", "1024x768"]),
-    );
-    assert!(
-        wait_until(Duration::from_secs(120), || out
-            .join("tasks/t0__r0/step-001-desktop-marks.png")
-            .exists()),
-        "the first task never started"
+        &tasks,
+        &out,
+        &["--no-report", "--size", "1024x768"],
+        120,
     );
     // SAFETY: interrupting our own child, as Ctrl-C in its terminal would.
     unsafe {
@@ -308,15 +317,12 @@ fn a_killed_run_takes_its_desktops_with_it() {
     let sb = Sandbox::new();
     let tasks = suite(sb.path(), 1, 30_000);
     let out = sb.path().join("out");
-    let mut child = spawn_pincer(
+    let mut child = started_run(
         &sb,
-        &oracle_run(&tasks, &out, &["--no-report", "--size", "1024x768"]),
-    );
-    assert!(
-        wait_until(Duration::from_secs(120), || out
-            .join("tasks/t0__r0/step-001-desktop-marks.png")
-            .exists()),
-        "the task never started"
+        &tasks,
+        &out,
+        &["--no-report", "--size", "1024x768"],
+        120,
     );
     let desktops: Vec<DesktopFootprint> =
         run_desktops(&sb).iter().map(DesktopFootprint::of).collect();

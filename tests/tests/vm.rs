@@ -53,6 +53,31 @@ fn up<'a>(sb: &'a Sandbox, name: &str) -> (Vm<'a>, String) {
     )
 }
 
+/// `pincer run` of the oracle on VMs of the image, started in the background.
+fn vm_run(
+    sb: &Sandbox,
+    tasks: &Path,
+    out: &Path,
+    stderr: std::process::Stdio,
+) -> std::process::Child {
+    sb.pincer_command(&[
+        "run",
+        "--tasks",
+        tasks.to_str().unwrap(),
+        "--agent",
+        "oracle",
+        "--vm",
+        IMAGE,
+        "--no-report",
+        "--out",
+    ])
+    .arg(out)
+    .stdout(std::process::Stdio::null())
+    .stderr(stderr)
+    .spawn()
+    .unwrap()
+}
+
 /// Runs a shell command line in the VM and returns its output.
 fn sh(sb: &Sandbox, vm: &str, script: &str) -> String {
     sb.pincer_ok(&["exec", "--env", vm, "--", "sh", "-c", script])
@@ -290,23 +315,7 @@ fn a_run_on_vms_resets_between_tasks_and_replaces_a_vm_that_dies() {
     ));
 
     let out = sb.path().join("out");
-    let mut run = sb
-        .pincer_command(&[
-            "run",
-            "--tasks",
-            tasks.to_str().unwrap(),
-            "--agent",
-            "oracle",
-            "--vm",
-            IMAGE,
-            "--no-report",
-            "--out",
-        ])
-        .arg(&out)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut run = vm_run(&sb, &tasks, &out, std::process::Stdio::piped());
     let results = out.join("results.jsonl");
     let lines = || {
         std::fs::read_to_string(&results)
@@ -404,23 +413,7 @@ fn a_killed_run_takes_its_vms_with_it_and_vm_up_ones_stay() {
     );
     std::fs::write(tasks.join("waits.json"), t.to_string()).unwrap();
     let out = sb.path().join("out");
-    let mut run = sb
-        .pincer_command(&[
-            "run",
-            "--tasks",
-            tasks.to_str().unwrap(),
-            "--agent",
-            "oracle",
-            "--vm",
-            IMAGE,
-            "--no-report",
-            "--out",
-        ])
-        .arg(&out)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut run = vm_run(&sb, &tasks, &out, std::process::Stdio::null());
     let steps = out.join("tasks/waits__r0/steps.jsonl");
     let started = wait_until(Duration::from_secs(600), || {
         assert!(run.try_wait().unwrap().is_none(), "the run ended early");

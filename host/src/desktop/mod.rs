@@ -637,12 +637,12 @@ fn hex_bytes(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// Starts Xvfb on a free display and returns it with the display name.
 /// A new file for a process's output.
 fn log_file(path: &Path) -> Result<std::fs::File, DesktopError> {
     std::fs::File::create(path).map_err(io(format!("creating {}", path.display())))
 }
 
+/// Starts Xvfb on a free display and returns it with the display name.
 fn start_xvfb(size: (u32, u32), auth: &Path, log: &Path) -> Result<(Child, String), DesktopError> {
     let (reader, writer) = std::io::pipe().map_err(io("making a pipe for Xvfb"))?;
     let wfd = writer.as_raw_fd();
