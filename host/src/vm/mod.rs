@@ -543,7 +543,17 @@ fn running(st: &VmState) -> Option<Running> {
 /// gone (its port free again): a QMP `quit` first if `polite`, else at once SIGKILL. Only
 /// that QEMU is signalled, never a process that merely got its pid ([`Running`]).
 async fn stop_qemu(dir: &Path, hint: Option<u32>, polite: bool) {
-    let Some(qemu) = Running::find(dir, hint) else {
+    // A QEMU spawned a moment ago may still be inside execve, its command line not yet
+    // readable: look again briefly before concluding there is none.
+    let mut found = Running::find(dir, hint);
+    for _ in 0..3 {
+        if found.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        found = Running::find(dir, hint);
+    }
+    let Some(qemu) = found else {
         return;
     };
     let gone_within = async |d: Duration| {

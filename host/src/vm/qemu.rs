@@ -408,7 +408,16 @@ mod tests {
         let pid = child.id();
         assert!(Running::of(other.path(), pid).is_none());
         assert!(Running::of(dir.path(), std::process::id()).is_none());
-        let found = Running::find(dir.path(), None).unwrap();
+        // Right after spawn the child may still be inside execve, its command line not
+        // readable yet: look until it is.
+        let found = (0..500)
+            .find_map(|_| {
+                Running::find(dir.path(), None).or_else(|| {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    None
+                })
+            })
+            .expect("the stand-in is found by its -qmp argument");
         assert_eq!(found.pid(), pid);
         let by_record = Running::of(dir.path(), pid).unwrap();
         assert!(by_record.fd.is_some(), "no pidfd on this kernel");
