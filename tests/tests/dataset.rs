@@ -95,8 +95,14 @@ fn check_set(dir: &Path) -> Vec<GroundItem> {
     items
 }
 
+/// The two tests take turns: while the other one's runs drove their own galculator, one
+/// run in about five of this test's real clicks at the keys 4, 0, 2 read 422 (the boxes
+/// unchanged), which is not understood yet (see the team notes).
+static APART: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grounding_items_from_the_demo_apps_hit_what_they_name() {
+    let _apart = APART.lock().await;
     let sb = Sandbox::new();
 
     // The demo tasks' setups on a desktop of the command's own, stopped afterwards.
@@ -281,6 +287,7 @@ async fn grounding_items_from_the_demo_apps_hit_what_they_name() {
 
 #[test]
 fn idm_and_critic_sets_from_real_runs_are_labelled_by_what_happened() {
+    let _apart = APART.blocking_lock();
     let sb = Sandbox::new();
     let tasks = [
         "calculator-multiply",
