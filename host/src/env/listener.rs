@@ -459,8 +459,10 @@ mod tests {
         let host = Identity::generate("host").unwrap();
         let guest = Identity::generate("guest").unwrap();
         let token = Token::generate();
+        // Long enough that every silent connection is still waiting when the guest comes,
+        // however slowly a loaded machine completes their handshakes (1 s was not).
         let deadlines = Deadlines {
-            connect: Duration::from_secs(1),
+            connect: Duration::from_secs(3),
             ..Default::default()
         };
         let policy = TrustPolicy {
