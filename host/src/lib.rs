@@ -10,6 +10,7 @@
 pub mod agent;
 pub mod android;
 pub mod bench;
+pub mod clock;
 pub mod compose;
 pub mod crab;
 pub mod dataset;

@@ -347,9 +347,7 @@ impl Adb {
                 msg.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
                 msg.extend_from_slice(chunk);
             }
-            let mtime = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as u32);
+            let mtime = crate::clock::unix_secs() as u32;
             msg.extend_from_slice(b"DONE");
             msg.extend_from_slice(&mtime.to_le_bytes());
             c.stream

@@ -383,9 +383,7 @@ pub async fn build(
             initrd: size("initrd.img"),
         },
         agent_sha256: file_sha256(&opts.agent)?,
-        built_at: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        built_at: crate::clock::unix_secs(),
         build_seconds: started.elapsed().as_secs_f64(),
         container,
     };
