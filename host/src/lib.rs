@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod observe;
 pub mod paths;
 mod picture;
+pub mod process;
 pub mod record;
 pub mod report;
 pub mod run;

@@ -319,6 +319,44 @@ fn a_desktop_from_desktop_up_outlives_the_command_until_down() {
     assert!(listed.contains("no local desktops are up"), "{listed}");
 }
 
+/// A desktop whose supervisor is gone and whose pid went to another process: it is not
+/// taken for running, and `down` leaves that process alone (it is not `desktop supervise --name ghost`).
+#[test]
+fn a_supervisor_pid_given_to_another_process_is_never_signalled() {
+    let sb = Sandbox::new();
+    let mut other = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let dir = sb.path().join("state/desktops/ghost");
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = serde_json::json!({
+        "name": "ghost",
+        "display": ":99",
+        "size": [800, 600],
+        "supervisor_pid": other.id(),
+        "agent_addr": "127.0.0.1:9",
+        "fingerprint": "sha256:00",
+        "token_file": dir.join("token"),
+        "window_manager": null,
+        "env": {},
+    });
+    std::fs::write(dir.join("desktop.json"), state.to_string()).unwrap();
+    let env = sb.pincer(&["desktop", "env", "ghost"]);
+    assert!(
+        !env.status.success() && String::from_utf8_lossy(&env.stderr).contains("not running"),
+        "taken for running: {env:?}"
+    );
+    let _ = sb.pincer(&["desktop", "down", "ghost"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        other.try_wait().unwrap().is_none(),
+        "`desktop down` signalled a process that only had the supervisor's old pid"
+    );
+    other.kill().unwrap();
+    other.wait().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_commands_work_against_a_desktop() {
     let sb = Sandbox::new();

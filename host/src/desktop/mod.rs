@@ -14,6 +14,7 @@
 pub(crate) mod lifeline;
 
 use crate::env::registry::{DesktopEntry, EnvEntry, Registry, RegistryError};
+use crate::process::{self, Process};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -193,24 +194,14 @@ fn state_file(dir: &Path) -> PathBuf {
 pub fn read_state(name: &str) -> Option<DesktopState> {
     let text = std::fs::read_to_string(state_file(&dir_of(name))).ok()?;
     let st: DesktopState = serde_json::from_str(&text).ok()?;
-    alive(st.supervisor_pid).then_some(st)
+    supervisor(name, st.supervisor_pid).is_some().then_some(st)
 }
 
-/// Whether a process lives (and is not a zombie).
-pub(crate) fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    pid > 0 && unsafe { libc::kill(pid as i32, 0) } == 0 && !is_zombie(pid)
-}
-
-fn is_zombie(pid: u32) -> bool {
-    stat_fields(pid).is_some_and(|f| f.first().map(String::as_str) == Some("Z"))
-}
-
-/// Fields of /proc/pid/stat after the command name: state, ppid, pgrp, session, ...
-fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = s.get(s.rfind(')')? + 2..)?;
-    Some(rest.split(' ').map(str::to_owned).collect())
+/// The supervisor of desktop `name` if it is process `pid`: a recorded pid may have been
+/// given to another process since, so it is taken only if its command line says it
+/// supervises that desktop (`desktop supervise --name NAME`).
+fn supervisor(name: &str, pid: u32) -> Option<Process> {
+    Process::of(pid, &["supervise", "--name", name])
 }
 
 fn valid_name(name: &str) -> Result<(), DesktopError> {
@@ -434,15 +425,9 @@ pub async fn down(reg: &Registry, name: &str) -> Result<usize, DesktopError> {
     };
     let marker = session_marker(name, pid);
     let before = desktop_processes(pid, &marker).len();
-    if alive(pid) {
-        // SAFETY: plain syscall on our supervisor.
-        unsafe {
-            libc::kill(pid as i32, libc::SIGTERM);
-        }
-        let until = Instant::now() + Duration::from_secs(10);
-        while alive(pid) && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    if let Some(sup) = supervisor(name, pid) {
+        sup.signal(libc::SIGTERM);
+        sup.exited_within(Duration::from_secs(10)).await;
     }
     // Whatever is left (the supervisor was killed hard, or a helper ignored SIGTERM).
     kill_all(&desktop_processes(pid, &marker), libc::SIGKILL);
@@ -472,9 +457,11 @@ pub fn desktop_processes(supervisor: u32, marker: &str) -> Vec<u32> {
     };
     rd.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != me && !is_zombie(pid))
+        .filter(|&pid| pid != me && !process::is_zombie(pid))
         .filter(|&pid| {
-            let in_session = stat_fields(pid)
+            // The session's id is the supervisor's pid, which the kernel gives no other
+            // process while the session has members, so this finds the desktop's own.
+            let in_session = process::stat_fields(pid)
                 .and_then(|f| f.get(3).and_then(|s| s.parse::<u32>().ok()))
                 == Some(supervisor);
             in_session

@@ -194,11 +194,11 @@ impl FileLock {
 }
 
 /// Whether the process whose pid ends a work directory's name (`.build-NAME-PID`) still
-/// runs; directories of processes that are gone are leftovers.
+/// runs; directories of processes that are gone (or dead and not yet reaped) are
+/// leftovers.
 pub(crate) fn owner_alive(dir_name: &str) -> bool {
-    let pid: Option<i32> = dir_name.rsplit('-').next().and_then(|p| p.parse().ok());
-    // SAFETY: signal 0 only asks whether the process exists.
-    pid.is_some_and(|p| p > 0 && unsafe { libc::kill(p, 0) } == 0)
+    let pid: Option<u32> = dir_name.rsplit('-').next().and_then(|p| p.parse().ok());
+    pid.is_some_and(crate::process::alive)
 }
 
 /// The image cache: one directory per image; directories whose names start with `.` are
@@ -284,6 +284,25 @@ pub fn human_bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A build directory whose owner exited but was not reaped yet is a leftover: a zombie
+    /// holds nothing.
+    #[test]
+    fn a_dead_owner_is_dead_even_unreaped() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let name = format!(".build-x-{}", child.id());
+        let start = std::time::Instant::now();
+        while owner_alive(&name) && start.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(
+            !owner_alive(&name),
+            "an exited, unreaped owner counts as alive"
+        );
+        child.wait().unwrap();
+        assert!(owner_alive(&format!(".build-x-{}", std::process::id())));
+        assert!(!owner_alive(".build-x-0") && !owner_alive(".build-x-y"));
+    }
 
     fn manifest(name: &str) -> Manifest {
         Manifest {

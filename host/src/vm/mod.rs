@@ -20,8 +20,9 @@ pub use supervise::supervise;
 use crate::env::registry::{EnvEntry, Registry, RegistryError, VmEntry};
 use crate::env::{Deadlines, Environment, Transport};
 use crate::image::{Cache, Image, ImageError};
+use crate::process::Process;
 use golden::Golden;
-use qemu::{Accel, Machine, Ram, Running};
+use qemu::{Accel, Machine, Ram};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -535,45 +536,38 @@ pub async fn reset(name: &str) -> Result<Timing, VmError> {
 }
 
 /// The QEMU of a VM, if it runs: the process its record names, if that is still it.
-fn running(st: &VmState) -> Option<Running> {
-    Running::of(&dir_of(&st.name), st.pid)
+fn running(st: &VmState) -> Option<Process> {
+    qemu::of(&dir_of(&st.name), st.pid)
 }
 
 /// Stops the QEMU of the machine in `dir` (`hint`: its recorded pid) and waits until it is
 /// gone (its port free again): a QMP `quit` first if `polite`, else at once SIGKILL. Only
-/// that QEMU is signalled, never a process that merely got its pid ([`Running`]).
+/// that QEMU is signalled, never a process that merely got its pid ([`Process`]).
 async fn stop_qemu(dir: &Path, hint: Option<u32>, polite: bool) {
     // A QEMU spawned a moment ago may still be inside execve, its command line not yet
     // readable: look again briefly before concluding there is none.
-    let mut found = Running::find(dir, hint);
+    let mut found = qemu::find(dir, hint);
     for _ in 0..3 {
         if found.is_some() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        found = Running::find(dir, hint);
+        found = qemu::find(dir, hint);
     }
     let Some(qemu) = found else {
         return;
-    };
-    let gone_within = async |d: Duration| {
-        let until = Instant::now() + d;
-        while !qemu.exited() && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        qemu.exited()
     };
     if polite {
         // QEMU has nothing to save.
         if let Ok(mut q) = qmp::Qmp::connect(&dir.join("qmp.sock")).await {
             let _ = q.execute("quit", json!({})).await;
         }
-        if gone_within(Duration::from_secs(3)).await {
+        if qemu.exited_within(Duration::from_secs(3)).await {
             return;
         }
     }
     qemu.signal(libc::SIGKILL);
-    gone_within(Duration::from_secs(10)).await;
+    qemu.exited_within(Duration::from_secs(10)).await;
 }
 
 /// Stops a VM, removes its files and its envs entry.

@@ -3,8 +3,8 @@
 //! agent's forwarded TCP port on 127.0.0.1, the clock's virtio-serial port, QMP on a unix
 //! socket), the accelerator chosen by probing, and starting it detached from the caller.
 
+use crate::process::Process;
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -254,103 +254,18 @@ fn qmp_arg(dir: &Path) -> String {
     format!("unix:{},server=on,wait=off", dir.join("qmp.sock").display())
 }
 
-/// The live QEMU of the machine in one directory, held by a pidfd: signals sent through it
-/// reach that process or none, even once its pid has been given to another.
-#[derive(Debug)]
-pub struct Running {
-    /// Its pid.
-    pid: u32,
-    /// Its `-qmp` argument, which names it.
-    arg: String,
-    /// The pidfd; none on kernels before 5.3, where the process is looked at again before
-    /// each signal instead (a narrow window for pid reuse remains there).
-    fd: Option<OwnedFd>,
+/// The live QEMU of the machine in `dir` if it is process `pid` (a pid in a record may
+/// have been given to any process since): known by its `-qmp` argument, which no other
+/// process has, and held by a pidfd.
+pub fn of(dir: &Path, pid: u32) -> Option<Process> {
+    Process::of(pid, &[&qmp_arg(dir)])
 }
 
-impl Running {
-    /// The QEMU of the machine in `dir` if it is process `pid` (a pid in a record may have
-    /// been given to any process since).
-    pub fn of(dir: &Path, pid: u32) -> Option<Self> {
-        let arg = qmp_arg(dir);
-        if pid == 0 || !serves(pid, &arg) {
-            return None;
-        }
-        // SAFETY: pidfd_open with a pid and no flags; returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        let fd = if fd >= 0 {
-            // SAFETY: a fresh fd, ours alone.
-            Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-        } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
-            None
-        } else {
-            return None; // gone meanwhile
-        };
-        // Looked at again, the pidfd's process now: the pid may have changed hands between
-        // the first look and the open.
-        serves(pid, &arg).then_some(Self { pid, arg, fd })
-    }
-
-    /// The QEMU of the machine in `dir`: process `hint` (its record's pid) if that is it,
-    /// else any process with the machine's QMP socket on its command line (one started
-    /// before its record was written).
-    pub fn find(dir: &Path, hint: Option<u32>) -> Option<Self> {
-        if let Some(r) = hint.and_then(|pid| Self::of(dir, pid)) {
-            return Some(r);
-        }
-        std::fs::read_dir("/proc")
-            .ok()?
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .find_map(|pid| Self::of(dir, pid))
-    }
-
-    /// Its pid.
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    /// Sends it `signal` (nothing happens if it has exited).
-    pub fn signal(&self, signal: libc::c_int) {
-        match &self.fd {
-            // SAFETY: pidfd_send_signal on our pidfd, no siginfo, no flags.
-            Some(fd) => unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    fd.as_raw_fd(),
-                    signal,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                );
-            },
-            None if serves(self.pid, &self.arg) => {
-                // SAFETY: a plain signal to the process just seen to be this QEMU.
-                unsafe {
-                    libc::kill(self.pid as libc::pid_t, signal);
-                }
-            }
-            None => {}
-        }
-    }
-
-    /// Whether it has exited (a zombie counts: it holds nothing any more).
-    pub fn exited(&self) -> bool {
-        let Some(fd) = &self.fd else {
-            return !serves(self.pid, &self.arg);
-        };
-        let mut p = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, no waiting.
-        unsafe { libc::poll(&mut p, 1, 0) > 0 }
-    }
-}
-
-/// Whether process `pid` lives with `arg` among its arguments (a zombie's are empty).
-fn serves(pid: u32, arg: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == arg.as_bytes()))
+/// The live QEMU of the machine in `dir`: process `hint` (its record's pid) if that is it,
+/// else any process with the machine's QMP socket on its command line (one started before
+/// its record was written).
+pub fn find(dir: &Path, hint: Option<u32>) -> Option<Process> {
+    Process::find(&[&qmp_arg(dir)], hint)
 }
 
 #[cfg(test)]
@@ -406,33 +321,25 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
-        assert!(Running::of(other.path(), pid).is_none());
-        assert!(Running::of(dir.path(), std::process::id()).is_none());
+        assert!(of(other.path(), pid).is_none());
+        assert!(of(dir.path(), std::process::id()).is_none());
         // Right after spawn the child may still be inside execve, its command line not
         // readable yet: look until it is.
         let found = (0..500)
             .find_map(|_| {
-                Running::find(dir.path(), None).or_else(|| {
+                find(dir.path(), None).or_else(|| {
                     std::thread::sleep(std::time::Duration::from_millis(10));
                     None
                 })
             })
             .expect("the stand-in is found by its -qmp argument");
         assert_eq!(found.pid(), pid);
-        let by_record = Running::of(dir.path(), pid).unwrap();
-        assert!(by_record.fd.is_some(), "no pidfd on this kernel");
+        let by_record = of(dir.path(), pid).unwrap();
         assert!(!by_record.exited());
-        // Without a pidfd (kernels before 5.3), the same through a second look.
-        let without = Running {
-            fd: None,
-            ..Running::of(dir.path(), pid).unwrap()
-        };
-        assert!(!without.exited());
         by_record.signal(libc::SIGKILL);
         child.wait().unwrap();
         assert!(by_record.exited());
-        assert!(without.exited());
-        assert!(Running::find(dir.path(), Some(pid)).is_none());
+        assert!(find(dir.path(), Some(pid)).is_none());
     }
 
     #[test]
