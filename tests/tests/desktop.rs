@@ -429,6 +429,21 @@ async fn the_cli_commands_work_against_a_desktop() {
         sb.pincer_ok(&["probe", "file", "/tmp/pincer-cli-e2e.txt"]),
         "payload"
     );
+    // Modes as task files write them: "0o600" as well as "600"; no bits beyond 0o7777.
+    let local_path = local.to_str().unwrap();
+    sb.pincer_ok(&[
+        "file",
+        "put",
+        "--mode",
+        "0o600",
+        local_path,
+        "/tmp/pincer-cli-mode.txt",
+    ]);
+    let bad = sb.pincer(&["file", "put", "--mode", "77777", local_path, "/tmp/x"]);
+    assert!(
+        !bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("octal"),
+        "{bad:?}"
+    );
     let back = sb.path().join("down.txt");
     sb.pincer_ok(&[
         "file",

@@ -503,7 +503,7 @@ pub(crate) enum FileCmd {
         local: PathBuf,
         remote: String,
         /// Permission bits.
-        #[arg(long, default_value = "644", value_parser = parse_mode)]
+        #[arg(long, default_value = "644", value_parser = pincer::task::steps::parse_mode)]
         mode: u32,
     },
     /// Download a file from the guest.
@@ -513,10 +513,6 @@ pub(crate) enum FileCmd {
         remote: String,
         local: PathBuf,
     },
-}
-
-fn parse_mode(s: &str) -> Result<u32, String> {
-    u32::from_str_radix(s, 8).map_err(|_| format!("'{s}' is not an octal mode such as 644"))
 }
 
 pub(crate) async fn file(c: FileCmd, reg: &Registry) -> anyhow::Result<()> {

@@ -446,7 +446,9 @@ impl Step {
     }
 }
 
-fn parse_mode(m: &str) -> Result<u32, String> {
+/// File permission bits as task files and `pincer file put --mode` write them, in octal
+/// with or without `0o` ("644", "0o600"), at most 0o7777.
+pub fn parse_mode(m: &str) -> Result<u32, String> {
     u32::from_str_radix(m.trim_start_matches("0o"), 8)
         .ok()
         .filter(|v| *v <= 0o7777)
