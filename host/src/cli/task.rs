@@ -182,18 +182,13 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
                 };
                 total += set.tasks.len();
                 for (task, src) in &set.tasks {
-                    let oracle = task.oracle.as_deref().map_or(Ok(()), task::oracle::check);
-                    match (Graph::build(task, &lib), oracle) {
-                        (Ok(g), Ok(())) => {
+                    match Graph::check_task(task, &lib) {
+                        Ok(g) => {
                             println!("ok   {} ({} checkpoints) {src}", task.id, g.len());
                         }
-                        (Err(e), _) => {
+                        Err(e) => {
                             bad += 1;
                             println!("FAIL {src}: {e}");
-                        }
-                        (_, Err(e)) => {
-                            bad += 1;
-                            println!("FAIL {src}: task '{}': {e}", task.id);
                         }
                     }
                 }

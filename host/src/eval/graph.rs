@@ -159,6 +159,27 @@ pub struct ValidationErrors {
     pub errors: Vec<GraphError>,
 }
 
+/// Why a task cannot run: its checkpoint graph, its oracle, or both.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}", self.lines().join("\n"))]
+pub struct TaskInvalid {
+    /// What is wrong with its checkpoints.
+    pub graph: Option<ValidationErrors>,
+    /// What is wrong with its oracle.
+    pub oracle: Option<(String, crate::task::oracle::OracleError)>,
+}
+
+impl TaskInvalid {
+    fn lines(&self) -> Vec<String> {
+        let graph = self.graph.iter().map(ToString::to_string);
+        let oracle = self
+            .oracle
+            .iter()
+            .map(|(task, e)| format!("task '{task}': {e}"));
+        graph.chain(oracle).collect()
+    }
+}
+
 #[derive(Debug)]
 struct Node {
     id: String,
@@ -241,7 +262,26 @@ pub enum StepError {
 }
 
 impl Graph {
-    /// Validates a task and builds its checks.
+    /// Validates a whole task as every command takes it, its checkpoint graph and its
+    /// oracle, and builds its checks: the one check `pincer task check` and every run make.
+    pub fn check_task(task: &Task, lib: &Library) -> Result<Self, TaskInvalid> {
+        let graph = Self::build(task, lib);
+        let oracle = task
+            .oracle
+            .as_deref()
+            .map_or(Ok(()), crate::task::oracle::check)
+            .err()
+            .map(|e| (task.id.clone(), e));
+        match (graph, oracle) {
+            (Ok(g), None) => Ok(g),
+            (graph, oracle) => Err(TaskInvalid {
+                graph: graph.err(),
+                oracle,
+            }),
+        }
+    }
+
+    /// Validates a task's checkpoint graph and builds its checks.
     pub fn build(task: &Task, lib: &Library) -> Result<Self, ValidationErrors> {
         let mut errors = Vec::new();
         if task.checkpoints.is_empty() {

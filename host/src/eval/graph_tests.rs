@@ -649,3 +649,31 @@ async fn the_end_is_checked_again_and_undone_sinks_are_named() {
     assert!(ev.undone_sinks().is_empty());
     assert_eq!(ev.final_counts(), Some((2, 3)));
 }
+
+/// `pincer task check` and every run judge a task by one function, which names every
+/// problem at once: the graph's and the oracle's.
+#[test]
+fn a_task_is_judged_whole_graph_and_oracle_together() {
+    let lib = Library::standard();
+    let mut t = task(serde_json::json!([exists("a", "desktop", "/tmp/a", &[])]));
+    assert!(Graph::check_task(&t, &lib).is_ok());
+    t.oracle = Some(
+        serde_json::from_value(serde_json::json!([
+            {"do": "submit", "answer": "{{total}}"}
+        ]))
+        .unwrap(),
+    );
+    let e = Graph::check_task(&t, &lib).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "task 't': oracle step 1 uses {{total}} before a `read` step sets it"
+    );
+    t.checkpoints.clear();
+    let e = Graph::check_task(&t, &lib).unwrap_err().to_string();
+    assert!(
+        e.starts_with(
+            "task 't' is invalid:\n  - the task has no checkpoints\ntask 't': oracle step 1"
+        ),
+        "{e}"
+    );
+}

@@ -325,12 +325,9 @@ pub fn prepare(tasks: &[Task], lib: &Library) -> Result<Vec<Arc<Graph>>, RunErro
     let mut graphs = Vec::new();
     let mut errors = Vec::new();
     for t in tasks {
-        match Graph::build(t, lib) {
+        match Graph::check_task(t, lib) {
             Ok(g) => graphs.push(Arc::new(g)),
             Err(e) => errors.push(e.to_string()),
-        }
-        if let Some(Err(e)) = t.oracle.as_deref().map(crate::task::oracle::check) {
-            errors.push(format!("task '{}': {e}", t.id));
         }
     }
     if !errors.is_empty() {
