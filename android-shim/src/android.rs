@@ -8,7 +8,7 @@
 //! type goes through it, see [`crate::clip`]).
 
 use crate::commands::{run, run_blocking};
-use crate::input::PhoneInput;
+use crate::input::{InputRoute, PhoneInput};
 use crate::{device, hierarchy, screencap};
 use pincer_guest_core::encode::{self, Frame, FrameEncoder};
 use pincer_guest_core::platform::{self, Lacking, Platform};
@@ -31,17 +31,6 @@ use std::time::{Duration, Instant};
 const COMMAND_TIME: Duration = Duration::from_secs(20);
 /// `uiautomator dump` waits for the screen to be idle, up to about 10 s.
 const DUMP_TIME: Duration = Duration::from_secs(30);
-
-/// Where input goes.
-#[derive(Debug, Clone)]
-pub(crate) enum InputRoute {
-    /// Virtual devices created through this uinput node, else `input` commands.
-    Uinput(PathBuf),
-    /// `input` commands only.
-    Commands,
-    /// The events a virtual touchscreen would get, appended to this file (to see them).
-    Log(PathBuf),
-}
 
 /// The Android platform.
 #[derive(Debug, Clone)]

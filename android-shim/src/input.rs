@@ -8,7 +8,6 @@
 //! characters) by putting it on the clipboard and pasting it ([`Clipboard`]), which replaces
 //! what the clipboard held.
 
-use crate::android::InputRoute;
 use crate::clip::Clipboard;
 use crate::commands::run_blocking;
 use crate::uinput::{self, Sink};
@@ -16,6 +15,17 @@ use pincer_shared::WireError;
 use pincer_shared::action::{Action, Gesture, Point, SystemKey};
 use pincer_shared::key::{Key, NamedKey};
 use std::time::Duration;
+
+/// Where input goes.
+#[derive(Debug, Clone)]
+pub(crate) enum InputRoute {
+    /// Virtual devices created through this uinput node, else `input` commands.
+    Uinput(std::path::PathBuf),
+    /// `input` commands only.
+    Commands,
+    /// The events a virtual touchscreen would get, appended to this file (to see them).
+    Log(std::path::PathBuf),
+}
 
 const INPUT_TIME: Duration = Duration::from_secs(20);
 /// The longest side a screen is believed to have, in pixels (axes are `i32`s).

@@ -13,8 +13,9 @@ mod input;
 mod screencap;
 mod uinput;
 
-use android::{Android, InputRoute};
+use android::Android;
 use clap::Parser;
+use input::InputRoute;
 use pincer_guest_core::startup::{self, GuestArgs, Program};
 use std::path::PathBuf;
 

@@ -5,6 +5,7 @@
 //! in memory whole.
 
 use crate::record::Events;
+use crate::reply::reply;
 use crate::video::Frames;
 use pincer_shared::Response;
 use pincer_shared::limits::MAX_RESPONSE_HEADER;
@@ -104,28 +105,6 @@ impl Reply {
             Self::Events(events) => events.send(send).await,
         }
     }
-}
-
-/// Writes a reply (and its body) and ends the stream. A reply too large for the header
-/// limit becomes a `TooLarge` error instead.
-pub(crate) async fn reply(
-    send: &mut SendHalf,
-    msg: Response,
-    body: Option<&[u8]>,
-) -> Result<(), TransportError> {
-    let body_len = body.map_or(0, |b| b.len() as u64);
-    match write_header(send, &msg, body_len, MAX_RESPONSE_HEADER).await {
-        Err(TransportError::Codec(e)) => {
-            write_header(send, &Response::Error(e.into()), 0, MAX_RESPONSE_HEADER).await?;
-        }
-        Err(e) => return Err(e),
-        Ok(()) => {
-            if let Some(b) = body {
-                write_body(send, b).await?;
-            }
-        }
-    }
-    finish(send).await
 }
 
 /// `len` bytes of an open file, from where it is positioned, to be sent as a reply body.

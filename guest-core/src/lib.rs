@@ -20,6 +20,7 @@ mod guest;
 pub mod platform;
 pub mod processes;
 mod record;
+mod reply;
 pub mod server;
 pub mod startup;
 mod subsystem;

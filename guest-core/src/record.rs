@@ -6,8 +6,8 @@
 //! empty first batch that says it listens; a host that stops reading is cut off after
 //! [`STALL`], as video streams are.
 
-use crate::body::reply;
 use crate::platform::InputLog;
+use crate::reply::reply;
 use crate::subsystem::Sub;
 use pincer_shared::limits::{MAX_INPUT_BATCH, MAX_RESPONSE_HEADER};
 use pincer_shared::observe::{InputEvent, InputRequest};

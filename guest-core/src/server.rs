@@ -3,9 +3,10 @@
 //! that stream; it never takes down its connection, and one connection never takes down
 //! another.
 
-use crate::body::{RequestBody, reply};
+use crate::body::RequestBody;
 use crate::guest::Guest;
 use crate::platform::Platform;
+use crate::reply::reply;
 use pincer_shared::codec::{self, Frame};
 use pincer_shared::handshake::{self, ClientHello, ServerHello};
 use pincer_shared::identity::Identity;

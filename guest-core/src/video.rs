@@ -7,9 +7,9 @@
 //!
 //! [`MAX_VIDEO_STREAMS`]: pincer_shared::limits::MAX_VIDEO_STREAMS
 
-use crate::body::reply;
 use crate::encode::FrameEncoder;
 use crate::platform::{Damage, Screen};
+use crate::reply::reply;
 use crate::subsystem::Sub;
 use pincer_shared::limits::MAX_RESPONSE_HEADER;
 use pincer_shared::observe::{VideoFrame, VideoRequest};
