@@ -27,6 +27,7 @@ pub mod process;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod rundir;
 pub mod task;
 pub mod video;
 pub mod vm;

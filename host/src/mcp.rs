@@ -18,7 +18,7 @@ use crate::agent::actions::{self, AgentAction, Marks};
 use crate::agent::observe::View;
 use crate::agent::{Observation, som};
 use crate::run::episode::{self, Now, Session};
-use crate::run::record::{JsonlWriter, TaskRecord};
+use crate::rundir::record::{JsonlWriter, TaskRecord};
 use crate::task::Platform;
 use base64::Engine as _;
 use rmcp::model::{
@@ -378,7 +378,7 @@ impl Server {
             eprintln!("pincer mcp: {e}");
         }
         let out = st.session.out().to_owned();
-        if crate::run::shard::read_all(&out).is_ok_and(|r| !r.is_empty())
+        if crate::rundir::shard::read_all(&out).is_ok_and(|r| !r.is_empty())
             && let Err(e) = crate::report::write(&out)
         {
             eprintln!("pincer mcp: writing the report: {e}");
@@ -720,7 +720,7 @@ impl ServerHandler for Server {
         {
             let mut st = self.state.lock().await;
             let line = json!({
-                "at_ms": crate::run::shard::now_ms(),
+                "at_ms": crate::clock::unix_ms(),
                 "task": st.session.running().map(|t| t.id.clone()),
                 "step": st.last.as_ref().map(|o| o.step),
                 "tool": request.name,

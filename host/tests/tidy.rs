@@ -61,18 +61,24 @@ struct Source {
 
 /// Every non-test source file under `src/`, except the binary's (`main.rs`, `cli/`).
 fn sources(src: &Path) -> Vec<Source> {
+    sources_of(src, &[src.join("cli"), src.join("main.rs")])
+}
+
+/// Every non-test source file under `src/` but the paths in `skip`.
+fn sources_of(src: &Path, skip: &[PathBuf]) -> Vec<Source> {
     let mut out = Vec::new();
     let mut dirs = vec![src.to_path_buf()];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
-            if path.is_dir() {
-                if path != src.join("cli") {
-                    dirs.push(path);
-                }
+            if skip.contains(&path) {
                 continue;
             }
-            if path.extension().is_none_or(|e| e != "rs") || path == src.join("main.rs") {
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
                 continue;
             }
             let rel = path.strip_prefix(src).unwrap().with_extension("");
@@ -357,6 +363,152 @@ fn host_modules_use_only_the_layers_above_them() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// The library paths a front-end's code names: `pincer::x::y` as `x::y` (two segments at
+/// most), groups included (`pincer::{desktop, run::sets}`).
+fn library_paths(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("pincer::") {
+        let preceded_by_ident = rest[..i]
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        let after = &rest[i + "pincer::".len()..];
+        if !preceded_by_ident {
+            let mut two = |s: &str| {
+                let first = ident(s);
+                let second = s[first.len()..]
+                    .strip_prefix("::")
+                    .map(ident)
+                    .filter(|n| !n.is_empty());
+                found.insert(match second {
+                    Some(n) => format!("{first}::{n}"),
+                    None => first.to_owned(),
+                });
+            };
+            match after.strip_prefix('{') {
+                Some(group) => {
+                    for item in group.split('}').next().unwrap_or_default().split(',') {
+                        two(item.trim());
+                    }
+                }
+                None => two(after),
+            }
+        }
+        rest = after;
+    }
+    found
+}
+
+/// `cli/` is argument parsing and printing, and a run starts in one place: `run::launch`
+/// (environments, their guard, the signal policy). So no front-end (the CLI's files, the
+/// Python bindings) starts or stops desktops or VMs itself: only the `desktop` and `vm`
+/// commands name those modules, and nothing outside `run` names `run::sets`.
+#[test]
+fn front_ends_start_runs_only_through_launch() {
+    let root = host().join("..");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(host().join("src/cli"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.push(host().join("src/main.rs"));
+    files.push(root.join("python/src/lib.rs"));
+    let mut problems = Vec::new();
+    for f in &files {
+        let code = code(&std::fs::read_to_string(f).unwrap());
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        let in_cli = f.parent() == Some(&host().join("src/cli"));
+        for path in library_paths(&code) {
+            let module = path.split("::").next().unwrap_or_default();
+            let own_command = in_cli && name == format!("{module}.rs");
+            if (module == "desktop" || module == "vm") && !own_command {
+                problems.push(format!(
+                    "{}: names `pincer::{path}`; start environments through `run::launch`",
+                    f.display()
+                ));
+            }
+            if path == "run::sets" {
+                problems.push(format!(
+                    "{}: names `pincer::run::sets`; use `run::launch`",
+                    f.display()
+                ));
+            }
+        }
+        if code.contains("sets::") && !code.contains("pincer::run::sets") {
+            problems.push(format!(
+                "{}: reaches `run::sets` through an alias",
+                f.display()
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The guest crates keep the house's shape too: every file opens with a module doc, and
+/// modules (top-level, and the submodules of one module) never use each other in a circle.
+#[test]
+fn guest_crates_have_no_circles_and_every_file_says_what_it_is() {
+    let root = host().join("..");
+    let mut problems = Vec::new();
+    for krate in ["shared", "guest-core", "guest-agent", "android-shim"] {
+        let src = root.join(krate).join("src");
+        let all = sources_of(&src, &[]);
+        let mut top: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut siblings: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+        for source in &all {
+            if !source.text.starts_with("//!") {
+                problems.push(format!(
+                    "{}: opens without a module doc (`//!`) saying what it is",
+                    source.path.display()
+                ));
+            }
+            let Some(own) = source.module.first() else {
+                continue;
+            };
+            let uses = used_modules(source);
+            top.entry(own.clone())
+                .or_default()
+                .extend(uses.into_iter().filter(|u| u != own));
+            if source.module.len() >= 2 {
+                let own_sub = source.module[1].clone();
+                let uses: BTreeSet<String> = used_siblings(source)
+                    .into_iter()
+                    .filter(|s| *s != own_sub)
+                    .collect();
+                siblings
+                    .entry(own.clone())
+                    .or_default()
+                    .entry(own_sub)
+                    .or_default()
+                    .extend(uses);
+            }
+        }
+        let mut graphs = vec![(krate.to_owned(), top)];
+        graphs.extend(
+            siblings
+                .into_iter()
+                .map(|(m, e)| (format!("{krate}::{m}"), e)),
+        );
+        for (name, edges) in graphs {
+            let known: BTreeSet<&String> = edges.keys().collect();
+            let edges: BTreeMap<String, BTreeSet<String>> = edges
+                .iter()
+                .map(|(k, v)| {
+                    let v = v.iter().filter(|s| known.contains(s)).cloned().collect();
+                    (k.clone(), v)
+                })
+                .collect();
+            if let Some(cycle) = find_cycle(&edges) {
+                problems.push(format!(
+                    "modules of `{name}` use each other in a circle: {}",
+                    cycle.join(" -> ")
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 /// The checker itself: it sees the forms of `use` the code writes.
 #[test]
 fn the_checker_finds_every_form_of_use() {
@@ -391,6 +543,14 @@ fn the_checker_finds_every_form_of_use() {
             .into(),
     );
     assert_eq!(cycle.unwrap().join(" -> "), "a -> b -> c -> a");
+    assert_eq!(
+        library_paths(
+            "use pincer::run::launch::{Launch, Source};\nuse pincer::{desktop, vm::qemu, run::sets};\nfn f() { pincer::env::x(); mypincer::desktop::y(); }"
+        ),
+        ["desktop", "env::x", "run::launch", "run::sets", "vm::qemu"]
+            .map(str::to_owned)
+            .into()
+    );
     assert_eq!(
         documented_layers(
             "# A\n## Host layers\n\n| module | what |\n|---|---|\n| `env/` | x |\n| `paths` | y |\n\n## Next\n| `z` | |"

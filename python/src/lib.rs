@@ -13,8 +13,9 @@ use pincer::agent::actions::{self, AgentAction, InvalidAction};
 use pincer::agent::observe::ObservationConfig;
 use pincer::agent::{Agent, AgentError, Decision, Observation, TaskBrief};
 use pincer::env::registry::Registry;
-use pincer::run::episode::{self, Envs, Now, SessionConfig};
-use pincer::run::{self as runner, RunConfig};
+use pincer::run::episode::{self, Now, SessionConfig};
+use pincer::run::launch::{Launch, RunOptions, Signals, Source, VmPlan};
+use pincer::run::{self as runner};
 use pincer::task::{Platform, Task};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
@@ -131,34 +132,28 @@ fn observation_config(observe: &str, max_size: Option<(u32, u32)>) -> PyResult<O
         .map_err(|e| PyValueError::new_err(format!("observe: {e}")))
 }
 
-/// The VMs of an image (`vm=`), with the agent the package carries.
-fn vm_plan(image: String, memory_mib: u32, cpus: u32) -> PyResult<runner::sets::VmPlan> {
-    Ok(runner::sets::VmPlan {
-        cache: pincer::image::Cache::at(pincer::paths::image_cache_dir()),
-        image,
-        memory_mib,
-        cpus,
-        agent: pincer::desktop::agent_binary().map_err(err)?,
-    })
-}
-
-/// Where a session's environments come from: named ones, VMs of an image, or local
-/// desktops.
-fn envs_of(
-    sets: Option<String>,
+/// Where environments come from: named ones (`sets`, one per `ROLE=ENV,...`), VMs of an
+/// image (`vm`, with the agent the package carries), or local desktops; `count` sets of
+/// those started for the run.
+fn source(
+    sets: Vec<String>,
     vm: Option<String>,
-    (memory, cpus): (u32, u32),
+    (memory_mib, cpus): (u32, u32),
+    count: usize,
     size: (u32, u32),
-) -> PyResult<Envs> {
-    Ok(match (sets, vm) {
-        (Some(_), Some(_)) => {
+) -> PyResult<Source> {
+    Ok(match (sets.is_empty(), vm) {
+        (false, Some(_)) => {
             return Err(PyValueError::new_err(
                 "give sets (registered environments) or vm (an image), not both",
             ));
         }
-        (Some(s), None) => Envs::Named(s),
-        (None, Some(image)) => Envs::Vm(vm_plan(image, memory, cpus)?),
-        (None, None) => Envs::Local(size),
+        (false, None) => Source::Named(sets),
+        (true, Some(image)) => Source::Vm {
+            plan: VmPlan::new(image, memory_mib, cpus).map_err(err)?,
+            count,
+        },
+        (true, None) => Source::Local { count, size },
     })
 }
 
@@ -178,17 +173,6 @@ fn load_tasks(spec: &str, ids: Option<Vec<String>>) -> PyResult<Vec<Task>> {
         return Err(err(format!("no tasks in {spec}")));
     }
     Ok(tasks)
-}
-
-fn default_out(tasks: &str, agent: &str) -> PathBuf {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    PathBuf::from("runs").join(format!(
-        "{}-{}-{stamp}",
-        pincer::task::sanitize(tasks),
-        pincer::task::sanitize(agent)
-    ))
 }
 
 /// An observation as a dict: [`episode::observation_json`] with each view's images as
@@ -243,7 +227,7 @@ fn tools_json(tools: &[actions::ToolSpec]) -> serde_json::Value {
         .collect()
 }
 
-fn record_dict(py: Python<'_>, rec: &pincer::run::record::TaskRecord) -> PyResult<Py<PyAny>> {
+fn record_dict(py: Python<'_>, rec: &pincer::rundir::record::TaskRecord) -> PyResult<Py<PyAny>> {
     json_to_py(py, &serde_json::to_value(rec).map_err(err)?)
 }
 
@@ -410,9 +394,15 @@ impl Session {
         };
         let cfg = SessionConfig {
             tasks: load_tasks(tasks, task_ids)?,
-            envs: envs_of(sets, vm, (vm_memory, vm_cpus), size)?,
+            envs: source(
+                sets.into_iter().collect(),
+                vm,
+                (vm_memory, vm_cpus),
+                1,
+                size,
+            )?,
             observation,
-            out: out.unwrap_or_else(|| default_out(tasks, agent)),
+            out: out.unwrap_or_else(|| pincer::rundir::default_dir(tasks, agent)),
             agent: agent.to_owned(),
         };
         let out = cfg.out.clone();
@@ -636,9 +626,11 @@ impl Agent for PyAgent {
 /// "feedback"), and how often a task run it failed is set up again and retried. `tools`
 /// offers the API tools tasks declare (`pincer run --tools`: local desktops serve them, the
 /// agent may return `{"action": "api_NAME", ...}`); without it a tool action is invalid.
-/// Returns {"out", "records", "report"}.
+/// `video` records each environment's screen into the trajectories at up to that many
+/// frames a second (`pincer run --video`; needs ffmpeg). Returns {"out", "records",
+/// "report"}.
 #[pyfunction]
-#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=1024, vm_cpus=2, feedback="none", attempts=1, tools=false))]
+#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=1024, vm_cpus=2, feedback="none", attempts=1, tools=false, video=None))]
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
@@ -663,6 +655,7 @@ fn run(
     feedback: &str,
     attempts: u32,
     tools: bool,
+    video: Option<u32>,
 ) -> PyResult<Py<PyAny>> {
     if !agent.bind(py).is_callable() {
         return Err(PyValueError::new_err(
@@ -671,27 +664,16 @@ fn run(
     }
     let spec = tasks;
     let tasks = load_tasks(spec, task_ids)?;
-    runner::prepare(&tasks, &pincer::eval::functions::Library::standard()).map_err(err)?;
     let observation = ObservationConfig {
         tools,
         ..observation_config(observe, max_size)?
     };
     let correction = feedback
         .parse()
-        .and_then(|f| runner::task::Correction::new(f, attempts))
+        .and_then(|f| pincer::agent::correction::Correction::new(f, attempts))
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let out = out.unwrap_or_else(|| default_out(spec, name));
+    let out = out.unwrap_or_else(|| pincer::rundir::default_dir(spec, name));
     let agent_name = format!("python:{name}");
-    let (_, identity) = runner::header(
-        &agent_name,
-        &tasks,
-        repeat,
-        seed,
-        None,
-        &observation,
-        correction,
-    );
-    runner::check_out(&out, resume, None, &identity).map_err(err)?;
     let reg = Registry::locate(envs.as_deref());
     let callable = Arc::new(agent);
     let factory_name = agent_name.clone();
@@ -705,58 +687,35 @@ fn run(
         }) as Box<dyn Agent>)
     });
     let cancel = Arc::new(AtomicBool::new(false));
-    let made = runner::sets::Made::default();
-    let plan = match (&sets, vm) {
-        (Some(s), Some(_)) if !s.is_empty() => {
-            return Err(PyValueError::new_err(
-                "give sets (registered environments) or vm (an image), not both",
-            ));
-        }
-        (_, Some(image)) => Some(vm_plan(image, vm_memory, vm_cpus)?),
-        (_, None) => None,
-    };
-    let (records, interrupt) = wait_all(py, &cancel, async {
-        let refs: Vec<&Task> = tasks.iter().collect();
-        let roles = runner::sets::roles_needed(&refs)?;
-        let progress = |m: &str| eprintln!("  {m}");
-        let env_sets = match (sets, plan) {
-            (Some(specs), _) if !specs.is_empty() => runner::sets::named_sets(&reg, &specs).await?,
-            (_, Some(plan)) => {
-                runner::sets::vm_sets(&reg, &roles, parallel.max(1), &plan, &made, &progress)
-                    .await?
-            }
-            _ => {
-                runner::sets::local_sets(
-                    &reg,
-                    &roles,
-                    parallel.max(1),
-                    size,
-                    observation.tools,
-                    &made,
-                    &mut |m| progress(m),
-                )
-                .await?
-            }
-        };
-        runner::run(RunConfig {
-            tasks,
-            agent: factory,
-            agent_name,
-            sets: env_sets,
+    let launch = Launch {
+        tasks,
+        agent: factory,
+        agent_name,
+        source: source(
+            sets.unwrap_or_default(),
+            vm,
+            (vm_memory, vm_cpus),
+            parallel,
+            size,
+        )?,
+        options: RunOptions {
             repeat,
             seed,
-            out: out.clone(),
             resume,
-            shard: None,
-            observation,
             correction,
-            video: None,
-            cancel: cancel.clone(),
-        })
-        .await
+            video,
+            ..RunOptions::new(out.clone(), observation)
+        },
+        signals: Signals::Caller(cancel.clone()),
+    };
+    // Ctrl-C interrupts the run (what runs finishes and is recorded as aborted); the
+    // launch stops its desktops whatever happened, Ctrl-C included.
+    let (records, interrupt) = wait_all(py, &cancel, async {
+        launch
+            .run(&reg, &|m| eprintln!("{m}"))
+            .await
+            .map(|done| done.records)
     })?;
-    // The desktops go whatever happened, Ctrl-C included.
-    let _ = wait_all(py, &AtomicBool::new(false), made.stop(&reg));
     let records = records.map_err(err)?;
     let html = if report {
         let paths = py.detach(|| pincer::report::write(&out)).map_err(err)?;

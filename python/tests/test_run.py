@@ -98,6 +98,23 @@ def test_an_agent_asked_for_video_sees_the_screens_last_moments(tmp_path: Path) 
     assert all(f["png"].startswith(b"\x89PNG") and 0 <= f["ago_ms"] <= 1000 for f in frames)
 
 
+def test_a_run_records_video_as_pincer_run_does(tmp_path: Path) -> None:
+    def solver(obs: dict):
+        if obs["step"] == 0:
+            return {"action": "type", "text": SOLUTIONS[obs["task"]]}
+        return {"action": "wait", "seconds": 0.3}
+
+    out = tmp_path / "run"
+    result = pb.run("demo", solver, task_ids=["terminal-make-project"], video=5, out=str(out),
+                    report=False)
+    (rec,) = result["records"]
+    assert rec["termination"] == "success"
+    video = out / rec["trajectory"] / "video-desktop.mp4"
+    assert video.is_file() and video.stat().st_size > 0
+    with pytest.raises(pb.PincerError, match="give 1 to 60"):
+        pb.run("demo", solver, task_ids=["terminal-make-project"], video=0, out=str(tmp_path / "x"))
+
+
 def test_an_agent_that_raises_or_answers_garbage(tmp_path: Path) -> None:
     def raising(obs: dict):
         raise RuntimeError("the model is down")

@@ -112,6 +112,7 @@ async fn grounding_items_from_the_demo_apps_hit_what_they_name() {
         "editor-write-note",
         "terminal-count-lines",
     ];
+    let before = sb.pincer_ok(&["desktop", "list"]);
     let mut args = vec!["dataset", "ground", "--tasks", "demo", "--size", "1280x800"];
     for t in tasks {
         args.extend(["--task", t]);
@@ -128,7 +129,7 @@ async fn grounding_items_from_the_demo_apps_hit_what_they_name() {
     }
     assert!(items.iter().all(|i| i.resolution == [1280, 800]));
     let listed = sb.pincer_ok(&["desktop", "list"]);
-    assert!(!listed.contains("dataset-"), "left running: {listed}");
+    assert_eq!(listed, before, "the command's desktop was left running");
     // A second set is not written over the first.
     let again = sb.pincer(&args);
     assert!(!again.status.success());

@@ -6,16 +6,16 @@
 //! `pincer run` CLI reading its key from the environment.
 
 use base64::Engine as _;
+use pincer::agent::correction::{Correction, Feedback};
 use pincer::agent::llm::{self, Provider, Settings};
 use pincer::agent::som::{self, Element};
 use pincer::agent::{
     Agent, AgentAction, Exchange, Observation, ObservationConfig, Target, TaskBrief, View, actions,
 };
 use pincer::metrics::Termination;
-use pincer::run::record::{self, StepRecord, TaskRecord};
 use pincer::run::sets::EnvSet;
-use pincer::run::task::{Correction, Feedback};
 use pincer::run::{AgentFactory, RunConfig};
+use pincer::rundir::record::{self, StepRecord, TaskRecord};
 use pincer::task::{Platform, Task};
 use pincer_shared::observe::Rect;
 use pincer_tests::{Sandbox, bin};

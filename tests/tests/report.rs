@@ -5,7 +5,7 @@
 use pincer::agent::{Exchange, Usage};
 use pincer::eval::graph::NodeProgress;
 use pincer::metrics::Termination;
-use pincer::run::record::{ImageRef, JsonlWriter, StepRecord, TaskRecord, Timing};
+use pincer::rundir::record::{ImageRef, JsonlWriter, StepRecord, TaskRecord, Timing};
 use pincer::task::PlatformClass;
 use serde_json::json;
 use std::os::unix::process::CommandExt;

@@ -52,7 +52,7 @@ fn run_args<'a>(out: &'a Path, tasks: &[&'a str]) -> Vec<&'a str> {
 
 /// Every record of a run directory, from every results file.
 fn records(out: &Path) -> Vec<Value> {
-    pincer::run::shard::results_files(out)
+    pincer::rundir::shard::results_files(out)
         .iter()
         .flat_map(|f| {
             std::fs::read_to_string(f)

@@ -7,6 +7,7 @@
 //! [`AgentAction`]s; the runner executes them through the action class only.
 
 pub mod actions;
+pub mod correction;
 mod human;
 pub mod llm;
 pub mod observe;

@@ -3,9 +3,10 @@
 
 use anyhow::bail;
 use pincer::dataset::{self, ground, score, trajectory};
-use pincer::desktop::{self, DesktopOptions};
 use pincer::env::Deadlines;
 use pincer::env::registry::Registry;
+use pincer::run::launch::{Environments, Signals, Source};
+use pincer::task::Platform;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -153,49 +154,44 @@ async fn ground_set(a: GroundArgs, reg: &Registry) -> anyhow::Result<()> {
         }
         Some(tasks) => {
             // A desktop of our own unless one was named; stopped however the capture ends.
-            let local = a
-                .env
-                .is_empty()
-                .then(|| format!("dataset-{}", std::process::id()));
-            let name = match &local {
-                Some(n) => {
-                    println!("starting a local desktop '{n}'");
-                    desktop::up(
-                        reg,
-                        &DesktopOptions {
-                            name: n.clone(),
-                            size: a.size,
-                            window_manager: true,
-                            read_only: false,
-                            allow_tools: false,
-                            port: 0,
-                            home: None,
-                            dial: None,
-                            lifeline: true,
-                        },
-                    )
-                    .await?;
-                    n.clone()
+            let source = match a.env.first() {
+                Some(name) => Source::Named(vec![format!("desktop={name}")]),
+                None => {
+                    println!("starting a local desktop");
+                    Source::Local {
+                        count: 1,
+                        size: a.size,
+                    }
                 }
-                None => a.env[0].clone(),
             };
+            let roles = [("desktop".to_owned(), Platform::Linux)].into();
+            let envs = Environments::start(reg, &source, &roles, false, Signals::Terminal, &|m| {
+                println!("{m}")
+            })
+            .await?;
             let work = async {
-                let env = reg.connect(Some(&name), Deadlines::default()).await?;
+                let env = envs.sets[0]
+                    .envs
+                    .get("desktop")
+                    .ok_or_else(|| anyhow::anyhow!("no desktop to capture"))?;
                 Ok::<_, anyhow::Error>(
-                    ground::from_tasks(&env, &tasks, &mut w, &mut |task, n| {
+                    ground::from_tasks(env, &tasks, &mut w, &mut |task, n| {
                         println!("{task}: {n} items");
                     })
                     .await?,
                 )
             };
             // Ctrl-C still stops the desktop started for the command.
+            let interrupted = envs.cancel().clone();
             let result = tokio::select! {
                 r = work => r,
-                _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted before the metadata was written")),
+                () = async {
+                    while !interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                } => Err(anyhow::anyhow!("interrupted before the metadata was written")),
             };
-            if let Some(n) = &local {
-                desktop::down(reg, n).await?;
-            }
+            envs.stop().await;
             for (task, why) in result? {
                 println!("skipped {task}: {why}");
             }

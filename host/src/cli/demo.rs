@@ -4,9 +4,10 @@
 
 use anyhow::Context;
 use pincer::bench::{self, BenchOptions};
-use pincer::desktop::{self, DesktopOptions};
+use pincer::env::Environment;
 use pincer::env::registry::Registry;
-use pincer::env::{Deadlines, Environment};
+use pincer::run::launch::{Environments, Signals, Source};
+use pincer::task::Platform;
 use pincer_shared::observe::{ScreenshotRequest, TreeRequest, TreeScope};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -31,46 +32,42 @@ pub(crate) struct DemoArgs {
 const NAME: &str = "demo";
 
 pub(crate) async fn run(a: DemoArgs, reg: &Registry) -> anyhow::Result<()> {
-    if desktop::read_state(NAME).is_some() {
-        println!("stopping the desktop '{NAME}' left from an earlier run");
-        desktop::down(reg, NAME).await?;
-    }
     let t = Instant::now();
-    let st = desktop::up(
-        reg,
-        &DesktopOptions {
-            name: NAME.into(),
-            size: (1920, 1080),
-            window_manager: true,
-            read_only: false,
-            allow_tools: false,
-            port: 0,
-            home: None,
-            dial: None,
-            // Unless kept, the desktop ends with the demo, also when the demo is killed.
-            lifeline: !a.keep,
-        },
-    )
+    let roles = [("desktop".to_owned(), Platform::Linux)].into();
+    // Unless kept, the desktop ends with the demo, also when the demo is killed; one left
+    // from an earlier demo is stopped first.
+    let source = Source::Desktop {
+        name: NAME.into(),
+        size: (1920, 1080),
+        keep: a.keep,
+    };
+    let envs = Environments::start(reg, &source, &roles, false, Signals::Terminal, &|m| {
+        println!("{m}")
+    })
     .await?;
-    println!(
-        "1. local desktop '{NAME}' up in {:.2} s: Xvfb {} 1920x1080, window manager {}, pincer-agent at {}",
-        t.elapsed().as_secs_f64(),
-        st.display,
-        st.window_manager.as_deref().unwrap_or("none"),
-        st.agent_addr
-    );
-    let result = show(&a, reg).await;
+    if let Some(st) = envs.desktops().first() {
+        println!(
+            "1. local desktop '{NAME}' up in {:.2} s: Xvfb {} 1920x1080, window manager {}, pincer-agent at {}",
+            t.elapsed().as_secs_f64(),
+            st.display,
+            st.window_manager.as_deref().unwrap_or("none"),
+            st.agent_addr
+        );
+    }
+    let result = match envs.sets[0].envs.get("desktop") {
+        Some(env) => show(&a, env).await,
+        None => Err(anyhow::anyhow!("the demo's desktop has no environment")),
+    };
+    envs.stop().await;
     if a.keep {
         println!("\nthe desktop is still running: `pincer desktop down {NAME}` stops it");
     } else {
-        desktop::down(reg, NAME).await?;
         println!("\ndesktop '{NAME}' stopped");
     }
     result
 }
 
-async fn show(a: &DemoArgs, reg: &Registry) -> anyhow::Result<()> {
-    let env = reg.connect(Some(NAME), Deadlines::default()).await?;
+async fn show(a: &DemoArgs, env: &Environment) -> anyhow::Result<()> {
     let info = env.info().context("no session")?;
     println!(
         "   connected over QUIC (pinned certificate, token proof): {} on {}, capture {}, capabilities {}",
@@ -80,14 +77,14 @@ async fn show(a: &DemoArgs, reg: &Registry) -> anyhow::Result<()> {
         info.capabilities.join(", ")
     );
     if !a.bench_only {
-        demo_app(a, &env).await?;
+        demo_app(a, env).await?;
     }
     println!(
         "\n4. pincer bench ({} samples per operation, from the host over QUIC loopback):",
         a.iterations
     );
     let stats = bench::run(
-        &env,
+        env,
         &BenchOptions {
             iterations: a.iterations,
             typing: true,

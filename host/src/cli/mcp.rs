@@ -3,8 +3,7 @@
 use pincer::agent::ObservationConfig;
 use pincer::env::registry::Registry;
 use pincer::mcp::{MAX_IMAGE_SIDE, Server};
-use pincer::run::episode::{Envs, Session, SessionConfig};
-use pincer::run::sets::VmPlan;
+use pincer::run::episode::{Session, SessionConfig};
 use std::path::PathBuf;
 
 /// `pincer mcp ...`.
@@ -58,12 +57,9 @@ pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
         ..ObservationConfig::parse(&a.observe, Some((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE)))
             .map_err(|e| anyhow::anyhow!("--observe: {e}"))?
     };
-    let out = a.out.unwrap_or_else(|| {
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        PathBuf::from("runs").join(format!("mcp-{stamp}"))
-    });
+    let out = a
+        .out
+        .unwrap_or_else(|| PathBuf::from("runs").join(format!("mcp-{}", pincer::clock::unix_ms())));
     // Stdout carries the protocol alone: everything else goes to stderr.
     eprintln!(
         "pincer mcp: {} tasks, actions {}, API tools {}, run directory {}",
@@ -81,17 +77,7 @@ pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
         reg.clone(),
         SessionConfig {
             tasks,
-            envs: match (a.set, a.vm) {
-                (Some(s), _) => Envs::Named(s),
-                (None, Some(image)) => Envs::Vm(VmPlan {
-                    cache: pincer::image::Cache::at(pincer::paths::image_cache_dir()),
-                    image,
-                    memory_mib: 1024,
-                    cpus: 2,
-                    agent: super::image::default_agent(),
-                }),
-                (None, None) => Envs::Local(a.size),
-            },
+            envs: super::run::source(a.set.into_iter().collect(), a.vm, (1024, 2), 1, a.size)?,
             observation,
             out,
             agent: "mcp".into(),

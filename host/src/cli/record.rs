@@ -3,7 +3,7 @@
 use anyhow::bail;
 use pincer::env::registry::Registry;
 use pincer::record::{self, RecordConfig};
-use pincer::run::sets;
+use pincer::run::launch::{Environments, Signals, Source};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,8 +80,17 @@ pub(crate) async fn run(a: RecordArgs, reg: &Registry) -> anyhow::Result<()> {
                 .join(", ")
         );
     };
-    let env_sets = sets::named_sets(reg, &[format!("{role}={}", a.env)]).await?;
     let stop = Arc::new(AtomicBool::new(false));
+    let roles = [(role.clone(), task.envs[role].platform)].into();
+    let envs = Environments::start(
+        reg,
+        &Source::Named(vec![format!("{role}={}", a.env)]),
+        &roles,
+        false,
+        Signals::Caller(stop.clone()),
+        &|m| eprintln!("{m}"),
+    )
+    .await?;
     {
         let stop = stop.clone();
         tokio::spawn(async move {
@@ -98,7 +107,7 @@ pub(crate) async fn run(a: RecordArgs, reg: &Registry) -> anyhow::Result<()> {
         a.out.display()
     );
     let done = record::record(RecordConfig {
-        set: &env_sets[0],
+        set: &envs.sets[0],
         task,
         open,
         out: a.out.clone(),

@@ -1,15 +1,15 @@
 //! `pincer run`: a benchmark over environment sets with an agent.
 
 use anyhow::{Context, bail};
+use pincer::agent::correction::Correction;
 use pincer::agent::{Agent, ObservationConfig, Oracle, RandomAgent};
 use pincer::env::registry::Registry;
-use pincer::run::sets::{self, Made, VmPlan};
-use pincer::run::shard::Shard;
-use pincer::run::{self, AgentFactory, RunConfig};
+use pincer::run::launch::{Launch, RunOptions, Signals, Source, VmPlan};
+use pincer::run::{self, AgentFactory};
+use pincer::rundir::{self, shard::Shard};
 use pincer::task::{self, Task};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `pincer run ...` or `pincer run status DIR`.
 #[derive(Debug, clap::Args)]
@@ -206,7 +206,7 @@ pub(super) fn select(
 pub(crate) async fn run(c: RunCmd, reg: &Registry) -> anyhow::Result<()> {
     match c.sub {
         Some(RunSub::Status { dir }) => {
-            println!("{}", run::status::read(&dir)?);
+            println!("{}", rundir::status::read(&dir)?);
             Ok(())
         }
         None => benchmark(c.args, reg).await,
@@ -226,29 +226,18 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
     )?;
     // Validate before starting anything.
     run::prepare(&tasks, &pincer::eval::functions::Library::standard())?;
-    let correction = correction(&a)?;
     let (agent, agent_name) = agent_factory(&agent_spec, &a.agent_opts)?;
-    let observation = ObservationConfig {
-        tools: a.tools,
-        ..ObservationConfig::parse(&a.observe, a.max_size)
-            .map_err(|e| anyhow::anyhow!("--observe: {e}"))?
-    };
-    let out = a.out.clone().unwrap_or_else(|| {
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        PathBuf::from("runs").join(format!(
-            "{}-{}-{stamp}",
-            task::sanitize(&tasks_spec),
-            task::sanitize(&agent_spec)
-        ))
-    });
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| rundir::default_dir(&tasks_spec, &agent_spec));
+    let options = options(&a, out.clone())?;
     if a.slurm || a.kubernetes {
         let Some(n) = a.shards.filter(|n| *n > 0) else {
             bail!("--slurm and --kubernetes need --shards N (N at least 1)");
         };
         return if a.slurm {
-            super::scale::on_slurm(&a, &tasks_spec, &tasks, &agent_name, &observation, out, n).await
+            super::scale::on_slurm(&a, &tasks_spec, &tasks, &agent_name, &options, n).await
         } else {
             super::scale::on_kubernetes(&a, &tasks_spec, out, n).await
         };
@@ -258,148 +247,38 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
             "--shards N goes with --slurm or --kubernetes; to run one shard yourself, give --shard K/N"
         );
     }
-    if a.shard.is_some() && !a.sets.is_empty() {
-        bail!(
-            "--shard with --set: every shard needs environments of its own, and --set names environments of one machine; let each shard start local desktops or --vm VMs"
-        );
-    }
-
-    // Refuse a used run directory, or another run's, before starting anything.
-    let (_, identity) = run::header(
-        &agent_name,
-        &tasks,
-        a.repeat,
-        a.seed,
-        a.shard.map(|s| s.count),
-        &observation,
-        correction,
-    );
-    run::check_out(&out, a.resume, a.shard, &identity)?;
-    run::shard::check_free(&out, a.shard)?;
-
-    let cancel = Arc::new(AtomicBool::new(false));
-    let made = Made::default();
-    {
-        let (cancel, made, reg) = (cancel.clone(), made.clone(), reg.clone());
-        tokio::spawn(async move {
-            while tokio::signal::ctrl_c().await.is_ok() {
-                if cancel.swap(true, Ordering::SeqCst) {
-                    eprintln!(
-                        "\nsecond Ctrl-C: stopping the desktops and VMs of this run and quitting"
-                    );
-                    made.stop(&reg).await;
-                    std::process::exit(130);
-                }
-                eprintln!(
-                    "\nCtrl-C: finishing the current steps and recording them as aborted (Ctrl-C again to quit at once)"
-                );
-            }
-        });
-    }
-    // A SIGTERM (a service manager, `kill`, a cluster's job end) stops at once, but not
-    // without the desktops and VMs the run started: they would outlive it.
-    {
-        let (made, reg) = (made.clone(), reg.clone());
-        tokio::spawn(async move {
-            if let Ok(mut term) =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                && term.recv().await.is_some()
-            {
-                eprintln!("\nSIGTERM: stopping the desktops and VMs of this run and quitting");
-                made.stop(&reg).await;
-                std::process::exit(143);
-            }
-        });
-    }
-
-    let env_sets = if let Some(image) = &a.vm {
-        let refs: Vec<&Task> = tasks.iter().collect();
-        let roles = sets::roles_needed(&refs)?;
-        let plan = VmPlan {
-            cache: pincer::image::Cache::at(pincer::paths::image_cache_dir()),
-            image: image.clone(),
-            memory_mib: a.vm_memory,
-            cpus: a.vm_cpus,
-            agent: super::image::default_agent(),
-        };
-        match sets::vm_sets(reg, &roles, a.parallel.max(1), &plan, &made, &|m| {
-            eprintln!("  {m}")
-        })
-        .await
-        {
-            Ok(s) => s,
-            Err(e) => {
-                made.stop(reg).await;
-                return Err(e.into());
-            }
-        }
-    } else if a.sets.is_empty() {
-        let refs: Vec<&Task> = tasks.iter().collect();
-        let roles = sets::roles_needed(&refs)?;
-        let n = a.parallel.max(1);
-        eprintln!(
-            "starting {n} set(s) of local desktops for roles {}",
-            roles.keys().cloned().collect::<Vec<_>>().join(", ")
-        );
-        match sets::local_sets(reg, &roles, n, a.size, a.tools, &made, &mut |m| {
-            eprintln!("  {m}")
-        })
-        .await
-        {
-            Ok(s) => s,
-            Err(e) => {
-                made.stop(reg).await;
-                return Err(e.into());
-            }
-        }
-    } else {
-        sets::named_sets(reg, &a.sets).await?
-    };
-    eprintln!(
-        "running {} tasks x {} with agent {} on {} set(s); results in {}",
-        tasks.len(),
-        a.repeat,
-        agent_name,
-        env_sets.len(),
-        out.display()
-    );
-    let result = run::run(RunConfig {
+    let launch = Launch {
         tasks,
         agent,
         agent_name,
-        sets: env_sets,
-        repeat: a.repeat,
-        seed: a.seed,
-        out: out.clone(),
-        resume: a.resume,
-        shard: a.shard,
-        observation,
-        correction,
-        video: a.video,
-        cancel: cancel.clone(),
-    })
-    .await;
-    made.stop(reg).await;
-    let records = result?;
-    println!("\n{}", run::summary_table(&records));
+        source: source(
+            a.sets.clone(),
+            a.vm.clone(),
+            (a.vm_memory, a.vm_cpus),
+            a.parallel,
+            a.size,
+        )?,
+        options,
+        signals: Signals::Terminal,
+    };
+    let done = launch.run(reg, &|m| eprintln!("{m}")).await?;
+    println!("\n{}", run::summary_table(&done.records));
     println!(
         "results: {}",
-        run::shard::results_path(&out, a.shard).display()
+        rundir::shard::results_path(&out, a.shard).display()
     );
     if !a.no_report {
         let paths = pincer::report::write(&out).context("writing the report")?;
         println!("report:  {}", paths.html.display());
         println!("         {}", paths.markdown.display());
     }
-    if cancel.load(Ordering::SeqCst) {
+    if done.interrupted {
         bail!(
             "interrupted; continue with --resume --out {}",
             out.display()
         );
     }
-    if let Some(s) = a.shard
-        && !run::shard::dir(&out, s.index).join("done.json").is_file()
-    {
+    if let (Some(s), Some(false)) = (a.shard, done.shard_done) {
         bail!(
             "shard {s} did not finish its share (see above); run it again with --resume to finish it"
         );
@@ -407,10 +286,51 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where a run's environments come from: `--set` specifications, else `--vm IMAGE`
+/// (memory MiB, CPUs), else local desktops; `parallel` sets of those started for the run.
+pub(super) fn source(
+    sets: Vec<String>,
+    vm: Option<String>,
+    (memory_mib, cpus): (u32, u32),
+    parallel: usize,
+    size: (u32, u32),
+) -> anyhow::Result<Source> {
+    Ok(match vm {
+        _ if !sets.is_empty() => Source::Named(sets),
+        Some(image) => Source::Vm {
+            plan: VmPlan::new(image, memory_mib, cpus)?,
+            count: parallel,
+        },
+        None => Source::Local {
+            count: parallel,
+            size,
+        },
+    })
+}
+
+/// How the run goes: every option of `pincer run` that the runner takes, checked.
+pub(super) fn options(a: &RunArgs, out: PathBuf) -> anyhow::Result<RunOptions> {
+    let observation = ObservationConfig {
+        tools: a.tools,
+        ..ObservationConfig::parse(&a.observe, a.max_size)
+            .map_err(|e| anyhow::anyhow!("--observe: {e}"))?
+    };
+    Ok(RunOptions {
+        repeat: a.repeat,
+        seed: a.seed,
+        out,
+        resume: a.resume,
+        shard: a.shard,
+        observation,
+        correction: correction(a)?,
+        video: a.video,
+    })
+}
+
 /// `--feedback` and `--attempts`, checked.
-pub(super) fn correction(a: &RunArgs) -> anyhow::Result<run::task::Correction> {
+fn correction(a: &RunArgs) -> anyhow::Result<Correction> {
     let feedback = a.feedback.parse().context("--feedback")?;
-    Ok(run::task::Correction::new(feedback, a.attempts)?)
+    Ok(Correction::new(feedback, a.attempts)?)
 }
 
 /// The `pincer run` arguments that make one shard of this run (without `--shard`): the

@@ -2,10 +2,11 @@
 //! engine the user already has. The shards are `pincer run --shard K/N` processes writing
 //! into one shared run directory; this side lays the run out, submits, follows, and merges.
 
-use super::run::{RunArgs, correction, shard_args};
+use super::run::{RunArgs, shard_args};
 use anyhow::{Context, bail};
-use pincer::agent::ObservationConfig;
+use pincer::run::launch::RunOptions;
 use pincer::run::{self, kube, slurm};
+use pincer::rundir::{self, Identity};
 use pincer::task::Task;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,25 +23,24 @@ pub(super) async fn on_slurm(
     tasks_spec: &str,
     tasks: &[Task],
     agent_name: &str,
-    observation: &ObservationConfig,
-    out: PathBuf,
+    options: &RunOptions,
     n: u32,
 ) -> anyhow::Result<()> {
     // Nothing is written or submitted without Slurm's commands.
     slurm::check_tools()?;
-    let correction = correction(a)?;
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let out = std::fs::canonicalize(&out)?;
-    let (meta, identity) = run::header(
+    let out = &options.out;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let out = std::fs::canonicalize(out)?;
+    let identity = Identity::new(
         agent_name,
         tasks,
-        a.repeat,
-        a.seed,
+        options.repeat,
+        options.seed,
         Some(n),
-        observation,
-        correction,
+        options.observation,
+        options.correction,
     );
-    run::found(&out, a.resume, &meta, &identity, tasks)?;
+    run::found(&out, a.resume, &identity, tasks)?;
     let pincer = std::env::current_exe().context("finding this pincer binary")?;
     let plan = slurm::Plan {
         args: shard_args(a, &tasks_for_shards(tasks_spec), &out),
@@ -118,8 +118,8 @@ pub(super) async fn on_slurm(
 /// report; returns how long that took.
 fn merge(out: &Path, no_report: bool) -> anyhow::Result<std::time::Duration> {
     let started = Instant::now();
-    let records = run::latest(
-        run::shard::read_all(out).with_context(|| format!("reading {}", out.display()))?,
+    let records = rundir::latest(
+        rundir::shard::read_all(out).with_context(|| format!("reading {}", out.display()))?,
     );
     println!("\n{}", run::summary_table(&records));
     if !no_report {
@@ -192,7 +192,7 @@ pub(super) async fn on_kubernetes(
     // on Slurm; the pods wrote under the Job's name.
     let here = out.with_file_name(&name);
     if here.join("run.json").is_file() {
-        println!("\n{}", run::status::read(&here)?);
+        println!("\n{}", rundir::status::read(&here)?);
         merge(&here, a.no_report)?;
     } else {
         println!(

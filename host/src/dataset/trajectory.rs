@@ -7,7 +7,7 @@
 
 use super::{CRITIC_FILE, DatasetError, IDM_FILE, write_jsonl};
 use crate::metrics::Termination;
-use crate::run::record::{ImageRef, StepRecord, TaskRecord, read_steps};
+use crate::rundir::record::{ImageRef, StepRecord, TaskRecord, read_steps};
 use crate::task::PlatformClass;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -166,11 +166,11 @@ impl Traj {
 fn read_runs(runs: &[PathBuf]) -> Result<Vec<Traj>, DatasetError> {
     let mut out = Vec::new();
     for (run_no, run) in runs.iter().enumerate() {
-        let records = crate::run::shard::read_all(run).map_err(DatasetError::io(run))?;
+        let records = crate::rundir::shard::read_all(run).map_err(DatasetError::io(run))?;
         if records.is_empty() {
             return Err(DatasetError::NotARun(run.clone()));
         }
-        for record in crate::run::latest(records) {
+        for record in crate::rundir::latest(records) {
             let dir = run.join(&record.trajectory);
             // A task run that ended before its first step has no steps file.
             let steps = match read_steps(&dir) {
@@ -398,7 +398,7 @@ pub fn critic(runs: &[PathBuf], out: &Path) -> Result<Built<CriticItem>, Dataset
 mod tests {
     use super::*;
     use crate::dataset::IMAGES_DIR;
-    use crate::run::record::{ImageRef, JsonlWriter, Timing};
+    use crate::rundir::record::{ImageRef, JsonlWriter, Timing};
     use serde_json::json;
 
     fn record(task: &str, termination: Termination) -> TaskRecord {

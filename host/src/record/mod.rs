@@ -11,13 +11,14 @@ pub mod merge;
 
 use crate::agent::actions::AgentAction;
 use crate::agent::actions::Target;
+use crate::agent::correction::Correction;
 use crate::agent::{Agent, AgentError, Decision, Observation, TaskBrief};
 use crate::env::{ClientError, Environment};
 use crate::eval::functions::Library;
-use crate::run::record::{ImageRef, JsonlWriter, StepRecord, TaskRecord};
 use crate::run::sets::EnvSet;
-use crate::run::task::{self as task_run, Context, Correction, Progress};
+use crate::run::task::{self as task_run, Context, Progress};
 use crate::run::{self, RunError};
+use crate::rundir::record::{ImageRef, JsonlWriter, StepRecord, TaskRecord};
 use crate::task::Task;
 use crate::task::oracle::{Locator, OracleStep};
 use crate::task::selector::Selector;
@@ -462,24 +463,18 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
         video: None,
         tools: false,
     };
-    let (meta, identity) = run::header(
+    let identity = crate::rundir::Identity::new(
         "recording",
         std::slice::from_ref(&cfg.task),
         1,
         0,
         None,
-        &observation,
+        observation,
         Correction::default(),
     );
-    run::check_out(&cfg.out, false, None, &identity)?;
-    run::found(
-        &cfg.out,
-        false,
-        &meta,
-        &identity,
-        std::slice::from_ref(&cfg.task),
-    )?;
-    let traj_rel = format!("tasks/{}__r0", crate::task::sanitize(&cfg.task.id));
+    crate::rundir::shard::check_out(&cfg.out, false, None, &identity).map_err(RunError::from)?;
+    run::found(&cfg.out, false, &identity, std::slice::from_ref(&cfg.task))?;
+    let traj_rel = crate::rundir::trajectory(&cfg.task.id, 0, 1);
     let traj = cfg.out.join(&traj_rel);
     let captured = Arc::new(Mutex::new(Captured::default()));
     let mut agent = Recorder {
@@ -557,7 +552,7 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
         }
         None => 0,
     };
-    let results = run::results_file(&cfg.out);
+    let results = crate::rundir::results_file(&cfg.out);
     JsonlWriter::append(&results)
         .and_then(|mut w| w.write(&rec))
         .map_err(io(&results))?;

@@ -4,7 +4,7 @@
 
 use super::escape::esc;
 use super::load::GraphSpec;
-use crate::run::record::{StepRecord, TaskRecord};
+use crate::rundir::record::{StepRecord, TaskRecord};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 

@@ -14,7 +14,7 @@ use super::markdown;
 use super::tables::{self, Cell, Table};
 use crate::agent::AgentAction;
 use crate::metrics::{Summary, Termination};
-use crate::run::record::{ImageRef, StepRecord};
+use crate::rundir::record::{ImageRef, StepRecord};
 use std::fmt::Write;
 use std::path::PathBuf;
 
@@ -452,7 +452,11 @@ fn task_run(
 
 const LEGEND: &str = "<div class=\"legend\"><span><i style=\"background:#16a34a\"></i>passed at this step</span><span><i style=\"background:#dcfce7;border-color:#16a34a\"></i>passed earlier</span><span><i style=\"background:#fef3c7;border-color:#d97706\"></i>ready (prerequisites passed)</span><span><i style=\"background:#f1f5f9;border-color:#94a3b8\"></i>waiting</span></div>";
 
-fn g_titles(layout: &Layout, g: &GraphSpec, rec: &crate::run::record::TaskRecord) -> Vec<String> {
+fn g_titles(
+    layout: &Layout,
+    g: &GraphSpec,
+    rec: &crate::rundir::record::TaskRecord,
+) -> Vec<String> {
     layout
         .ids()
         .map(|id| {

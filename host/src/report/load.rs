@@ -3,8 +3,10 @@
 //! trajectory or screenshot is noted and the report goes on without it.
 
 use super::ReportError;
-use crate::run::record::{self, StepRecord, TaskRecord};
-use crate::run::task::Correction;
+use crate::agent::correction::Correction;
+use crate::agent::observe::ObservationConfig;
+use crate::rundir::RunHeader;
+use crate::rundir::record::{self, StepRecord, TaskRecord};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
@@ -77,15 +79,15 @@ impl RunDir {
     /// Reads a run directory, every shard's results merged; fails only if it is not one
     /// (no results file).
     pub(crate) fn read(dir: &Path) -> Result<Self, ReportError> {
-        if crate::run::shard::results_files(dir).is_empty() {
+        if crate::rundir::shard::results_files(dir).is_empty() {
             return Err(ReportError::NotARun(dir.to_owned()));
         }
-        let all = crate::run::shard::read_all(dir).map_err(|source| ReportError::Io {
+        let all = crate::rundir::shard::read_all(dir).map_err(|source| ReportError::Io {
             what: "reading",
             path: dir.to_owned(),
             source,
         })?;
-        let meta = read_meta(&dir.join("run.json"));
+        let meta = read_meta(dir);
         let graphs = read_graphs(&dir.join("tasks.json"));
 
         // The last record of a task run wins: `--resume` redoes aborted runs and appends.
@@ -179,48 +181,34 @@ fn safe_join(dir: &Path, rel: &str) -> Option<PathBuf> {
     ok.then(|| dir.join(p))
 }
 
-fn read_meta(path: &Path) -> Meta {
-    let Some(v) = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-    else {
+/// The header as the report shows it; a missing or unreadable one leaves every field empty.
+fn read_meta(dir: &Path) -> Meta {
+    let Ok(Some(h)) = RunHeader::read(dir) else {
         return Meta::default();
     };
-    let strings = |v: &serde_json::Value| -> Vec<String> {
-        v.as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let sets = v["sets"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| Some((s[0].as_str()?.to_owned(), strings(&s[1]))))
-                .collect()
-        })
-        .unwrap_or_default();
+    let id = h.identity;
     Meta {
-        agent: v["agent"].as_str().map(str::to_owned),
-        tasks: strings(&v["tasks"]),
-        repeat: v["repeat"].as_u64(),
-        seed: v["seed"].as_u64(),
-        sets,
-        observation: v.get("observation").map(describe_observation),
-        correction: serde_json::from_value(v["correction"].clone()).ok(),
+        agent: Some(id.agent),
+        tasks: id.tasks,
+        repeat: Some(u64::from(id.repeat)),
+        seed: Some(id.seed),
+        sets: h.sets,
+        observation: id.observation.as_ref().map(describe_observation),
+        correction: Some(id.correction),
     }
 }
 
-fn describe_observation(o: &serde_json::Value) -> String {
-    let mut parts: Vec<String> = ["marks", "screenshot", "tree_text"]
-        .into_iter()
-        .filter(|k| o[*k].as_bool() == Some(true))
-        .map(|k| k.replace('_', " "))
-        .collect();
-    if let (Some(w), Some(h)) = (o["max_size"][0].as_u64(), o["max_size"][1].as_u64()) {
+fn describe_observation(o: &ObservationConfig) -> String {
+    let mut parts: Vec<String> = [
+        (o.marks, "marks"),
+        (o.screenshot, "screenshot"),
+        (o.tree_text, "tree text"),
+    ]
+    .into_iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, name)| name.to_owned())
+    .collect();
+    if let Some((w, h)) = o.max_size {
         parts.push(format!("max {w}x{h}"));
     }
     if parts.is_empty() {

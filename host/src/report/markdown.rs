@@ -2,7 +2,7 @@
 
 use super::load::RunDir;
 use super::tables::{self, Table};
-use crate::run::task::Correction;
+use crate::agent::correction::Correction;
 use std::fmt::Write;
 
 /// The Markdown report.

@@ -296,7 +296,7 @@ pub(crate) fn overhead(run: &RunDir) -> Table {
         .iter()
         .flat_map(|r| r.steps.iter().map(|s| s.timing))
         .collect();
-    type Phase = (&'static str, fn(&crate::run::record::Timing) -> f64);
+    type Phase = (&'static str, fn(&crate::rundir::record::Timing) -> f64);
     let phases: [Phase; 5] = [
         ("observe (capture, marks, encoding)", |t| t.observe_ms),
         ("act (executing actions)", |t| t.act_ms),

@@ -6,7 +6,7 @@ use super::*;
 use crate::agent::{Exchange, Usage};
 use crate::eval::graph::NodeProgress;
 use crate::metrics::Termination;
-use crate::run::record::{ImageRef, JsonlWriter, StepRecord, TaskRecord, Timing};
+use crate::rundir::record::{ImageRef, JsonlWriter, StepRecord, TaskRecord, Timing};
 use crate::task::PlatformClass;
 use base64::Engine;
 use serde_json::json;

@@ -7,15 +7,17 @@
 //! A [`Session`] holds one environment set and a run directory for many episodes, one at a
 //! time: what `pincer_bench.PincerEnv` and `pincer mcp` stand on.
 
-use super::record::{JsonlWriter, TaskRecord};
-use super::sets::{self, EnvSet, Made};
-use super::{RunError, shard, task};
+use super::launch::{Environments, Signals, Source};
+use super::sets::{self, EnvSet};
+use super::{RunError, task};
 use crate::agent::actions::{Marks, ToolSpec};
 use crate::agent::observe::{ObservationConfig, View};
 use crate::agent::{Agent, AgentAction, AgentError, Decision, Observation, TaskBrief};
 use crate::env::registry::Registry;
 use crate::eval::functions::Library;
 use crate::eval::graph::Graph;
+use crate::rundir::shard::{self, Hold};
+use crate::rundir::{self, JsonlWriter, TaskRecord};
 use crate::task::{Platform, Task};
 use futures::future::BoxFuture;
 use std::collections::BTreeMap;
@@ -147,7 +149,7 @@ impl Episode {
             let ctx = task::Context {
                 set: &set,
                 observation,
-                correction: task::Correction::default(),
+                correction: Default::default(),
                 out: &out,
                 cancel: &stop,
                 progress: &Quiet,
@@ -212,25 +214,13 @@ impl Episode {
     }
 }
 
-/// Where a session's environments come from.
-#[derive(Debug, Clone)]
-pub enum Envs {
-    /// Local desktops started for the session (and stopped with it), at this screen size.
-    Local((u32, u32)),
-    /// Registered environments, as `ROLE=ENV,ROLE=ENV`.
-    Named(String),
-    /// VMs of an image started for the session (and stopped with it), each reset to the
-    /// image's golden state before every task.
-    Vm(sets::VmPlan),
-}
-
 /// What a session runs.
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
     /// The tasks episodes can be started on.
     pub tasks: Vec<Task>,
-    /// The environments.
-    pub envs: Envs,
+    /// Where its environments come from (one set: a count is taken as 1).
+    pub envs: Source,
     /// What the agent is shown.
     pub observation: ObservationConfig,
     /// The run directory (results, trajectories, report); a session continues one of the
@@ -242,9 +232,9 @@ pub struct SessionConfig {
 
 /// One environment set, a run directory, and one driven task run at a time.
 pub struct Session {
-    reg: Registry,
     set: EnvSet,
-    made: Made,
+    /// What the session started, stopped on close or drop.
+    envs: Option<Environments>,
     tasks: Vec<Arc<Task>>,
     graphs: Vec<Arc<Graph>>,
     observation: ObservationConfig,
@@ -258,7 +248,7 @@ pub struct Session {
     /// aborted); cleared when a task starts.
     cancel: Arc<AtomicBool>,
     /// The run directory's lock, held while the session is open.
-    _hold: shard::Hold,
+    _hold: Hold,
 }
 
 impl std::fmt::Debug for Session {
@@ -276,18 +266,18 @@ impl Session {
     /// environments: local desktops for every Linux role the tasks have, or named ones.
     pub async fn open(reg: Registry, cfg: SessionConfig) -> Result<Self, RunError> {
         let graphs = super::prepare(&cfg.tasks, &Library::standard())?;
-        let (meta, identity) = super::header(
+        let identity = rundir::Identity::new(
             &cfg.agent,
             &cfg.tasks,
             1,
             0,
             None,
-            &cfg.observation,
-            task::Correction::default(),
+            cfg.observation,
+            Default::default(),
         );
-        super::found(&cfg.out, true, &meta, &identity, &cfg.tasks)?;
+        super::found(&cfg.out, true, &identity, &cfg.tasks)?;
         // One process writes a run directory: repeats and trajectories are numbered here.
-        let hold = shard::Hold::take(&cfg.out, None)?;
+        let hold = Hold::take(&cfg.out, None)?;
         let previous = shard::read_all(&cfg.out)
             .map_err(super::io(format!("reading {}", cfg.out.display())))?;
         let mut repeats = BTreeMap::new();
@@ -295,43 +285,37 @@ impl Session {
             let n = repeats.entry(r.task.clone()).or_insert(0);
             *n = (*n).max(r.repeat + 1);
         }
-        let results_path = super::results_file(&cfg.out);
+        let results_path = rundir::results_file(&cfg.out);
         let results = JsonlWriter::append(&results_path)
             .map_err(super::io(format!("opening {}", results_path.display())))?;
-        let made = Made::default();
-        let set = match &cfg.envs {
-            Envs::Local(size) => {
-                let refs: Vec<&Task> = cfg.tasks.iter().collect();
-                let roles = sets::roles_needed(&refs)?;
-                // A session that offers API tools starts its desktops serving them.
-                let tools = cfg.observation.tools;
-                match sets::local_sets(&reg, &roles, 1, *size, tools, &made, &mut |_| {}).await {
-                    Ok(mut s) => s.remove(0),
-                    Err(e) => {
-                        made.stop(&reg).await;
-                        return Err(e);
-                    }
-                }
-            }
-            Envs::Named(spec) => sets::named_sets(&reg, std::slice::from_ref(spec))
-                .await?
-                .remove(0),
-            Envs::Vm(plan) => {
-                let refs: Vec<&Task> = cfg.tasks.iter().collect();
-                let roles = sets::roles_needed(&refs)?;
-                match sets::vm_sets(&reg, &roles, 1, plan, &made, &|m| eprintln!("  {m}")).await {
-                    Ok(mut s) => s.remove(0),
-                    Err(e) => {
-                        made.stop(&reg).await;
-                        return Err(e);
-                    }
-                }
-            }
+        let refs: Vec<&Task> = cfg.tasks.iter().collect();
+        let roles = sets::roles_needed(&refs)?;
+        let source = match cfg.envs {
+            Source::Local { size, .. } => Source::Local { count: 1, size },
+            Source::Vm { plan, .. } => Source::Vm { plan, count: 1 },
+            other => other,
+        };
+        // A session that offers API tools starts its desktops serving them; the caller
+        // interrupts a running task through the session's own flag.
+        let cancel = Arc::new(AtomicBool::new(false));
+        let envs = Environments::start(
+            &reg,
+            &source,
+            &roles,
+            cfg.observation.tools,
+            Signals::Caller(cancel.clone()),
+            &|m| eprintln!("  {m}"),
+        )
+        .await?;
+        let Some(set) = envs.sets.first().cloned() else {
+            return Err(RunError::BadSet {
+                spec: format!("{source:?}"),
+                problem: "it names no environment set".into(),
+            });
         };
         Ok(Self {
-            reg,
             set,
-            made,
+            envs: Some(envs),
             tasks: cfg.tasks.into_iter().map(Arc::new).collect(),
             graphs,
             observation: cfg.observation,
@@ -340,7 +324,7 @@ impl Session {
             results,
             repeats,
             running: None,
-            cancel: Arc::new(AtomicBool::new(false)),
+            cancel,
             _hold: hold,
         })
     }
@@ -520,10 +504,9 @@ impl Session {
     /// again does nothing more).
     pub async fn close(&mut self) -> Result<(), EpisodeError> {
         let aborted = self.abort().await;
-        for env in self.set.envs.values() {
-            env.close();
+        if let Some(envs) = self.envs.take() {
+            envs.stop().await;
         }
-        self.made.stop(&self.reg).await;
         aborted.map(|_| ())
     }
 }

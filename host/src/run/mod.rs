@@ -5,14 +5,13 @@
 
 pub mod episode;
 pub mod kube;
-pub mod record;
+pub mod launch;
 pub mod replay;
 pub mod sets;
-pub mod shard;
 pub mod slurm;
-pub mod status;
 pub mod task;
 
+use crate::agent::correction::Correction;
 use crate::agent::observe::ObservationConfig;
 use crate::agent::{Agent, AgentError};
 use crate::desktop::DesktopError;
@@ -20,12 +19,13 @@ use crate::env::registry::{ConnectError, RegistryError};
 use crate::eval::functions::Library;
 use crate::eval::graph::Graph;
 use crate::metrics::{Summary, Termination};
+use crate::rundir::shard::{self, Shard};
+use crate::rundir::{self, DirError, JsonlWriter, RunHeader, TaskRecord};
 use crate::task::Task;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use record::{JsonlWriter, TaskRecord};
 use sets::EnvSet;
 use std::collections::{BTreeSet, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -40,25 +40,17 @@ pub enum RunError {
     /// Tasks that do not validate; nothing ran.
     #[error("{} invalid tasks:\n{}", .0.len(), .0.join("\n"))]
     InvalidTasks(Vec<String>),
-    /// The run directory has results and `--resume` was not given.
-    #[error("{} already holds results: pass --resume to continue that run, or choose another --out", .0.display())]
-    OutExists(PathBuf),
-    /// The run directory belongs to another run.
-    #[error("{} holds another run ({diff}): choose another --out", .dir.display())]
-    OtherRun {
-        /// The run directory.
-        dir: PathBuf,
-        /// How that run differs from this one.
-        diff: String,
-    },
-    /// Another process writes the same results.
-    #[error("{what} is being run by another process{by}: wait for it, or stop it first")]
-    Busy {
-        /// The run or shard.
-        what: String,
-        /// Who holds it, if known.
-        by: String,
-    },
+    /// The run directory cannot be used: another run's, used, held, or unwritable.
+    #[error(transparent)]
+    Dir(#[from] DirError),
+    /// A run option that cannot work.
+    #[error("{0}")]
+    BadOption(String),
+    /// A shard on registered environments.
+    #[error(
+        "--shard with --set: every shard needs environments of its own, and --set names environments of one machine; let each shard start local desktops or --vm VMs"
+    )]
+    ShardOnNamed,
     /// No environment set can run a task.
     #[error("no environment set has the roles task '{task}' needs ({})", roles.join(", "))]
     NoSetFits {
@@ -162,11 +154,11 @@ pub struct RunConfig {
     /// Skip task runs already finished (by any shard).
     pub resume: bool,
     /// Run only this shard's share of the task runs.
-    pub shard: Option<shard::Shard>,
+    pub shard: Option<Shard>,
     /// What agents see.
     pub observation: ObservationConfig,
     /// What agents are told of the checkpoints, and their attempts.
-    pub correction: task::Correction,
+    pub correction: Correction,
     /// Record each role's screen into the trajectory at up to this many frames a second.
     pub video: Option<u32>,
     /// Set on Ctrl-C.
@@ -336,98 +328,18 @@ pub fn prepare(tasks: &[Task], lib: &Library) -> Result<Vec<Arc<Graph>>, RunErro
     Ok(graphs)
 }
 
-/// A run's header (`run.json`) and the identity in it.
-pub fn header(
-    agent: &str,
-    tasks: &[Task],
-    repeat: u32,
-    seed: u64,
-    shards: Option<u32>,
-    observation: &ObservationConfig,
-    correction: task::Correction,
-) -> (serde_json::Value, shard::Identity) {
-    let observation = serde_json::to_value(observation).unwrap_or_default();
-    let tasks_text = serde_json::to_string(tasks).unwrap_or_default();
-    let identity = shard::Identity {
-        agent: agent.to_owned(),
-        seed,
-        shards,
-        tasks: tasks.iter().map(|t| t.id.clone()).collect(),
-        repeat,
-        observation: observation.clone(),
-        tasks_sha256: crate::image::build::hex(
-            ring::digest::digest(&ring::digest::SHA256, tasks_text.as_bytes()).as_ref(),
-        ),
-        correction,
-    };
-    let mut meta = serde_json::json!({
-        "agent": agent,
-        "tasks": identity.tasks,
-        "repeat": repeat,
-        "seed": seed,
-        "observation": observation,
-        "tasks_sha256": identity.tasks_sha256,
-        "correction": correction,
-    });
-    if let Some(n) = shards {
-        meta["shards"] = n.into();
-    }
-    (meta, identity)
-}
-
-/// Writes `tasks.json`, from which the report draws each task's checkpoint graph (`after`
-/// edges); a shard leaves one that is there (the run's identity says it is the same).
-fn write_tasks(out: &Path, tasks: &[Task], overwrite: bool) -> Result<(), RunError> {
-    let path = out.join("tasks.json");
-    if overwrite || !path.exists() {
-        shard::write_json(&path, &tasks)?;
-    }
-    Ok(())
-}
-
 /// Lays out a sharded run for its shards to join: the header and the tasks, written once
 /// (checked against the directory's run when resuming), before any shard is submitted.
 pub fn found(
-    out: &Path,
+    out: &std::path::Path,
     resume: bool,
-    meta: &serde_json::Value,
-    identity: &shard::Identity,
+    identity: &rundir::Identity,
     tasks: &[Task],
 ) -> Result<(), RunError> {
-    check_out(out, resume, None, identity)?;
+    shard::check_out(out, resume, None, identity)?;
     std::fs::create_dir_all(out).map_err(io(format!("creating {}", out.display())))?;
-    shard::claim(out, meta, identity)?;
-    write_tasks(out, tasks, false)
-}
-
-/// Refuses a run directory that already holds results unless resuming (a shard: its own
-/// results; other shards' are the run it joins), and one that holds another run: call it
-/// before starting environments, so a mistake costs nothing.
-pub fn check_out(
-    out: &Path,
-    resume: bool,
-    shard: Option<shard::Shard>,
-    me: &shard::Identity,
-) -> Result<(), RunError> {
-    if !resume {
-        let used = match shard {
-            Some(_) => shard::results_path(out, shard).exists(),
-            None => shard::is_run(out),
-        };
-        if used {
-            return Err(RunError::OutExists(out.to_owned()));
-        }
-    }
-    if (resume || shard.is_some())
-        && let Some(theirs) = shard::read_identity(out)?
-        && let Some(diff) = theirs.difference(me)
-    {
-        return Err(RunError::OtherRun {
-            dir: out.to_owned(),
-            diff,
-        });
-    }
-    Ok(())
+    RunHeader::new(identity.clone()).claim(out)?;
+    Ok(rundir::write_tasks(out, tasks, false)?)
 }
 
 /// Runs everything (or one shard's share); returns every record of this run's (or shard's)
@@ -440,28 +352,28 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
         .iter()
         .map(|s| (s.name.clone(), s.envs.keys().cloned().collect()))
         .collect();
-    let (mut meta, identity) = header(
+    let identity = rundir::Identity::new(
         &cfg.agent_name,
         &cfg.tasks,
         cfg.repeat,
         cfg.seed,
         cfg.shard.map(|s| s.count),
-        &cfg.observation,
+        cfg.observation,
         cfg.correction,
     );
-    meta["sets"] = serde_json::json!(sets);
-    check_out(&cfg.out, cfg.resume, cfg.shard, &identity)?;
+    let header = RunHeader { identity, sets };
+    shard::check_out(&cfg.out, cfg.resume, cfg.shard, &header.identity)?;
     // A shard writes the header only if it is the first; a resumed run must be this run.
     if cfg.shard.is_some() || cfg.resume {
-        shard::claim(&cfg.out, &meta, &identity)?;
+        header.claim(&cfg.out)?;
     }
     let hold = shard::Hold::take(&cfg.out, cfg.shard)?;
     if cfg.shard.is_none() {
-        shard::write_json(&cfg.out.join("run.json"), &meta)?;
+        header.write(&cfg.out)?;
     }
-    write_tasks(&cfg.out, &cfg.tasks, cfg.shard.is_none())?;
+    rundir::write_tasks(&cfg.out, &cfg.tasks, cfg.shard.is_none())?;
     let previous = if cfg.resume {
-        record::read_results(&results_path)
+        rundir::read_results(&results_path)
             .map_err(io(format!("reading {}", results_path.display())))?
     } else {
         Vec::new()
@@ -562,7 +474,7 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
                 {
                     let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
                     all.push(rec.clone());
-                    display.finished(&rec, &latest(all.clone()));
+                    display.finished(&rec, &rundir::latest(all.clone()));
                 }
                 // A set whose environment died hands its remaining tasks to the others; a
                 // dead VM is replaced first (a reset starts it again from its golden state).
@@ -592,27 +504,12 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
             "{left} task runs were not run: every environment set that could run them failed; fix the environments and continue with --resume"
         );
     }
-    let all = latest(all.lock().unwrap_or_else(|e| e.into_inner()).clone());
+    let all = rundir::latest(all.lock().unwrap_or_else(|e| e.into_inner()).clone());
     let finished = shard::finished(&all).len();
     if finished >= share && !cancelled {
         hold.done(finished)?;
     }
     Ok(all)
-}
-
-/// One record per task run: when a run was aborted and redone on resume, the redo.
-pub fn latest(records: Vec<TaskRecord>) -> Vec<TaskRecord> {
-    let mut out: Vec<TaskRecord> = Vec::new();
-    for r in records {
-        match out
-            .iter_mut()
-            .find(|o| o.task == r.task && o.repeat == r.repeat)
-        {
-            Some(o) => *o = r,
-            None => out.push(r),
-        }
-    }
-    out
 }
 
 /// The summary table printed at the end of a run.
@@ -680,9 +577,4 @@ pub fn summary_table(records: &[TaskRecord]) -> String {
         );
     }
     out
-}
-
-/// The results file of a run directory.
-pub fn results_file(dir: &Path) -> PathBuf {
-    dir.join("results.jsonl")
 }

@@ -7,12 +7,12 @@
 //! sent to the element on the new screen with the role and name element 7 had when it was
 //! recorded ([`retarget`]); one that is not there is a divergence, named in the report.
 
-use super::record::{self, ImageRef, StepRecord, TaskRecord};
 use crate::agent::actions::{AgentAction, Target};
 use crate::agent::observe::View;
 use crate::agent::{Agent, AgentError, Decision, Observation, TaskBrief};
 use crate::eval::graph::NodeProgress;
 use crate::metrics::Termination;
+use crate::rundir::record::{self, ImageRef, StepRecord, TaskRecord};
 use crate::task::Task;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -62,6 +62,10 @@ pub enum ReplayError {
 pub struct Recording {
     /// The trajectory directory.
     pub dir: PathBuf,
+    /// The run directory it is in.
+    pub run: PathBuf,
+    /// The run's header, if it has a readable one: what the recording's agent saw.
+    pub header: Option<crate::rundir::RunHeader>,
     /// The task as it was run.
     pub task: Task,
     /// The record of the task run, if the run wrote one.
@@ -89,26 +93,17 @@ impl Recording {
             .ok_or_else(|| ReplayError::NotATrajectory(dir.clone()))?
             .to_owned();
         let rel = dir.strip_prefix(&run).unwrap_or(&dir).to_string_lossy();
-        let records = super::shard::read_all(&run).map_err(io(&run))?;
+        let records = crate::rundir::shard::read_all(&run).map_err(io(&run))?;
         let record = records.into_iter().rev().find(|r| r.trajectory == rel);
-        let tasks_path = run.join("tasks.json");
-        let tasks: Vec<Task> = std::fs::read_to_string(&tasks_path)
-            .map_err(io(&tasks_path))
-            .and_then(|t| {
-                serde_json::from_str(&t).map_err(|e| ReplayError::NoRun {
-                    dir: run.clone(),
-                    what: format!("tasks.json is not a list of tasks: {e}"),
-                })
-            })?;
+        let tasks = crate::rundir::read_tasks(&run).map_err(|e| ReplayError::NoRun {
+            dir: run.clone(),
+            what: e.to_string(),
+        })?;
+        let header = crate::rundir::RunHeader::read(&run).ok().flatten();
         let id = match &record {
             Some(r) => r.task.clone(),
             // An unfinished task run: its directory is named after the task.
-            None => rel
-                .trim_start_matches("tasks/")
-                .split("__r")
-                .next()
-                .unwrap_or_default()
-                .to_owned(),
+            None => crate::rundir::trajectory_task(&rel).to_owned(),
         };
         let task = tasks
             .into_iter()
@@ -119,6 +114,8 @@ impl Recording {
             })?;
         Ok(Self {
             dir,
+            run,
+            header,
             task,
             record,
             steps,

@@ -1,10 +1,11 @@
 //! Environment sets: the environments one task runs on, by role. From `--set ROLE=ENV,...`
 //! (names in the envs file), from `--vm IMAGE` (VMs brought up for the run), or, with
-//! neither, local desktops brought up for the run (the embedded default). What a run made
-//! it stops afterwards. Roles played by pincer VMs are reset before every task.
+//! neither, local desktops brought up for the run (the embedded default). What a launch
+//! made is listed in [`Made`], which its guard (`launch::Environments`) stops afterwards.
+//! Roles played by pincer VMs are reset before every task.
 
 use super::RunError;
-use crate::desktop::{self, DesktopOptions};
+use crate::desktop::{self, DesktopError, DesktopOptions};
 use crate::env::registry::Registry;
 use crate::env::{Deadlines, Environment};
 use crate::task::{Platform, Task};
@@ -33,10 +34,10 @@ impl EnvSet {
     }
 }
 
-/// What a run started for itself (local desktops, VMs), stopped explicitly via
-/// [`Made::stop`]. Clones share the lists, so a Ctrl-C handler can stop what the run made.
+/// What a launch started for itself (local desktops, VMs), stopped via [`Made::stop`].
+/// Clones share the lists, so a signal handler can stop what the launch made.
 #[derive(Debug, Default, Clone)]
-pub struct Made {
+pub(super) struct Made {
     desktops: Arc<Mutex<Vec<String>>>,
     vms: Arc<Mutex<Vec<String>>>,
 }
@@ -50,8 +51,22 @@ impl Made {
         std::mem::take(&mut *list.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Stops every desktop and VM made for the run.
-    pub async fn stop(&self, reg: &Registry) {
+    /// Whether nothing is left to stop.
+    pub(super) fn is_empty(&self) -> bool {
+        let empty = |l: &Mutex<Vec<String>>| l.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+        empty(&self.desktops) && empty(&self.vms)
+    }
+
+    /// The local desktops made, by name.
+    pub(super) fn desktops(&self) -> Vec<String> {
+        self.desktops
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Stops every desktop and VM made for the launch.
+    pub(super) async fn stop(&self, reg: &Registry) {
         let desktops = Self::take(&self.desktops);
         let vms = Self::take(&self.vms);
         let downs = desktops.iter().map(|n| async move {
@@ -73,7 +88,7 @@ impl Made {
 }
 
 /// Roles the tasks need, with platforms; conflicting platforms for one role are an error.
-pub fn roles_needed(tasks: &[&Task]) -> Result<BTreeMap<String, Platform>, RunError> {
+pub(super) fn roles_needed(tasks: &[&Task]) -> Result<BTreeMap<String, Platform>, RunError> {
     let mut out: BTreeMap<String, Platform> = BTreeMap::new();
     for t in tasks {
         for (role, need) in &t.envs {
@@ -164,14 +179,14 @@ fn listed(names: &[(usize, String, String)]) -> String {
 
 /// Brings up `count` sets of local desktops for the Linux roles the tasks need; with
 /// `allow_tools`, their agents serve API tools (`--allow-tools`).
-pub async fn local_sets(
+pub(super) async fn local_sets(
     reg: &Registry,
     roles: &BTreeMap<String, Platform>,
     count: usize,
     size: (u32, u32),
     allow_tools: bool,
     made: &Made,
-    progress: &mut (dyn FnMut(&str) + Send),
+    progress: &(dyn Fn(&str) + Sync),
 ) -> Result<Vec<EnvSet>, RunError> {
     let names = run_names(roles, count)?;
     progress(&format!(
@@ -180,33 +195,80 @@ pub async fn local_sets(
         listed(&names)
     ));
     start_sets(roles, count, names, false, |role, name| async move {
-        // Listed before it starts, so that an interruption meanwhile stops it too.
-        Made::push(&made.desktops, name.clone());
-        desktop::up(
-            reg,
-            &DesktopOptions {
-                name: name.clone(),
-                size,
-                window_manager: true,
-                read_only: false,
-                allow_tools,
-                port: 0,
-                home: None,
-                dial: None,
-                // However the run ends, its desktops end with it.
-                lifeline: true,
-            },
-        )
-        .await
-        .map_err(|source| RunError::Desktop {
-            name: name.clone(),
-            role,
-            source: Box::new(source),
-        })?;
-        let env = reg.connect(Some(&name), Deadlines::default()).await?;
-        Ok(Arc::new(env))
+        // However the run ends, its desktops end with it.
+        start_desktop(reg, &name, &role, size, allow_tools, true, made).await
     })
     .await
+}
+
+/// Starts the local desktop `name` for `role` and connects to it; with `lifeline`, it
+/// ends with this process however the process ends.
+async fn start_desktop(
+    reg: &Registry,
+    name: &str,
+    role: &str,
+    size: (u32, u32),
+    allow_tools: bool,
+    lifeline: bool,
+    made: &Made,
+) -> Result<Arc<Environment>, RunError> {
+    // Listed before it starts, so that an interruption meanwhile stops it too.
+    Made::push(&made.desktops, name.to_owned());
+    desktop::up(
+        reg,
+        &DesktopOptions {
+            name: name.to_owned(),
+            size,
+            window_manager: true,
+            read_only: false,
+            allow_tools,
+            port: 0,
+            home: None,
+            dial: None,
+            lifeline,
+        },
+    )
+    .await
+    .map_err(|source| RunError::Desktop {
+        name: name.to_owned(),
+        role: role.to_owned(),
+        source: Box::new(source),
+    })?;
+    let env = reg.connect(Some(name), Deadlines::default()).await?;
+    Ok(Arc::new(env))
+}
+
+/// The one local desktop `name` as the role `desktop`, a desktop of that name left from an
+/// earlier launch stopped first; it outlives the process when `keep` is set.
+pub(super) async fn one_desktop(
+    reg: &Registry,
+    name: &str,
+    size: (u32, u32),
+    keep: bool,
+    allow_tools: bool,
+    made: &Made,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<Vec<EnvSet>, RunError> {
+    let role = "desktop";
+    if desktop::read_state(name).is_some() {
+        progress(&format!(
+            "stopping the desktop '{name}' left from an earlier run"
+        ));
+        desktop::down(reg, name)
+            .await
+            .map_err(|source| RunError::Desktop {
+                name: name.to_owned(),
+                role: role.to_owned(),
+                source: Box::new(source),
+            })?;
+    }
+    let env = start_desktop(reg, name, role, size, allow_tools, !keep, made).await?;
+    Ok(vec![EnvSet {
+        name: "s0".into(),
+        envs: [(role.to_owned(), env)].into(),
+        platforms: [(role.to_owned(), Platform::Linux)].into(),
+        vms: BTreeMap::new(),
+    }])
 }
 
 /// The VMs of `--vm`: their image, size and agent.
@@ -224,9 +286,23 @@ pub struct VmPlan {
     pub agent: std::path::PathBuf,
 }
 
+impl VmPlan {
+    /// VMs of `image` from the user's image cache (`pincer image list`), running the agent
+    /// beside this program.
+    pub fn new(image: String, memory_mib: u32, cpus: u32) -> Result<Self, DesktopError> {
+        Ok(Self {
+            cache: crate::image::Cache::at(crate::paths::image_cache_dir()),
+            image,
+            memory_mib,
+            cpus,
+            agent: desktop::agent_binary()?,
+        })
+    }
+}
+
 /// Brings up `count` sets of VMs of one image for the Linux roles the tasks need. The
 /// first makes the image's golden state if there is none; the others restore it.
-pub async fn vm_sets(
+pub(super) async fn vm_sets(
     reg: &Registry,
     roles: &BTreeMap<String, Platform>,
     count: usize,
@@ -271,7 +347,7 @@ pub async fn vm_sets(
 }
 
 /// Sets from `ROLE=ENV,ROLE=ENV` specs, connecting through the envs file.
-pub async fn named_sets(reg: &Registry, specs: &[String]) -> Result<Vec<EnvSet>, RunError> {
+pub(super) async fn named_sets(reg: &Registry, specs: &[String]) -> Result<Vec<EnvSet>, RunError> {
     let file = reg.load()?;
     let mut sets = Vec::new();
     let mut used = BTreeSet::new();

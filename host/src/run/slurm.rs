@@ -5,8 +5,8 @@
 //! resubmits a shard that ended without finishing its share (a failed node, a `scancel`):
 //! the new attempt skips what the shard finished and redoes the rest.
 
-use super::shard;
-use super::status::{self, RunStatus};
+use crate::rundir::shard;
+use crate::rundir::status::{self, RunStatus};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -378,7 +378,7 @@ pub async fn submit(plan: &Plan) -> Result<Submitted, SlurmError> {
     let script_path = dir.join("job.sh");
     std::fs::write(&script_path, script(plan)?)
         .map_err(super::io(format!("writing {}", script_path.display())))?;
-    let (at, at_ms) = (Instant::now(), shard::now_ms());
+    let (at, at_ms) = (Instant::now(), crate::clock::unix_ms());
     let job = sbatch(&script_path, None).await?;
     Ok(Submitted {
         job: job.id.clone(),
@@ -426,7 +426,7 @@ pub async fn follow(
         let looked = match squeue(&jobs).await {
             Ok(seen) => status::read(&plan.out)
                 .map(|now| (seen, now))
-                .map_err(SlurmError::from),
+                .map_err(|e| SlurmError::from(super::RunError::from(e))),
             Err(e) => Err(e),
         };
         let (seen, now) = match looked {
@@ -538,7 +538,7 @@ pub async fn follow(
                 resubmitted,
                 first_task_s: first_started(&plan.out, sub.at_ms)
                     .map(|ms| ms.saturating_sub(sub.at_ms) as f64 / 1000.0),
-                status: status::read(&plan.out)?,
+                status: status::read(&plan.out).map_err(super::RunError::from)?,
             });
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -1,9 +1,8 @@
 //! `pincer run status DIR`: a run's progress from its directory alone, per shard and
 //! overall, whoever runs it (this machine, Slurm, Kubernetes) and while it runs.
 
-use super::record::TaskRecord;
 use super::shard::{self, Done, Started};
-use super::{RunError, io};
+use super::{DirError, RunHeader, TaskRecord, io};
 use crate::metrics::Termination;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -67,14 +66,9 @@ impl RunStatus {
 }
 
 /// Reads a run's progress from its directory.
-pub fn read(dir: &Path) -> Result<RunStatus, RunError> {
-    let Some(id) = shard::read_identity(dir)? else {
-        return Err(io(format!("reading {}", dir.display()))(
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no run.json: not a run directory (or the run has not started)",
-            ),
-        ));
+pub fn read(dir: &Path) -> Result<RunStatus, DirError> {
+    let Some(RunHeader { identity: id, .. }) = RunHeader::read(dir)? else {
+        return Err(DirError::NotARun(dir.to_owned()));
     };
     let repeat = id.repeat.max(1) as usize;
     let total = id.tasks.len() * repeat;
@@ -124,8 +118,8 @@ pub fn read(dir: &Path) -> Result<RunStatus, RunError> {
                 share,
                 finished: finished.len(),
                 successes: finished.iter().filter(|s| **s).count(),
-                started: shard::read_json(&d.join("started.json")),
-                done: shard::read_json(&d.join("done.json")),
+                started: super::read_json(&d.join("started.json")),
+                done: super::read_json(&d.join("done.json")),
                 running: shard::held(&d),
             }
         })
@@ -140,7 +134,7 @@ pub fn read(dir: &Path) -> Result<RunStatus, RunError> {
 }
 
 fn ago(ms: u64) -> String {
-    let s = shard::now_ms().saturating_sub(ms) / 1000;
+    let s = crate::clock::unix_ms().saturating_sub(ms) / 1000;
     match s {
         0..120 => format!("{s} s ago"),
         120..7200 => format!("{} min ago", s / 60),

@@ -4,10 +4,12 @@
 //! holds `shards/<k>/lock` while it runs, says where and when it started in `started.json`
 //! and that its share is complete in `done.json`. `run.json` is written once; a shard that
 //! finds one from another run refuses the directory. Readers merge every results file.
+//! An unsharded run keeps the same files at the top of its directory.
 
+use super::header::{Identity, check_same};
 use super::record::{self, TaskRecord};
-use super::task::Correction;
-use super::{RunError, io};
+use super::{DirError, host, io, read_json, write_json};
+use crate::clock::unix_ms;
 use crate::metrics::Termination;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -119,158 +121,6 @@ pub fn finished(records: &[TaskRecord]) -> BTreeSet<(String, u32)> {
         .collect()
 }
 
-/// What identifies a run: a shard or a resumed run must agree with the directory's
-/// `run.json` on these, or it would mix two runs' results.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Identity {
-    /// Agent name.
-    pub agent: String,
-    /// Base seed.
-    pub seed: u64,
-    /// Shards (`None`: not sharded).
-    #[serde(default)]
-    pub shards: Option<u32>,
-    /// Task ids, in order (only compared for sharded runs: the deal depends on them).
-    pub tasks: Vec<String>,
-    /// Repeats (as for `tasks`).
-    pub repeat: u32,
-    /// What agents see (`ObservationConfig` as JSON; null in runs written before it was
-    /// recorded, and then not compared).
-    #[serde(default)]
-    pub observation: serde_json::Value,
-    /// A hash of the tasks as run (only compared for sharded runs: every shard must run
-    /// the same task files; empty when not recorded).
-    #[serde(default)]
-    pub tasks_sha256: String,
-    /// How agents may correct themselves (feedback, attempts; runs written before it was
-    /// recorded had none and one).
-    #[serde(default)]
-    pub correction: Correction,
-}
-
-impl Identity {
-    /// How `self` (the directory's) differs from `other` (this process's), if it does.
-    pub fn difference(&self, other: &Self) -> Option<String> {
-        let mut diffs = Vec::new();
-        if self.agent != other.agent {
-            diffs.push(format!("agent '{}' (here: '{}')", self.agent, other.agent));
-        }
-        if self.seed != other.seed {
-            diffs.push(format!("seed {} (here: {})", self.seed, other.seed));
-        }
-        let shards = |s: Option<u32>| s.map_or("not sharded".into(), |n| format!("{n} shards"));
-        if self.shards != other.shards {
-            diffs.push(format!(
-                "{} (here: {})",
-                shards(self.shards),
-                shards(other.shards)
-            ));
-        }
-        if self.shards.is_some() && self.tasks != other.tasks {
-            diffs.push(format!(
-                "tasks {} (here: {})",
-                self.tasks.join(","),
-                other.tasks.join(",")
-            ));
-        }
-        if self.shards.is_some() && self.repeat != other.repeat {
-            diffs.push(format!("repeat {} (here: {})", self.repeat, other.repeat));
-        }
-        if !self.observation.is_null()
-            && !other.observation.is_null()
-            && self.observation != other.observation
-        {
-            diffs.push(format!(
-                "observation {} (here: {})",
-                self.observation, other.observation
-            ));
-        }
-        if self.correction != other.correction {
-            let c = |c: &Correction| format!("--feedback {} --attempts {}", c.feedback, c.attempts);
-            diffs.push(format!(
-                "{} (here: {})",
-                c(&self.correction),
-                c(&other.correction)
-            ));
-        }
-        let (ours, theirs) = (&self.tasks_sha256, &other.tasks_sha256);
-        if self.shards.is_some() && !ours.is_empty() && !theirs.is_empty() && ours != theirs {
-            diffs.push("other task files (here: the files changed since the run began)".into());
-        }
-        (!diffs.is_empty()).then(|| diffs.join(", "))
-    }
-}
-
-/// More task runs than any run has: a header that claims more is not a run's.
-const MAX_TASK_RUNS: usize = 10_000_000;
-
-/// Reads the identity in a directory's `run.json`, if there is one.
-pub fn read_identity(out: &Path) -> Result<Option<Identity>, RunError> {
-    let path = out.join("run.json");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io(format!("reading {}", path.display()))(e)),
-    };
-    let bad = |what: String| {
-        io(format!("reading {}", path.display()))(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{what}: this is not a pincer run's header; choose another --out"),
-        ))
-    };
-    let id: Identity = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-    if id.shards == Some(0) {
-        return Err(bad("\"shards\": 0".into()));
-    }
-    if id.tasks.len().saturating_mul(id.repeat as usize) > MAX_TASK_RUNS {
-        return Err(bad(format!(
-            "{} tasks x {} repeats is more than {MAX_TASK_RUNS} task runs",
-            id.tasks.len(),
-            id.repeat
-        )));
-    }
-    Ok(Some(id))
-}
-
-/// Writes `run.json` unless the directory has one; then checks that the one it has is this
-/// run's. Atomic across machines: the header is written aside and linked into place, which
-/// fails if another shard got there first.
-pub fn claim(out: &Path, meta: &serde_json::Value, me: &Identity) -> Result<(), RunError> {
-    let path = out.join("run.json");
-    if !path.exists() {
-        let aside = out.join(format!(".run.json.{}.{}", host(), std::process::id()));
-        let text = serde_json::to_string_pretty(meta).map_err(std::io::Error::other);
-        text.and_then(|t| std::fs::write(&aside, t))
-            .map_err(io(format!("writing {}", aside.display())))?;
-        let linked = std::fs::hard_link(&aside, &path);
-        let _ = std::fs::remove_file(&aside);
-        match linked {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io(format!("writing {}", path.display()))(e)),
-        }
-    }
-    match read_identity(out)? {
-        Some(theirs) => match theirs.difference(me) {
-            Some(diff) => Err(RunError::OtherRun {
-                dir: out.to_owned(),
-                diff,
-            }),
-            None => Ok(()),
-        },
-        None => Ok(()),
-    }
-}
-
-/// This machine's name (for `started.json` and messages).
-pub fn host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown".into())
-}
-
 /// Where and when a shard started (`shards/<k>/started.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Started {
@@ -295,13 +145,6 @@ pub struct Done {
     pub task_runs: usize,
 }
 
-/// Unix time in ms.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// The scheduler job this process runs in, if any.
 fn job() -> Option<String> {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -317,21 +160,6 @@ fn job() -> Option<String> {
     var("JOB_COMPLETION_INDEX").map(|_| format!("kubernetes pod {}", host()))
 }
 
-/// Reads a JSON file of a shard, if it is there and whole.
-pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
-}
-
-/// Writes `value` as JSON into `path` atomically (aside, then renamed into place), so a
-/// reader never sees half of it.
-pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), RunError> {
-    let text = serde_json::to_vec_pretty(value).map_err(std::io::Error::other);
-    let aside = path.with_extension("tmp");
-    text.and_then(|t| std::fs::write(&aside, t))
-        .and_then(|()| std::fs::rename(&aside, path))
-        .map_err(io(format!("writing {}", path.display())))
-}
-
 /// A shard (or an unsharded run) holding its run directory: released on drop.
 #[derive(Debug)]
 pub struct Hold {
@@ -340,8 +168,32 @@ pub struct Hold {
     shard: Option<Shard>,
 }
 
+/// Refuses a run directory that already holds results unless resuming (a shard: its own
+/// results; other shards' are the run it joins), and one that holds another run: call it
+/// before starting environments, so a mistake costs nothing.
+pub fn check_out(
+    out: &Path,
+    resume: bool,
+    shard: Option<Shard>,
+    me: &Identity,
+) -> Result<(), DirError> {
+    if !resume {
+        let used = match shard {
+            Some(_) => results_path(out, shard).exists(),
+            None => is_run(out),
+        };
+        if used {
+            return Err(DirError::OutExists(out.to_owned()));
+        }
+    }
+    if resume || shard.is_some() {
+        check_same(out, me)?;
+    }
+    Ok(())
+}
+
 /// Refuses a shard (or run) another process is running now: before starting environments.
-pub fn check_free(out: &Path, shard: Option<Shard>) -> Result<(), RunError> {
+pub fn check_free(out: &Path, shard: Option<Shard>) -> Result<(), DirError> {
     let d = shard.map_or_else(|| out.to_owned(), |s| dir(out, s.index));
     let start = std::time::Instant::now();
     while held(&d) {
@@ -353,11 +205,11 @@ pub fn check_free(out: &Path, shard: Option<Shard>) -> Result<(), RunError> {
     Ok(())
 }
 
-fn busy(out: &Path, d: &Path, shard: Option<Shard>) -> RunError {
+fn busy(out: &Path, d: &Path, shard: Option<Shard>) -> DirError {
     let by = read_json::<Started>(&d.join("started.json"))
         .map(|s| format!(" (pid {} on {})", s.pid, s.host))
         .unwrap_or_default();
-    RunError::Busy {
+    DirError::Busy {
         what: shard.map_or_else(
             || format!("{}", out.display()),
             |s| format!("shard {s} of {}", out.display()),
@@ -369,7 +221,7 @@ fn busy(out: &Path, d: &Path, shard: Option<Shard>) -> RunError {
 impl Hold {
     /// Takes the lock of a shard (or of the whole run) so that two processes never write
     /// one results file, and says where this one started.
-    pub fn take(out: &Path, shard: Option<Shard>) -> Result<Self, RunError> {
+    pub fn take(out: &Path, shard: Option<Shard>) -> Result<Self, DirError> {
         let d = match shard {
             Some(s) => dir(out, s.index),
             None => out.to_owned(),
@@ -394,7 +246,7 @@ impl Hold {
                 &Started {
                     host: host(),
                     pid: std::process::id(),
-                    at_ms: now_ms(),
+                    at_ms: unix_ms(),
                     job: job(),
                 },
             )?;
@@ -407,7 +259,7 @@ impl Hold {
     }
 
     /// Records that the shard's share is complete.
-    pub fn done(&self, task_runs: usize) -> Result<(), RunError> {
+    pub fn done(&self, task_runs: usize) -> Result<(), DirError> {
         if self.shard.is_none() {
             return Ok(());
         }
@@ -415,7 +267,7 @@ impl Hold {
             &self.dir.join("done.json"),
             &Done {
                 host: host(),
-                at_ms: now_ms(),
+                at_ms: unix_ms(),
                 task_runs,
             },
         )
@@ -487,66 +339,6 @@ mod tests {
             let e = bad.parse::<Shard>().unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
         }
-    }
-
-    #[test]
-    fn identities_name_what_differs() {
-        let a = Identity {
-            agent: "oracle".into(),
-            seed: 0,
-            shards: Some(3),
-            tasks: vec!["t".into()],
-            repeat: 1,
-            observation: serde_json::json!({"marks": true}),
-            tasks_sha256: "aa".into(),
-            correction: Correction::default(),
-        };
-        assert_eq!(a.difference(&a.clone()), None);
-        let retried = Identity {
-            correction: Correction::new(super::super::task::Feedback::End, 3).unwrap(),
-            ..a.clone()
-        };
-        assert_eq!(
-            a.difference(&retried).unwrap(),
-            "--feedback none --attempts 1 (here: --feedback end --attempts 3)"
-        );
-        let b = Identity {
-            agent: "random".into(),
-            shards: Some(2),
-            ..a.clone()
-        };
-        let d = a.difference(&b).unwrap();
-        assert!(d.contains("agent 'oracle' (here: 'random')"), "{d}");
-        assert!(d.contains("3 shards (here: 2 shards)"), "{d}");
-        let e = Identity {
-            observation: serde_json::json!({"marks": false}),
-            tasks_sha256: "bb".into(),
-            ..a.clone()
-        };
-        let d = a.difference(&e).unwrap();
-        assert!(
-            d.contains(r#"observation {"marks":true} (here: {"marks":false})"#),
-            "{d}"
-        );
-        assert!(d.contains("other task files"), "{d}");
-        // Not recorded (an older run.json): not compared.
-        let old = Identity {
-            observation: serde_json::Value::Null,
-            tasks_sha256: String::new(),
-            ..a.clone()
-        };
-        assert_eq!(old.difference(&e), None);
-        // Unsharded runs may resume with another selection of tasks.
-        let c = Identity {
-            shards: None,
-            ..a.clone()
-        };
-        let d2 = Identity {
-            tasks: vec!["u".into()],
-            repeat: 3,
-            ..c.clone()
-        };
-        assert_eq!(c.difference(&d2), None);
     }
 
     #[test]
