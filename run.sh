@@ -4,7 +4,8 @@
 #                    a live look at a desktop with the bench table, then the bundled `demo`
 #                    benchmark with the oracle agent (expect SR 100%) and the random agent
 #                    (expect ~0%), with their HTML reports
-#   ./run.sh test    install what is missing, build, run every test
+#   ./run.sh test    install what is missing, check formatting, build, lint (clippy), run
+#                    every test
 #   ./run.sh deps    only install the Debian packages
 #   ./run.sh shim    build the Android shim for phones and emulators (static aarch64 and
 #                    x86_64 musl binaries, linked with zig), for `pincer android connect`
@@ -119,6 +120,17 @@ shims() {
   done
 }
 
+# rustfmt and clippy, which `test` holds the code to, from rustup when they are missing.
+lint_tools() {
+  local c
+  for c in rustfmt clippy; do
+    if ! cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1; then
+      command -v rustup >/dev/null || { echo "cargo $c is missing: install it (rustup component add $c)" >&2; exit 1; }
+      rustup component add "$c"
+    fi
+  done
+}
+
 py_venv() {
   if ! "$PY_VENV/bin/python" -c 'import maturin, mcp, gymnasium, pytest' 2>/dev/null; then
     log "installing maturin, pytest, mcp and gymnasium from PyPI into $PY_VENV"
@@ -230,8 +242,13 @@ case "${1:-}" in
   test)
     deps $XCAP_PKGS $VM_PKGS $ANDROID_PKGS $SLURM_PKGS
     vm_deps
+    lint_tools
+    log "checking formatting (cargo fmt --check)"
+    cargo fmt --all --check
     log "building"
     cargo build --workspace --exclude pincer-python --bins --tests
+    log "linting (cargo clippy --all-targets -D warnings)"
+    cargo clippy --workspace --all-targets -- -D warnings
     shims ""
     log "checking the agent with its optional xcap capture (Wayland)"
     cargo check -p pincer-agent --features xcap
