@@ -226,12 +226,12 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
     )?;
     // Validate before starting anything.
     run::prepare(&tasks, &pincer::eval::functions::Library::standard())?;
-    let (agent, agent_name) = agent_factory(&agent_spec, &a.agent_opts)?;
     let out = a
         .out
         .clone()
         .unwrap_or_else(|| rundir::default_dir(&tasks_spec, &agent_spec));
     let options = options(&a, out.clone())?;
+    let (agent, agent_name) = agent_factory(&agent_spec, &a.agent_opts)?;
     if a.slurm || a.kubernetes {
         let Some(n) = a.shards.filter(|n| *n > 0) else {
             bail!("--slurm and --kubernetes need --shards N (N at least 1)");
