@@ -159,20 +159,7 @@ fn source(
 
 /// Tasks from a file, directory or bundled suite, narrowed to `ids` if given.
 fn load_tasks(spec: &str, ids: Option<Vec<String>>) -> PyResult<Vec<Task>> {
-    let set = pincer::task::load_path(spec).map_err(err)?;
-    let mut tasks: Vec<Task> = set.tasks.into_iter().map(|(t, _)| t).collect();
-    if let Some(ids) = ids {
-        for id in &ids {
-            if !tasks.iter().any(|t| &t.id == id) {
-                return Err(err(format!("no task '{id}' in {spec}")));
-            }
-        }
-        tasks.retain(|t| ids.contains(&t.id));
-    }
-    if tasks.is_empty() {
-        return Err(err(format!("no tasks in {spec}")));
-    }
-    Ok(tasks)
+    pincer::task::select(spec, &ids.unwrap_or_default(), &[]).map_err(err)
 }
 
 /// An observation as a dict: [`episode::observation_json`] with each view's images as

@@ -126,12 +126,7 @@ fn report_built<T>(built: &trajectory::Built<T>, t: Instant, out: &Path, file: &
 async fn ground_set(a: GroundArgs, reg: &Registry) -> anyhow::Result<()> {
     let tasks = match &a.tasks {
         Some(spec) => {
-            let set = pincer::task::load_path(spec)?;
-            let tasks = super::run::select(
-                set.tasks.into_iter().map(|(t, _)| t).collect(),
-                &a.only,
-                &a.tags,
-            )?;
+            let tasks = pincer::task::select(spec, &a.only, &a.tags)?;
             if a.env.len() > 1 {
                 bail!("--tasks runs the setups on one environment: give at most one --env");
             }

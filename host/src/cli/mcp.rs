@@ -46,12 +46,7 @@ pub(crate) struct McpArgs {
 }
 
 pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
-    let set = pincer::task::load_path(&a.tasks)?;
-    let tasks = super::run::select(
-        set.tasks.into_iter().map(|(t, _)| t).collect(),
-        &a.only,
-        &[],
-    )?;
+    let tasks = pincer::task::select(&a.tasks, &a.only, &[])?;
     let observation = ObservationConfig {
         tools: a.tools,
         ..ObservationConfig::parse(&a.observe, Some((MAX_IMAGE_SIDE, MAX_IMAGE_SIDE)))

@@ -60,11 +60,8 @@ pub(crate) async fn run(a: RecordArgs, reg: &Registry) -> anyhow::Result<()> {
     }
     let (task, open) = match (&a.tasks, &a.task) {
         (Some(spec), Some(id)) => {
-            let set = pincer::task::load_path(spec)?;
-            let Some(t) = set.tasks.into_iter().map(|(t, _)| t).find(|t| &t.id == id) else {
-                bail!("--task {id}: no such task in {spec}");
-            };
-            (t, false)
+            let mut tasks = pincer::task::select(spec, std::slice::from_ref(id), &[])?;
+            (tasks.remove(0), false)
         }
         _ => (record::open_task(&a.instruction), true),
     };

@@ -7,7 +7,7 @@ use pincer::env::registry::Registry;
 use pincer::run::launch::{Launch, RunOptions, Signals, Source, VmPlan};
 use pincer::run::{self, AgentFactory};
 use pincer::rundir::{self, shard::Shard};
-use pincer::task::{self, Task};
+use pincer::task;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -181,28 +181,6 @@ pub(crate) fn agent_factory(spec: &str, opts: &[String]) -> anyhow::Result<(Agen
     Ok((factory, name))
 }
 
-pub(super) fn select(
-    mut tasks: Vec<Task>,
-    only: &[String],
-    tags: &[String],
-) -> anyhow::Result<Vec<Task>> {
-    if !only.is_empty() {
-        for id in only {
-            if !tasks.iter().any(|t| &t.id == id) {
-                bail!("--task {id}: no such task");
-            }
-        }
-        tasks.retain(|t| only.contains(&t.id));
-    }
-    if !tags.is_empty() {
-        tasks.retain(|t| t.tags.iter().any(|g| tags.contains(g)));
-    }
-    if tasks.is_empty() {
-        bail!("no tasks selected");
-    }
-    Ok(tasks)
-}
-
 pub(crate) async fn run(c: RunCmd, reg: &Registry) -> anyhow::Result<()> {
     match c.sub {
         Some(RunSub::Status { dir }) => {
@@ -218,12 +196,7 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
     let (Some(tasks_spec), Some(agent_spec)) = (a.tasks.clone(), a.agent.clone()) else {
         bail!("--tasks and --agent are required");
     };
-    let set = task::load_path(&tasks_spec)?;
-    let tasks = select(
-        set.tasks.into_iter().map(|(t, _)| t).collect(),
-        &a.only,
-        &a.tags,
-    )?;
+    let tasks = task::select(&tasks_spec, &a.only, &a.tags)?;
     // Validate before starting anything.
     run::prepare(&tasks, &pincer::eval::functions::Library::standard())?;
     let out = a

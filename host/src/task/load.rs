@@ -74,6 +74,53 @@ pub enum LoadError {
         /// The second file.
         second: Source,
     },
+    /// A task asked for by id is not in the set.
+    #[error("no task '{id}' in {spec}; its tasks are: {}", known.join(", "))]
+    NoSuchTask {
+        /// The id asked for.
+        id: String,
+        /// The file, directory or suite.
+        spec: String,
+        /// The ids there are.
+        known: Vec<String>,
+    },
+    /// The selection leaves no task.
+    #[error("no tasks of {spec} are selected{}", if tags.is_empty() { String::new() } else { format!(" (tags: {})", tags.join(", ")) })]
+    NoneSelected {
+        /// The file, directory or suite.
+        spec: String,
+        /// The tags asked for.
+        tags: Vec<String>,
+    },
+}
+
+/// The tasks of `spec` (a file, directory or bundled suite) that every front-end runs: only
+/// the ids in `only` (each must be there), only those with one of `tags`; an empty
+/// selection is an error.
+pub fn select(spec: &str, only: &[String], tags: &[String]) -> Result<Vec<Task>, LoadError> {
+    let set = load_path(spec)?;
+    let known: Vec<String> = set.ids().into_iter().map(str::to_owned).collect();
+    if let Some(id) = only.iter().find(|id| !known.contains(id)) {
+        return Err(LoadError::NoSuchTask {
+            id: id.clone(),
+            spec: spec.to_owned(),
+            known,
+        });
+    }
+    let tasks: Vec<Task> = set
+        .tasks
+        .into_iter()
+        .map(|(t, _)| t)
+        .filter(|t| only.is_empty() || only.contains(&t.id))
+        .filter(|t| tags.is_empty() || t.tags.iter().any(|g| tags.contains(g)))
+        .collect();
+    if tasks.is_empty() {
+        return Err(LoadError::NoneSelected {
+            spec: spec.to_owned(),
+            tags: tags.to_vec(),
+        });
+    }
+    Ok(tasks)
 }
 
 /// Tasks with where each came from, in a stable order.
@@ -244,6 +291,33 @@ fn check_unique(set: &TaskSet) -> Result<(), LoadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The selection every front-end makes: ids must exist, tags narrow, nothing left is
+    /// an error that says so.
+    #[test]
+    fn tasks_are_selected_by_id_and_tag_and_an_unknown_id_is_named() {
+        let all = select("demo", &[], &[]).unwrap();
+        assert!(all.len() >= 12);
+        let one = select("demo", &["calculator-multiply".into()], &[]).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].id, "calculator-multiply");
+        let e = select("demo", &["no-such".into()], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no task 'no-such' in demo") && e.contains("calculator-multiply"),
+            "{e}"
+        );
+        let e = select("demo", &[], &["no-such-tag".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no tasks of demo are selected (tags: no-such-tag)"),
+            "{e}"
+        );
+        let tagged = select("demo", &[], &[all[0].tags[0].clone()]).unwrap();
+        assert!(!tagged.is_empty() && tagged.len() <= all.len());
+    }
 
     const GOOD: &str = r#"{"id": "a", "instruction": "x", "envs": {"desktop": {"platform": "linux"}},
         "checkpoints": [{"id": "c", "env": "desktop", "check": "file_exists", "args": {"path": "/x"}}]}"#;

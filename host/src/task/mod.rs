@@ -8,7 +8,7 @@ pub mod oracle;
 pub mod selector;
 pub mod steps;
 
-pub use load::{LoadError, Source, TaskSet, bundled_suites, load_file, load_path, parse};
+pub use load::{LoadError, Source, TaskSet, bundled_suites, load_file, load_path, parse, select};
 
 use pincer_shared::tool::ToolSpec;
 use schemars::JsonSchema;
