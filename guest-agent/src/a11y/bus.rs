@@ -1,8 +1,8 @@
 //! Finding the AT-SPI bus and connecting to it, below the cache and the walk: where the
 //! buses are ([`SessionEnv`]), the AT-SPI bus's address (from `AT_SPI_BUS_ADDRESS`, the
 //! session bus's `org.a11y.Bus`, or the socket at-spi-bus-launcher leaves in the runtime
-//! directory), the connection that activates every application's bridge, and the size of
-//! the screen the tree is on.
+//! directory for the agent's display), the connection that activates every application's
+//! bridge, and the size of the display's screen, which the tree is on.
 
 use super::names::{COMPONENT, REGISTRY, ROOT_PATH, SCREEN_COORDS, bounds};
 use pincer_shared::observe::Rect;
@@ -27,8 +27,6 @@ pub(super) struct SessionEnv {
     pub(super) session_bus: Option<String>,
     /// `XDG_RUNTIME_DIR`, where the session bus and the AT-SPI bus have their default sockets.
     pub(super) runtime_dir: Option<String>,
-    /// `DISPLAY`, whose screen bounds `visible_only`.
-    pub(super) display: Option<String>,
 }
 
 impl SessionEnv {
@@ -38,17 +36,19 @@ impl SessionEnv {
             a11y_bus: var("AT_SPI_BUS_ADDRESS"),
             session_bus: var("DBUS_SESSION_BUS_ADDRESS"),
             runtime_dir: var("XDG_RUNTIME_DIR"),
-            display: var("DISPLAY"),
         }
     }
 }
 
-/// Opens the AT-SPI bus and registers for an event, which activates every application's
-/// bridge (and its cache).
-pub(super) async fn connect(env: &SessionEnv) -> Result<zbus::Connection, String> {
+/// Opens the AT-SPI bus of the session on X display `display` and registers for an event,
+/// which activates every application's bridge (and its cache).
+pub(super) async fn connect(
+    env: &SessionEnv,
+    display: Option<&str>,
+) -> Result<zbus::Connection, String> {
     let address = match &env.a11y_bus {
         Some(address) => address.clone(),
-        None => a11y_bus_address(env).await?,
+        None => a11y_bus_address(env, display).await?,
     };
     let open = async {
         zbus::connection::Builder::address(address.as_str())?
@@ -77,8 +77,8 @@ pub(super) async fn connect(env: &SessionEnv) -> Result<zbus::Connection, String
 }
 
 /// The AT-SPI bus address, from the session bus's `org.a11y.Bus`, or the socket
-/// at-spi-bus-launcher leaves in the runtime directory.
-async fn a11y_bus_address(env: &SessionEnv) -> Result<String, String> {
+/// at-spi-bus-launcher leaves in the runtime directory for `display`.
+async fn a11y_bus_address(env: &SessionEnv, display: Option<&str>) -> Result<String, String> {
     let session = env.session_bus.clone().or_else(|| {
         env.runtime_dir
             .as_ref()
@@ -110,8 +110,10 @@ async fn a11y_bus_address(env: &SessionEnv) -> Result<String, String> {
     }
     if let Some(dir) = &env.runtime_dir {
         // at-spi-bus-launcher names its socket after the display it was started for.
-        let display = env.display.as_deref().and_then(display_number);
-        let names = display.map(|n| format!("bus_{n}")).into_iter();
+        let names = display
+            .and_then(display_number)
+            .map(|n| format!("bus_{n}"))
+            .into_iter();
         for name in names.chain(["bus".to_owned()]) {
             let socket = format!("{dir}/at-spi/{name}");
             if std::path::Path::new(&socket).exists() {
@@ -128,8 +130,8 @@ fn display_number(display: &str) -> Option<u32> {
     screen.split('.').next()?.parse().ok()
 }
 
-/// The size of the X screen, which AT-SPI's desktop may not know (at-spi2-registryd 2.46
-/// reports 1024x768 whatever the screen).
+/// The size of `display`'s screen, which AT-SPI's desktop may not know (at-spi2-registryd
+/// 2.46 reports 1024x768 whatever the screen).
 pub(super) async fn x_screen(display: Option<String>) -> Option<Rect> {
     let display = display?;
     let query = tokio::task::spawn_blocking(move || {
@@ -144,7 +146,7 @@ pub(super) async fn x_screen(display: Option<String>) -> Option<Rect> {
     timeout(CALL_TIMEOUT, query).await.ok()?.ok()?
 }
 
-/// The desktop's extents: the screen where X cannot be asked (no `DISPLAY`), though
+/// The desktop's extents: the screen where X cannot be asked (no display), though
 /// at-spi2-registryd may not know it either.
 pub(super) async fn desktop_extents(conn: &zbus::Connection) -> Option<Rect> {
     let call = conn.call_method(

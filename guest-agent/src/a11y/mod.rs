@@ -46,6 +46,9 @@ use walk::Walk;
 /// reopened after its session went away.
 #[derive(Debug)]
 pub(crate) struct A11y {
+    /// The X display the platform was given (`None`: `$DISPLAY` at every connect): its
+    /// screen bounds `visible_only`, and at-spi-bus-launcher names its socket after it.
+    display: Option<String>,
     /// Fixed bus locations; `None` reads the process environment at every connect, so a
     /// restarted desktop session is found once the environment points at it.
     env: Option<SessionEnv>,
@@ -61,10 +64,12 @@ pub(crate) struct A11y {
 }
 
 impl A11y {
-    /// A service that connects on first use, with the buses named by the process environment
-    /// (`DBUS_SESSION_BUS_ADDRESS`, `XDG_RUNTIME_DIR`, `AT_SPI_BUS_ADDRESS`, `DISPLAY`).
-    pub(crate) fn new() -> Self {
+    /// A service for the desktop on X display `display` (`None`: `$DISPLAY`) that connects
+    /// on first use, with the buses named by the process environment
+    /// (`DBUS_SESSION_BUS_ADDRESS`, `XDG_RUNTIME_DIR`, `AT_SPI_BUS_ADDRESS`).
+    pub(crate) fn new(display: Option<String>) -> Self {
         Self {
+            display,
             env: None,
             conn: None,
             peers: HashMap::new(),
@@ -79,10 +84,14 @@ impl A11y {
         started: Instant,
     ) -> Result<UiTree, WireError> {
         let env = self.env.clone().unwrap_or_else(SessionEnv::from_process);
+        let display = self
+            .display
+            .clone()
+            .or_else(|| std::env::var("DISPLAY").ok().filter(|d| !d.is_empty()));
         let conn = match &self.conn {
             Some(conn) => conn.clone(),
             None => {
-                let conn = bus::connect(&env)
+                let conn = bus::connect(&env, display.as_deref())
                     .await
                     .map_err(|why| WireError::Accessibility {
                         message: format!(
@@ -97,7 +106,7 @@ impl A11y {
                 conn
             }
         };
-        let screen = match bus::x_screen(env.display.clone()).await {
+        let screen = match bus::x_screen(display).await {
             Some(screen) => Some(screen),
             None => bus::desktop_extents(&conn).await,
         };
@@ -147,11 +156,5 @@ impl Accessibility for A11y {
         // spreadsheet); what it freed below live data would stay resident.
         crate::memory::give_back();
         tree
-    }
-}
-
-impl Default for A11y {
-    fn default() -> Self {
-        Self::new()
     }
 }

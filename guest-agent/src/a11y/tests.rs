@@ -35,10 +35,8 @@ impl Desk {
             .build()
             .expect("runtime");
         let a11y = A11y {
-            env: Some(env_of(&x, &bus)),
-            conn: None,
-            peers: HashMap::new(),
-            use_cache: true,
+            env: Some(env_of(&bus)),
+            ..A11y::new(Some(x.display.clone()))
         };
         Self { a11y, rt, bus, x }
     }
@@ -80,12 +78,11 @@ impl Desk {
     }
 }
 
-fn env_of(x: &Xvfb, bus: &DbusSession) -> SessionEnv {
+fn env_of(bus: &DbusSession) -> SessionEnv {
     SessionEnv {
         a11y_bus: None,
         session_bus: Some(bus.address.clone()),
         runtime_dir: Some(bus.runtime_dir.path().display().to_string()),
-        display: Some(x.display.clone()),
     }
 }
 
@@ -419,15 +416,14 @@ fn a_hung_app_is_skipped_not_waited_for() {
 fn an_unreachable_bus_is_an_error_and_a_new_session_works() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let nowhere = tempfile::tempdir().expect("tempdir");
+    let x = Xvfb::start(SCREEN.width, SCREEN.height);
     let mut a11y = A11y {
         env: Some(SessionEnv {
             session_bus: Some(format!("unix:path={}/bus", nowhere.path().display())),
             runtime_dir: Some(nowhere.path().display().to_string()),
             ..Default::default()
         }),
-        conn: None,
-        peers: HashMap::new(),
-        use_cache: true,
+        ..A11y::new(Some(x.display.clone()))
     };
     // The server runs walks on a multi-threaded runtime.
     fn send<T: Send>(t: T) -> T {
@@ -441,7 +437,6 @@ fn an_unreachable_bus_is_an_error_and_a_new_session_works() {
     };
     assert!(message.contains("DBUS_SESSION_BUS_ADDRESS"), "{message}");
 
-    let x = Xvfb::start(SCREEN.width, SCREEN.height);
     let req = req(app("zenity"), true);
     let walk_until_ok = |a11y: &mut A11y| {
         wait_for(Duration::from_secs(30), || {
@@ -452,22 +447,31 @@ fn an_unreachable_bus_is_an_error_and_a_new_session_works() {
     };
     let first = DbusSession::start(&x.display);
     let zenity = crate::testutil::App::start(&["zenity", "--question"], &first.envs(&x.display));
-    a11y.env = Some(env_of(&x, &first));
+    a11y.env = Some(env_of(&first));
     walk_until_ok(&mut a11y);
     assert!(a11y.conn.is_some());
 
-    // An agent without the session bus still finds the AT-SPI bus's socket.
+    // An agent without the session bus still finds the AT-SPI bus's socket, the one
+    // at-spi-bus-launcher made for the agent's display: on another display there is none.
+    let without_session = SessionEnv {
+        session_bus: Some(format!("unix:path={}/bus", nowhere.path().display())),
+        ..env_of(&first)
+    };
     let mut fallback = A11y {
-        env: Some(SessionEnv {
-            session_bus: Some(format!("unix:path={}/bus", nowhere.path().display())),
-            ..env_of(&x, &first)
-        }),
-        conn: None,
-        peers: HashMap::new(),
-        use_cache: true,
+        env: Some(without_session.clone()),
+        ..A11y::new(Some(x.display.clone()))
     };
     walk_until_ok(&mut fallback);
     drop(fallback);
+    let other = Xvfb::start(640, 480);
+    let mut elsewhere = A11y {
+        env: Some(without_session),
+        ..A11y::new(Some(other.display.clone()))
+    };
+    let err = rt
+        .block_on(elsewhere.tree(&req, None))
+        .expect_err("no AT-SPI bus for the other display");
+    assert!(matches!(err, WireError::Accessibility { .. }), "{err:?}");
 
     // The session ends (its bus, the AT-SPI bus and the registry with it).
     drop(zenity);
@@ -481,7 +485,7 @@ fn an_unreachable_bus_is_an_error_and_a_new_session_works() {
 
     let second = DbusSession::start(&x.display);
     let _zenity = crate::testutil::App::start(&["zenity", "--question"], &second.envs(&x.display));
-    a11y.env = Some(env_of(&x, &second));
+    a11y.env = Some(env_of(&second));
     walk_until_ok(&mut a11y);
 }
 
