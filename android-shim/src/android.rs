@@ -162,7 +162,13 @@ impl platform::Screen for PhoneScreen {
         encode::check_output(source, req.max_size)?;
         let stride = cap.width as usize * 4;
         let offset = source.y as usize * stride + source.x as usize * 4;
-        let frame = Frame::new(&cap.bgrx[offset..], source.width, source.height, stride)?;
+        let frame = Frame::new(
+            &cap.pixels[offset..],
+            source.width,
+            source.height,
+            stride,
+            cap.format,
+        )?;
         encoder.screenshot(frame, source, grabbed_in, req)
     }
 }
