@@ -151,7 +151,13 @@ impl platform::Screen for PhoneScreen {
         encode::check_output(source, req.max_size)?;
         let stride = cap.width as usize * 4;
         let offset = source.y as usize * stride + source.x as usize * 4;
-        let frame = Frame::new(&cap.bgrx[offset..], source.width, source.height, stride)?;
+        let frame = Frame::new(
+            &cap.pixels[offset..],
+            source.width,
+            source.height,
+            stride,
+            cap.format,
+        )?;
         encoder.screenshot(frame, source, grabbed_in, req)
     }
 }
@@ -287,10 +293,14 @@ impl platform::Settings for PhoneSettings {
     }
 }
 
+/// `settings get NAMESPACE KEY`, for the settings probe and the typed query alike: the key
+/// is checked here, as the query's is, so that no path hands `settings` an unchecked one.
 async fn query_setting(
     namespace: pincer_shared::android::Namespace,
     key: &str,
 ) -> Result<Option<String>, WireError> {
+    pincer_shared::android::setting_key(key)
+        .map_err(|message| WireError::InvalidArgument { message })?;
     let out = run(&["settings", "get", namespace.as_str(), key], COMMAND_TIME).await?;
     Ok(device::setting(&out.text()))
 }
@@ -480,6 +490,25 @@ mod tests {
     use pincer_shared::{Request, Response, WireError};
     use std::path::Path;
     use std::sync::Arc;
+
+    /// The settings probe checks its key as the typed query does: a key with a space, a
+    /// shell metacharacter or a leading '-' is refused before `settings` runs (this test
+    /// has no `settings` on `PATH`: one that ran would be `Unsupported`).
+    #[tokio::test]
+    async fn the_settings_probe_refuses_a_bad_key_before_settings_runs() {
+        for key in ["a b", "x;reboot", "$(id)", "--user", "-x", ""] {
+            let got = platform::Settings::get(&PhoneSettings, "system", key).await;
+            assert!(
+                matches!(&got, Err(WireError::InvalidArgument { message }) if message.contains("setting")),
+                "{key:?}: {got:?}"
+            );
+        }
+        let got = platform::Settings::get(&PhoneSettings, "vendor", "x").await;
+        assert!(
+            matches!(&got, Err(WireError::InvalidArgument { message }) if message.contains("namespace")),
+            "{got:?}"
+        );
+    }
 
     /// A phone has no sandbox for API tools: the shim answers them `Unsupported` even when
     /// started with `--allow-tools`, and runs nothing.

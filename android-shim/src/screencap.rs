@@ -1,7 +1,11 @@
 //! `screencap`'s raw output: a little-endian header (width, height, pixel format, and on
 //! newer Android a data space, 12 or 16 bytes: told apart by the length, as the header
-//! itself does not say) followed by the rows, turned into the 4-byte blue-green-red-unused
-//! pixels the frame encoders take (the layout X11 uses, so both guests encode alike).
+//! itself does not say) followed by the rows. Four-byte pixels (RGBA_8888, RGBX_8888,
+//! BGRA_8888: every phone of recent years) go to the frame encoders as they are, which read
+//! either order; the rare three- and two-byte ones are widened to RGBX first.
+
+use pincer_guest_core::encode::PixelFormat;
+use std::borrow::Cow;
 
 /// Why a capture cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,15 +35,17 @@ pub(crate) enum ScreencapError {
     Format(u32),
 }
 
-/// A captured screen in blue-green-red-unused pixels, rows packed.
+/// A captured screen in four-byte pixels, rows packed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Capture {
+pub(crate) struct Capture<'a> {
     /// Width in pixels.
     pub(crate) width: u32,
     /// Height in pixels.
     pub(crate) height: u32,
-    /// `width * height * 4` bytes.
-    pub(crate) bgrx: Vec<u8>,
+    /// `width * height * 4` bytes: `screencap`'s own, or widened from smaller pixels.
+    pub(crate) pixels: Cow<'a, [u8]>,
+    /// The order of each pixel's bytes.
+    pub(crate) format: PixelFormat,
     /// The header's length (12 or 16).
     pub(crate) header: usize,
 }
@@ -58,8 +64,8 @@ fn word(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// Reads a raw capture.
-pub(crate) fn parse(raw: &[u8]) -> Result<Capture, ScreencapError> {
+/// Reads a raw capture; four-byte pixels stay where they are in `raw`.
+pub(crate) fn parse(raw: &[u8]) -> Result<Capture<'_>, ScreencapError> {
     if raw.len() < 12 {
         return Err(ScreencapError::Malformed(format!("{} bytes", raw.len())));
     }
@@ -85,41 +91,41 @@ pub(crate) fn parse(raw: &[u8]) -> Result<Capture, ScreencapError> {
             height,
             bpp,
         })?;
-    let mut bgrx = Vec::with_capacity(width as usize * height as usize * 4);
-    match format {
-        // RGBA / RGBX: swap red and blue.
-        1 | 2 => {
-            for p in body.chunks_exact(4) {
-                bgrx.extend_from_slice(&[p[2], p[1], p[0], 0]);
-            }
-        }
-        5 => {
-            for p in body.chunks_exact(4) {
-                bgrx.extend_from_slice(&[p[0], p[1], p[2], 0]);
-            }
-        }
+    let (pixels, format) = match format {
+        // RGBA / RGBX.
+        1 | 2 => (Cow::Borrowed(body), PixelFormat::Rgbx),
+        // BGRA.
+        5 => (Cow::Borrowed(body), PixelFormat::Bgrx),
+        // RGB.
         3 => {
-            for p in body.chunks_exact(3) {
-                bgrx.extend_from_slice(&[p[2], p[1], p[0], 0]);
-            }
+            let (pixels, _) = body.as_chunks::<3>();
+            let wide = pixels.iter().flat_map(|&[r, g, b]| [r, g, b, 0]).collect();
+            (Cow::Owned(wide), PixelFormat::Rgbx)
         }
+        // RGB 5-6-5, each channel widened to the full 0-255 range.
         _ => {
-            for p in body.chunks_exact(2) {
-                let v = u16::from_le_bytes([p[0], p[1]]);
-                let (r, g, b) = ((v >> 11) & 0x1f, (v >> 5) & 0x3f, v & 0x1f);
-                bgrx.extend_from_slice(&[
-                    ((b << 3) | (b >> 2)) as u8,
-                    ((g << 2) | (g >> 4)) as u8,
-                    ((r << 3) | (r >> 2)) as u8,
-                    0,
-                ]);
-            }
+            let (pixels, _) = body.as_chunks::<2>();
+            let wide = pixels
+                .iter()
+                .flat_map(|&p| {
+                    let v = u16::from_le_bytes(p);
+                    let (r, g, b) = ((v >> 11) & 0x1f, (v >> 5) & 0x3f, v & 0x1f);
+                    [
+                        ((r << 3) | (r >> 2)) as u8,
+                        ((g << 2) | (g >> 4)) as u8,
+                        ((b << 3) | (b >> 2)) as u8,
+                        0,
+                    ]
+                })
+                .collect();
+            (Cow::Owned(wide), PixelFormat::Rgbx)
         }
-    }
+    };
     Ok(Capture {
         width,
         height,
-        bgrx,
+        pixels,
+        format,
         header,
     })
 }
@@ -151,11 +157,35 @@ mod tests {
     fn both_header_lengths_are_read_by_length() {
         let rgb = [10u8, 20, 30, 40, 50, 60];
         for dataspace in [false, true] {
-            let c = parse(&synthesize(2, 1, &rgb, dataspace)).unwrap();
+            let raw = synthesize(2, 1, &rgb, dataspace);
+            let c = parse(&raw).unwrap();
             assert_eq!(c.header, if dataspace { 16 } else { 12 });
             assert_eq!((c.width, c.height), (2, 1));
-            assert_eq!(c.bgrx, [30, 20, 10, 0, 60, 50, 40, 0]);
+            assert_eq!(c.format, PixelFormat::Rgbx);
+            assert_eq!(*c.pixels, [10, 20, 30, 0xff, 40, 50, 60, 0xff]);
         }
+    }
+
+    /// Four-byte pixels are handed over where `screencap` wrote them, in its order; smaller
+    /// ones are widened to RGBX.
+    #[test]
+    fn four_byte_pixels_are_not_copied_and_smaller_ones_are_widened() {
+        let raw = synthesize(2, 1, &[10, 20, 30, 40, 50, 60], false);
+        let c = parse(&raw).unwrap();
+        assert!(matches!(c.pixels, Cow::Borrowed(p) if p.as_ptr() == raw[12..].as_ptr()));
+        let mut bgra = raw.clone();
+        bgra[8] = 5;
+        let c = parse(&bgra).unwrap();
+        assert_eq!(c.format, PixelFormat::Bgrx);
+        assert!(matches!(c.pixels, Cow::Borrowed(_)));
+        let mut rgb = Vec::new();
+        for w in [2u32, 1, 3] {
+            rgb.extend_from_slice(&w.to_le_bytes());
+        }
+        rgb.extend_from_slice(&[10, 20, 30, 40, 50, 60]);
+        let c = parse(&rgb).unwrap();
+        assert_eq!(c.format, PixelFormat::Rgbx);
+        assert_eq!(*c.pixels, [10, 20, 30, 0, 40, 50, 60, 0]);
     }
 
     #[test]
@@ -165,7 +195,9 @@ mod tests {
             raw.extend_from_slice(&w.to_le_bytes());
         }
         raw.extend_from_slice(&0xf800u16.to_le_bytes()); // pure red
-        assert_eq!(parse(&raw).unwrap().bgrx, [0, 0, 255, 0]);
+        let c = parse(&raw).unwrap();
+        assert_eq!(c.format, PixelFormat::Rgbx);
+        assert_eq!(*c.pixels, [255, 0, 0, 0]);
     }
 
     #[test]

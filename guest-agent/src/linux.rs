@@ -90,7 +90,7 @@ impl Platform for Linux {
     }
 
     fn accessibility(&self) -> A11y {
-        A11y::new()
+        A11y::new(self.display.clone())
     }
 
     fn settings(&self) -> Gsettings {

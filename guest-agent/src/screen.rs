@@ -14,7 +14,7 @@
 //!   with XWayland the X11 backends win, and they see only X clients.
 
 use crate::x11::{self, Client, Lazy, display_label};
-use pincer_guest_core::encode::{self, Frame, FrameEncoder};
+use pincer_guest_core::encode::{self, Frame, FrameEncoder, PixelFormat};
 use pincer_guest_core::platform;
 use pincer_shared::WireError;
 use pincer_shared::observe::{Rect, ScreenInfo, ScreenshotMeta, ScreenshotRequest};
@@ -112,6 +112,7 @@ impl platform::Screen for Screen {
                 grab.source.width,
                 grab.source.height,
                 grab.stride,
+                PixelFormat::Bgrx,
             )?;
             Ok(encoder.screenshot(frame, grab.source, grabbed_in, req)?)
         })

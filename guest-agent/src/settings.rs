@@ -1,6 +1,6 @@
-//! GSettings values, read for the settings probe by running `gsettings get`: the desktop's
-//! own tool knows every schema, backend and relocatable path, and a read is rare enough that
-//! a program per read costs nothing that matters.
+//! GSettings values, read for the settings probe (`Probe::Setting`) by running
+//! `gsettings get`: the desktop's own tool knows every schema, backend and relocatable path,
+//! and a read is rare enough that a program per read costs nothing that matters.
 
 use pincer_guest_core::exec;
 use pincer_guest_core::platform::Settings;

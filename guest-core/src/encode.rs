@@ -4,37 +4,53 @@
 //! testable on plain byte buffers; platforms only grab pixels (the Linux agent from X11,
 //! the Android shim from `screencap`) and call in here.
 //!
-//! Frames are X11's native layout: 4 bytes per pixel, blue, green, red, unused, rows `stride`
-//! bytes apart. Downscaling is an area average over integer pixel boxes (every source pixel
-//! lands in exactly one output pixel and all count equally), which keeps thin text strokes
-//! and one-pixel lines visible where bilinear sampling of a large reduction would skip them.
+//! Frames are 4 bytes per pixel, rows `stride` bytes apart, in the order the platform grabbed
+//! them ([`PixelFormat`]): X11's blue, green, red, unused, or `screencap`'s red, green, blue,
+//! alpha. Each encoder reads either, so no platform converts a frame before it is encoded;
+//! only raw bodies, which the protocol sends as BGRX, are reordered, while they are copied.
+//! Downscaling is an area average over integer pixel boxes (every source pixel lands in
+//! exactly one output pixel and all count equally), which keeps thin text strokes and
+//! one-pixel lines visible where bilinear sampling of a large reduction would skip them.
 //! PNG is RGB8, Paeth-filtered and deflated in bands on several cores (`png`); JPEG reads
-//! BGRX directly; zstd bodies of frames over 1 MiB are several concatenated zstd frames,
-//! compressed on several cores.
+//! either order directly; zstd bodies of frames over 1 MiB are several concatenated zstd
+//! frames, compressed on several cores.
 
 mod png;
 
 use pincer_shared::WireError;
 use pincer_shared::limits::MAX_IMAGE_EDGE;
 use pincer_shared::observe::{ImageFormat, PixelLayout, Rect, ScreenshotMeta, ScreenshotRequest};
+use pincer_shared::pixels::{bgrx_to_rgb, rgbx_to_rgb};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Bytes per BGRX pixel.
+/// Bytes per pixel of a frame.
 const BPP: usize = 4;
 
 /// Scratch buffers larger than this are released after use, so one huge request does not
 /// pin its memory for the rest of the agent's life. A 4K frame (32 MiB) stays cached.
 const KEEP_SCRATCH: usize = 64 * 1024 * 1024;
 
-/// Pixels as grabbed: BGRX rows, `stride` bytes apart.
+/// The order of a frame's four bytes a pixel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PixelFormat {
+    /// Blue, green, red, unused: X11's 32-bit layout on little-endian machines, Android's
+    /// BGRA_8888, and what raw bodies carry on the wire.
+    Bgrx,
+    /// Red, green, blue, then alpha or unused (ignored): Android's RGBA_8888 and RGBX_8888,
+    /// as `screencap` writes them.
+    Rgbx,
+}
+
+/// Pixels as grabbed: rows of `format` pixels, `stride` bytes apart.
 #[derive(Debug, Clone, Copy)]
 pub struct Frame<'a> {
     pixels: &'a [u8],
     width: u32,
     height: u32,
     stride: usize,
+    format: PixelFormat,
 }
 
 impl<'a> Frame<'a> {
@@ -44,6 +60,7 @@ impl<'a> Frame<'a> {
         width: u32,
         height: u32,
         stride: usize,
+        format: PixelFormat,
     ) -> Result<Self, WireError> {
         let row = width as usize * BPP;
         let needed = (height as usize)
@@ -56,6 +73,7 @@ impl<'a> Frame<'a> {
                 width,
                 height,
                 stride,
+                format,
             }),
             _ => Err(WireError::Internal {
                 message: format!(
@@ -77,6 +95,31 @@ impl<'a> Frame<'a> {
     fn packed(&self) -> Option<&'a [u8]> {
         let len = self.width as usize * BPP * self.height as usize;
         (self.stride == self.width as usize * BPP).then(|| &self.pixels[..len])
+    }
+
+    /// Row `y` as RGB into `rgb`, which holds `width * 3` bytes.
+    fn row_to_rgb(&self, y: usize, rgb: &mut [u8]) {
+        match self.format {
+            PixelFormat::Bgrx => bgrx_to_rgb(self.row(y), rgb),
+            PixelFormat::Rgbx => rgbx_to_rgb(self.row(y), rgb),
+        }
+    }
+
+    /// Row `y` as BGRX, appended to `out`.
+    fn push_bgrx_row(&self, y: usize, out: &mut Vec<u8>) {
+        let row = self.row(y);
+        match self.format {
+            PixelFormat::Bgrx => out.extend_from_slice(row),
+            PixelFormat::Rgbx => {
+                let start = out.len();
+                out.resize(start + row.len(), 0);
+                let (to, _) = out[start..].as_chunks_mut::<BPP>();
+                let (from, _) = row.as_chunks::<BPP>();
+                for (to, from) in to.iter_mut().zip(from) {
+                    *to = [from[2], from[1], from[0], 0];
+                }
+            }
+        }
     }
 }
 
@@ -213,7 +256,7 @@ fn fit(width: u32, height: u32, max_size: Option<(u32, u32)>) -> (u32, u32) {
     (ow.max(1) as u32, oh.max(1) as u32)
 }
 
-/// Smallest part of a frame compressed as its own zstd frame (512x512 BGRX): smaller parts
+/// Smallest part of a frame compressed as its own zstd frame (512x512 pixels): smaller parts
 /// cost more in thread hand-offs and lost matches than they save.
 const ZSTD_PART: usize = 1024 * 1024;
 
@@ -224,9 +267,9 @@ const MAX_ZSTD_PARTS: usize = 16;
 /// that a steady stream of screenshots allocates (and page-faults) only the bodies it
 /// returns.
 pub struct FrameEncoder {
-    /// Downscaled BGRX pixels.
+    /// Downscaled pixels, in the frame's format.
     scaled: Vec<u8>,
-    /// BGRX without row padding.
+    /// Pixels without row padding (and, for raw bodies, as BGRX).
     converted: Vec<u8>,
     /// zstd contexts, one per thread compressing parts of a frame, with their levels.
     zstd: Vec<(i32, zstd::bulk::Compressor<'static>)>,
@@ -302,7 +345,7 @@ impl FrameEncoder {
             frame
         } else {
             downscale(frame, width, height, &mut scaled);
-            Frame::new(&scaled, width, height, width as usize * BPP)?
+            Frame::new(&scaled, width, height, width as usize * BPP, frame.format)?
         };
         let result = match format {
             ImageFormat::Png => {
@@ -331,9 +374,14 @@ impl FrameEncoder {
             u16::try_from(frame.height).map_err(|_| too_big_for_jpeg(frame))?,
         );
         let pixels = packed(frame, &mut self.converted);
+        // Both ignore the fourth byte.
+        let order = match frame.format {
+            PixelFormat::Bgrx => jpeg_encoder::ColorType::Bgra,
+            PixelFormat::Rgbx => jpeg_encoder::ColorType::Rgba,
+        };
         let mut bytes = Vec::with_capacity(pixels.len() / 16 + 1024);
         jpeg_encoder::Encoder::new(&mut bytes, quality)
-            .encode(pixels, w, h, jpeg_encoder::ColorType::Bgra)
+            .encode(pixels, w, h, order)
             .map_err(|e| WireError::Internal {
                 message: format!("JPEG encoding failed: {e}"),
             })?;
@@ -347,7 +395,7 @@ impl FrameEncoder {
     /// section 3): `ZSTD_decompress`, `zstd::bulk::decompress`, `zstd::decode_all` and
     /// `zstd -d` read them as one.
     fn zstd(&mut self, frame: Frame<'_>, level: i32) -> Result<(Vec<u8>, PixelLayout), WireError> {
-        let pixels = packed(frame, &mut self.converted);
+        let pixels = packed_bgrx(frame, &mut self.converted);
         let part_len = ZSTD_PART
             .max(pixels.len().div_ceil(MAX_ZSTD_PARTS))
             .next_multiple_of(BPP);
@@ -428,13 +476,28 @@ fn packed<'f>(frame: Frame<'f>, buf: &'f mut Vec<u8>) -> &'f [u8] {
     buf
 }
 
+/// The frame's pixels as BGRX without row padding: the frame's own when they already are,
+/// else compacted (and reordered) into `buf`.
+fn packed_bgrx<'f>(frame: Frame<'f>, buf: &'f mut Vec<u8>) -> &'f [u8] {
+    if frame.format == PixelFormat::Bgrx
+        && let Some(pixels) = frame.packed()
+    {
+        return pixels;
+    }
+    buf.clear();
+    for y in 0..frame.height as usize {
+        frame.push_bgrx_row(y, buf);
+    }
+    buf
+}
+
 fn raw(frame: Frame<'_>) -> (Vec<u8>, PixelLayout) {
-    let bytes = match frame.packed() {
-        Some(pixels) => pixels.to_vec(),
-        None => {
+    let bytes = match (frame.format, frame.packed()) {
+        (PixelFormat::Bgrx, Some(pixels)) => pixels.to_vec(),
+        _ => {
             let mut bytes = Vec::with_capacity(frame.width as usize * BPP * frame.height as usize);
             for y in 0..frame.height as usize {
-                bytes.extend_from_slice(frame.row(y));
+                frame.push_bgrx_row(y, &mut bytes);
             }
             bytes
         }
@@ -461,7 +524,8 @@ fn too_big_for_jpeg(frame: Frame<'_>) -> WireError {
     ))
 }
 
-/// Area-average downscale of `src` to `width`x`height` BGRX into `out`. Output pixel i
+/// Area-average downscale of `src` to `width`x`height` pixels of its format into `out`,
+/// the fourth byte of each zero. Output pixel i
 /// covers source columns `i*sw/width .. (i+1)*sw/width` (and likewise for rows), so boxes
 /// tile the source exactly; each is at least one pixel because we never scale up.
 ///
@@ -557,7 +621,7 @@ mod tests {
     #[test]
     fn png_of_padded_frame_has_the_right_pixels() {
         let bytes = frame_bytes(5, 3, 8, |x, y| (x * 40) << 16 | (y * 80) << 8 | 0x11);
-        let frame = Frame::new(&bytes, 5, 3, 5 * 4 + 8).expect("frame");
+        let frame = Frame::new(&bytes, 5, 3, 5 * 4 + 8, PixelFormat::Bgrx).expect("frame");
         let out = FrameEncoder::default()
             .encode(frame, ImageFormat::Png, None)
             .expect("encode");
@@ -591,7 +655,8 @@ mod tests {
         // 3.3 MB of filtered rows: three bands.
         for (w, h, pad) in [(1001, 1100, 12), (1, 900, 4)] {
             let bytes = frame_bytes(w, h, pad, pixel);
-            let frame = Frame::new(&bytes, w, h, w as usize * 4 + pad).expect("frame");
+            let frame =
+                Frame::new(&bytes, w, h, w as usize * 4 + pad, PixelFormat::Bgrx).expect("frame");
             for threads in [1, 2, 3] {
                 let mut encoder = FrameEncoder {
                     threads,
@@ -610,10 +675,66 @@ mod tests {
         }
     }
 
+    /// The same picture grabbed as BGRX and as RGBA (`screencap`'s order, alpha 255), both
+    /// with padded rows, encodes to the same image in every format, at full size and
+    /// scaled; raw bodies are BGRX either way, as the protocol sends them.
+    #[test]
+    fn each_pixel_format_encodes_to_the_same_image() {
+        let (w, h, pad) = (37u32, 23u32, 8usize);
+        let pixel =
+            |x: u32, y: u32| (x * 7 % 256) << 16 | (y * 11 % 256) << 8 | ((x ^ y) * 5 % 256);
+        let bgrx = frame_bytes(w, h, pad, pixel);
+        let mut rgba = Vec::new();
+        for y in 0..h {
+            for x in 0..w {
+                let [_, r, g, b] = pixel(x, y).to_be_bytes();
+                rgba.extend_from_slice(&[r, g, b, 0xff]);
+            }
+            rgba.extend(std::iter::repeat_n(0xCD, pad));
+        }
+        let stride = w as usize * 4 + pad;
+        let frames = [
+            Frame::new(&bgrx, w, h, stride, PixelFormat::Bgrx).expect("frame"),
+            Frame::new(&rgba, w, h, stride, PixelFormat::Rgbx).expect("frame"),
+        ];
+        let formats = [
+            ImageFormat::Png,
+            ImageFormat::Jpeg { quality: 90 },
+            ImageFormat::Raw { zstd: None },
+            ImageFormat::Raw { zstd: Some(1) },
+        ];
+        for format in formats {
+            for max_size in [None, Some((10, 10))] {
+                let [a, b] = frames.map(|frame| {
+                    FrameEncoder::default()
+                        .encode(frame, format, max_size)
+                        .expect("encode")
+                });
+                assert_eq!((a.width, a.height, a.layout), (b.width, b.height, b.layout));
+                assert!(a.bytes == b.bytes, "{format:?} scaled to {max_size:?}");
+            }
+        }
+        let raw = FrameEncoder::default()
+            .encode(frames[1], ImageFormat::Raw { zstd: None }, None)
+            .expect("raw");
+        assert_eq!(raw.layout, PixelLayout::Bgrx8);
+        assert_eq!(raw.bytes, frame_bytes(w, h, 0, pixel));
+        let (_, _, rgb) = decode_png(
+            &FrameEncoder::default()
+                .encode(frames[1], ImageFormat::Png, None)
+                .expect("png")
+                .bytes,
+        );
+        let expected: Vec<u8> = (0..h)
+            .flat_map(|y| (0..w).flat_map(move |x| pixel(x, y).to_be_bytes()[1..].to_vec()))
+            .collect();
+        assert!(rgb == expected, "PNG of RGBA pixels");
+    }
+
     #[test]
     fn raw_of_padded_frame_drops_the_padding() {
         let bytes = frame_bytes(3, 2, 4, |x, y| x + 10 * y);
-        let frame = Frame::new(&bytes, 3, 2, 16).expect("frame");
+        let frame = Frame::new(&bytes, 3, 2, 16, PixelFormat::Bgrx).expect("frame");
         let mut encoder = FrameEncoder::default();
         let raw = encoder
             .encode(frame, ImageFormat::Raw { zstd: None }, None)
@@ -644,7 +765,7 @@ mod tests {
         // 3.7 MB: four 1 MiB parts, the last one short.
         let (w, h) = (1021, 901);
         let bytes = frame_bytes(w, h, 0, |x, y| (x * 7) ^ (y * 13) << 8);
-        let frame = Frame::new(&bytes, w, h, w as usize * 4).expect("frame");
+        let frame = Frame::new(&bytes, w, h, w as usize * 4, PixelFormat::Bgrx).expect("frame");
         for threads in [1, 2, 3] {
             let mut encoder = FrameEncoder {
                 threads,
@@ -663,8 +784,14 @@ mod tests {
             assert_eq!(encoder.zstd.len(), threads);
         }
         // Small frames stay one zstd frame.
-        let small =
-            Frame::new(&bytes[..w as usize * 4 * 10], w, 10, w as usize * 4).expect("frame");
+        let small = Frame::new(
+            &bytes[..w as usize * 4 * 10],
+            w,
+            10,
+            w as usize * 4,
+            PixelFormat::Bgrx,
+        )
+        .expect("frame");
         let out = FrameEncoder::default()
             .encode(small, ImageFormat::Raw { zstd: Some(1) }, None)
             .expect("zstd");
@@ -676,7 +803,7 @@ mod tests {
         // 4x2 with four 1x2 columns: 0, 100, 200, 50 (blue channel); halve the width.
         let values = [0u32, 100, 200, 50];
         let bytes = frame_bytes(4, 2, 0, |x, _| values[x as usize]);
-        let frame = Frame::new(&bytes, 4, 2, 16).expect("frame");
+        let frame = Frame::new(&bytes, 4, 2, 16, PixelFormat::Bgrx).expect("frame");
         let out = FrameEncoder::default()
             .encode(frame, ImageFormat::Raw { zstd: None }, Some((2, 100)))
             .expect("encode");
@@ -689,7 +816,7 @@ mod tests {
         let (sw, sh) = (37u32, 23u32);
         let value = |x: u32, y: u32| (x * 97 + y * 31) % 256;
         let bytes = frame_bytes(sw, sh, 0, |x, y| value(x, y) << 16 | value(y, x) << 8 | 7);
-        let frame = Frame::new(&bytes, sw, sh, sw as usize * 4).expect("frame");
+        let frame = Frame::new(&bytes, sw, sh, sw as usize * 4, PixelFormat::Bgrx).expect("frame");
         let (dw, dh) = (10u32, 7u32);
         let mut out = Vec::new();
         downscale(frame, dw, dh, &mut out);
@@ -719,7 +846,7 @@ mod tests {
     fn downscale_sums_boxes_taller_than_a_u16_lane_holds() {
         // 500 rows of 255 overflow a u16 sum unless the rows go in groups.
         let bytes = frame_bytes(3, 500, 0, |x, y| if y < 300 { 0xff_ff_ff } else { x * 100 });
-        let frame = Frame::new(&bytes, 3, 500, 12).expect("frame");
+        let frame = Frame::new(&bytes, 3, 500, 12, PixelFormat::Bgrx).expect("frame");
         let mut out = Vec::new();
         downscale(frame, 1, 1, &mut out);
         // Red and green: 300 of 500 rows are 255. Blue adds 0, 100 and 200 in the other rows.

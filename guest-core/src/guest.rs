@@ -398,11 +398,11 @@ impl<P: Platform> Guest<P> {
                 .tree(&req)
                 .await
                 .map(|t| ProbeReply::UiTree(Box::new(t))),
-            Probe::Gsettings { schema, key } => self
+            Probe::Setting { schema, key } => self
                 .settings
                 .get(&schema, &key)
                 .await
-                .map(ProbeReply::Gsettings),
+                .map(ProbeReply::Setting),
             Probe::Android(q) => {
                 q.validate()
                     .map_err(|message| WireError::InvalidArgument { message })?;
@@ -608,7 +608,7 @@ mod tests {
         for req in [
             Request::Action(Action::click(1, 1)),
             Request::Probe(Probe::Clipboard),
-            Request::Probe(Probe::Gsettings {
+            Request::Probe(Probe::Setting {
                 schema: "org.gnome.desktop.interface".into(),
                 key: "color-scheme".into(),
             }),

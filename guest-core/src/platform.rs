@@ -149,7 +149,8 @@ pub trait Accessibility: Send + Debug + 'static {
     ) -> impl Future<Output = Result<UiTree, WireError>> + Send;
 }
 
-/// Settings read by schema (or namespace) and key: GSettings on Linux, Android's
+/// Settings read by schema (or namespace) and key, for the settings probe
+/// ([`Probe::Setting`](pincer_shared::probe::Probe::Setting)): GSettings on Linux, Android's
 /// `settings` namespaces.
 pub trait Settings: Send + Sync + Debug + 'static {
     /// The value of `key` in `schema` as the platform prints it; `None` when either is

@@ -3,7 +3,7 @@
 //! tests run the core on real X servers.
 
 use crate::confine::Confinement;
-use crate::encode::{Frame, FrameEncoder};
+use crate::encode::{Frame, FrameEncoder, PixelFormat};
 use crate::guest::Config;
 use crate::platform::{Lacking, Platform, Screen};
 use pincer_shared::WireError;
@@ -82,6 +82,7 @@ impl Screen for FakeScreen {
             source.width,
             source.height,
             source.width as usize * 4,
+            PixelFormat::Bgrx,
         )?;
         encoder.screenshot(frame, source, Duration::ZERO, req)
     }

@@ -212,12 +212,25 @@ pub enum AndroidSetup {
 }
 
 /// Whether `s` is a name Android uses for keys, columns, packages and properties
-/// (letters, digits, `_`, `.`, `-`), of a sane length.
+/// (letters, digits, `_`, `.`, `-`), of a sane length. None starts with `-`: Android's
+/// commands would read it as an option (`settings get system --user` names no key).
 fn name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 256
+        && !s.starts_with('-')
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// Checks a settings key before `settings` gets it, whichever request carries it (a
+/// [`AndroidQuery::Setting`], a [`AndroidSetup::PutSetting`], or the settings probe,
+/// `Probe::Setting`); the message says why it is refused.
+pub fn setting_key(key: &str) -> Result<(), String> {
+    if name(key) {
+        Ok(())
+    } else {
+        Err(bad("setting", key, "is not a key (letters, digits, _ . -)"))
+    }
 }
 
 /// A `content://` URI without spaces or control characters.
@@ -243,9 +256,7 @@ impl AndroidQuery {
     /// Checks every field; the message says which and why.
     pub fn validate(&self) -> Result<(), String> {
         match self {
-            Self::Setting { key, .. } if !name(key) => {
-                Err(bad("setting", key, "is not a key (letters, digits, _ . -)"))
-            }
+            Self::Setting { key, .. } => setting_key(key),
             Self::Content {
                 uri: u,
                 projection,
@@ -295,12 +306,11 @@ impl AndroidSetup {
                 Err(bad("package", package, "is not a package name"))
             }
             Self::PutSetting { key, value, .. } => {
-                if !name(key) {
-                    Err(bad("setting", key, "is not a key (letters, digits, _ . -)"))
-                } else if !text(value) {
-                    Err(bad("value", value, "is too long or holds a NUL"))
-                } else {
+                setting_key(key)?;
+                if text(value) {
                     Ok(())
+                } else {
+                    Err(bad("value", value, "is too long or holds a NUL"))
                 }
             }
             Self::ContentInsert { uri: u, values } => {
@@ -366,6 +376,34 @@ mod tests {
             key: "a b".into(),
         };
         assert!(bad_key.validate().is_err());
+        // A leading '-' would be an option to Android's commands.
+        for key in ["--user", "-x"] {
+            let query = AndroidQuery::Setting {
+                namespace: Namespace::System,
+                key: key.into(),
+            };
+            assert!(query.validate().is_err(), "{key}");
+            let put = AndroidSetup::PutSetting {
+                namespace: Namespace::System,
+                key: key.into(),
+                value: "1".into(),
+            };
+            assert!(put.validate().is_err(), "{key}");
+            assert!(setting_key(key).is_err(), "{key}");
+        }
+        assert_eq!(setting_key("screen_off_timeout"), Ok(()));
+        assert!(
+            AndroidSetup::ForceStop {
+                package: "-f".into()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            AndroidQuery::Property { name: "-Z".into() }
+                .validate()
+                .is_err()
+        );
         assert!(
             AndroidSetup::StartActivity {
                 component: "com.android.settings/.Settings".into()

@@ -576,7 +576,7 @@ mod tests {
                 }),
             ".*".prop_map(|name| Probe::EnvVar { name }),
             arb_tree().prop_map(Probe::UiTree),
-            (".*", ".*").prop_map(|(schema, key)| Probe::Gsettings { schema, key }),
+            (".*", ".*").prop_map(|(schema, key)| Probe::Setting { schema, key }),
         ]
     }
 

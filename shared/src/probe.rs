@@ -54,12 +54,15 @@ pub enum Probe {
     },
     /// The accessibility tree, inline (for checkpoints in a batch).
     UiTree(TreeRequest),
-    /// A GSettings value as `gsettings get SCHEMA KEY` prints it. Runs only that fixed
-    /// program with validated names, so read-only guests allow it.
-    Gsettings {
-        /// Schema ("org.gnome.desktop.interface").
+    /// One of the platform's settings, as its own tool prints it: GSettings on Linux
+    /// (`gsettings get SCHEMA KEY`), Android's tables (`settings get NAMESPACE KEY`, the
+    /// schema `system`, `secure` or `global`). Runs only that fixed program with checked
+    /// names, so read-only guests allow it. (Its place among the variants is its number on
+    /// the wire: it was `Gsettings`.)
+    Setting {
+        /// Schema ("org.gnome.desktop.interface"), or Android's table ("secure").
         schema: String,
-        /// Key ("color-scheme").
+        /// Key ("color-scheme", "bluetooth_name").
         key: String,
     },
     /// Android's state (protocol v2): a setting, content rows, the app in front, the
@@ -181,8 +184,27 @@ pub enum ProbeReply {
     /// For [`Probe::UiTree`]. Boxed (the wire format is the same) so that the many small
     /// replies of a batch are not each the size of a tree.
     UiTree(Box<UiTree>),
-    /// For [`Probe::Gsettings`]; `None` when the schema or key does not exist.
-    Gsettings(Option<String>),
+    /// For [`Probe::Setting`]; `None` when the schema or key does not exist (or, on
+    /// Android, the key is unset).
+    Setting(Option<String>),
     /// For [`Probe::Android`].
     Android(crate::android::AndroidAnswer),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_setting_probe_keeps_its_wire_bytes() {
+        // postcard writes the variant index first: `Setting` was `Gsettings` at index 10, and
+        // guests and hosts of either name read each other.
+        let probe = Probe::Setting {
+            schema: "s".into(),
+            key: "k".into(),
+        };
+        assert_eq!(postcard::to_stdvec(&probe).unwrap(), [10, 1, b's', 1, b'k']);
+        let reply = ProbeReply::Setting(Some("v".into()));
+        assert_eq!(postcard::to_stdvec(&reply).unwrap(), [10, 1, 1, b'v']);
+    }
 }

@@ -370,6 +370,23 @@ async fn the_phone_is_seen_through_its_own_commands() {
         matches!(wire(&e), WireError::InvalidArgument { message } if message.contains("bad key")),
         "{e}"
     );
+    // The settings probe reads the same tables, its key checked as the query's: the stand-in
+    // `settings` would answer any key (`null` for one never set).
+    let probe = |key: &str| Probe::Setting {
+        schema: "secure".into(),
+        key: key.into(),
+    };
+    assert_eq!(
+        env.probe(probe("bluetooth_name")).await.unwrap(),
+        ProbeReply::Setting(Some("Pixel of Alice".into()))
+    );
+    for key in ["bad key; reboot", "--user"] {
+        let e = env.probe(probe(key)).await.unwrap_err();
+        assert!(
+            matches!(wire(&e), WireError::InvalidArgument { .. }),
+            "{key}: {e}"
+        );
+    }
 }
 
 /// `struct input_event` on 64-bit Linux: a zero time, then type, code and value.

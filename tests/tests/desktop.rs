@@ -292,6 +292,130 @@ async fn files_and_the_active_window_are_read_through_probes() {
     assert!(process_running(&env, "zenity").await);
 }
 
+/// A bare X server of its own size, on a display of its own, killed on drop.
+struct BareXvfb {
+    display: String,
+    child: std::process::Child,
+}
+
+impl BareXvfb {
+    fn start(size: &str) -> Self {
+        let mut child = std::process::Command::new("Xvfb")
+            .args(["-displayfd", "1", "-nolisten", "tcp", "-screen", "0"])
+            .arg(format!("{size}x24"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("Xvfb is installed");
+        let mut number = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut number,
+        )
+        .unwrap();
+        Self {
+            display: format!(":{}", number.trim()),
+            child,
+        }
+    }
+}
+
+impl Drop for BareXvfb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `pincer-agent` child process, killed on drop.
+struct Agent(std::process::Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An agent given `--display` reads the UI tree of that display's session whatever
+/// `DISPLAY` its environment holds (a service's environment may name another display, or
+/// none): the desktop's bounds and `visible_only` are that display's screen, and without a
+/// session bus the AT-SPI bus is the one at-spi-bus-launcher started for that display.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tree_is_read_on_the_display_the_agent_was_given() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("given", "640x480", &["--no-wm"]);
+    let session = d.state()["env"].clone();
+    let var = |k: &str| session[k].as_str().unwrap().to_owned();
+    let desktop = d.connect().await;
+    desktop
+        .launch(argv(&["zenity", "--question", "--text", "Given?"]), vec![])
+        .await
+        .unwrap();
+    // Where DISPLAY points: another screen, of another size.
+    let elsewhere = BareXvfb::start("1000x700");
+
+    let dir = tempfile::tempdir().unwrap();
+    let (listener, host_id, token_file) = pincer_tests::dial_in_host(dir.path());
+    let port = listener.local_addr().unwrap().port();
+    let agent = |name: &str, session_bus: &str| {
+        Agent(
+            std::process::Command::new(pincer_tests::bin("pincer-agent"))
+                .args(["--connect", &format!("127.0.0.1:{port}"), "--name", name])
+                .arg("--token-file")
+                .arg(&token_file)
+                .arg("--state-dir")
+                .arg(dir.path().join(name))
+                .arg("--host-fingerprint")
+                .arg(host_id.fingerprint().to_string())
+                .args(["--display", &var("DISPLAY")])
+                .env("DISPLAY", &elsewhere.display)
+                .env("XAUTHORITY", var("XAUTHORITY"))
+                .env("XDG_RUNTIME_DIR", var("XDG_RUNTIME_DIR"))
+                .env("DBUS_SESSION_BUS_ADDRESS", session_bus)
+                .env_remove("AT_SPI_BUS_ADDRESS")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let nowhere = format!("unix:path={}/no-bus", dir.path().display());
+    for (name, session_bus) in [
+        ("with-bus", var("DBUS_SESSION_BUS_ADDRESS")),
+        ("without-bus", nowhere),
+    ] {
+        let _agent = agent(name, &session_bus);
+        let arrival = tokio::time::timeout(Duration::from_secs(20), listener.next())
+            .await
+            .expect("the guest dials in")
+            .unwrap();
+        let env = arrival.env;
+        assert_eq!(env.name(), name);
+        let screen = env.screen_info().await.unwrap();
+        assert_eq!((screen.width, screen.height), (640, 480), "{name}");
+        let tree = eventually(Duration::from_secs(30), || async {
+            let t = env
+                .tree(TreeRequest {
+                    scope: TreeScope::Desktop,
+                    visible_only: true,
+                    ..Default::default()
+                })
+                .await
+                .ok()?;
+            t.root
+                .find(|n| n.role == "push button" && n.name == "Yes")
+                .is_some()
+                .then_some(t)
+        })
+        .await
+        .unwrap_or_else(|| panic!("{name}: zenity's tree on the given display"));
+        assert_eq!(tree.root.bounds, Some(Rect::new(0, 0, 640, 480)), "{name}");
+    }
+}
+
 #[test]
 fn a_desktop_from_desktop_up_outlives_the_command_until_down() {
     let sb = Sandbox::new();

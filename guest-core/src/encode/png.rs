@@ -1,4 +1,4 @@
-//! PNG encoding of BGRX frames, in horizontal bands compressed on several cores.
+//! PNG encoding of frames, in horizontal bands compressed on several cores.
 //!
 //! A PNG's image data is one zlib stream of filtered rows. Each band of rows is deflated on
 //! its own (raw deflate, its last block ended with a sync flush so that the next band starts
@@ -7,7 +7,7 @@
 //! pass: only the Huffman tables restart at each band. The Adler-32 checksums of the bands
 //! are combined into the stream's.
 //!
-//! Rows go BGRX → RGB → Paeth-filtered → deflate a few at a time, so a band's working set
+//! Rows go BGRX (or RGBX) → RGB → Paeth-filtered → deflate a few at a time, so a band's working set
 //! stays in cache instead of a 6 MB RGB copy of the frame going through memory twice.
 //! Deflate is zlib-rs at level 2 (zlib-ng's `deflate_fast`): on a 1080p
 //! gtk3-widget-factory desktop 40% smaller than fdeflate's run-length-only output for about
@@ -16,7 +16,6 @@
 
 use super::Frame;
 use pincer_shared::WireError;
-use pincer_shared::pixels::bgrx_to_rgb;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use zlib_rs::{Deflate, DeflateConfig, DeflateFlush, Status};
 
@@ -216,11 +215,11 @@ impl BandWorker {
         if first == 0 {
             prev.fill(0);
         } else {
-            bgrx_to_rgb(frame.row(first - 1), prev);
+            frame.row_to_rgb(first - 1, prev);
         }
         self.chunk.clear();
         for y in first..end {
-            bgrx_to_rgb(frame.row(y), cur);
+            frame.row_to_rgb(y, cur);
             self.chunk.push(PAETH);
             let at = self.chunk.len();
             self.chunk.resize(at + rgb_row, 0);

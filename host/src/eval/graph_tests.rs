@@ -88,7 +88,7 @@ impl ProbeSource for Fake {
                     truncated: false,
                     elapsed_ms: 0,
                 })),
-                Probe::Gsettings { .. } => Ok(ProbeReply::Gsettings(None)),
+                Probe::Setting { .. } => Ok(ProbeReply::Setting(None)),
                 Probe::UiTree(_) => Ok(ProbeReply::UiTree(Box::default())),
                 other => Err(WireError::Unsupported {
                     what: format!("{other:?}"),
@@ -335,7 +335,7 @@ async fn commands_gsettings_and_ui_trees_are_never_read_before_their_node_is_rea
     let expensive = |p: &Probe| {
         matches!(
             p,
-            Probe::Command { .. } | Probe::UiTree(_) | Probe::Gsettings { .. }
+            Probe::Command { .. } | Probe::UiTree(_) | Probe::Setting { .. }
         )
     };
     // While "a" fails, every step reads it and, ahead, only the cheap successor.

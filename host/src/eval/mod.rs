@@ -188,7 +188,7 @@ pub fn prefetchable(p: &Probe) -> bool {
         // Runs a program, which may do anything and may take until its timeout.
         Probe::Command { .. } => false,
         // Spawns `gsettings` on the guest.
-        Probe::Gsettings { .. } => false,
+        Probe::Setting { .. } => false,
         // An AT-SPI walk: from a fraction of a second to seconds.
         Probe::UiTree(_) => false,
         // Starts one of Android's commands, each a Java process on the phone (tens to
@@ -212,7 +212,7 @@ impl Hash for Key {
             Probe::Command { argv, .. } => argv.hash(h),
             Probe::EnvVar { name } => name.hash(h),
             Probe::Android(q) => q.hash(h),
-            Probe::Gsettings { schema, key } => {
+            Probe::Setting { schema, key } => {
                 schema.hash(h);
                 key.hash(h);
             }
@@ -452,7 +452,7 @@ mod tests {
             max_output: 1
         }));
         assert!(!prefetchable(&Probe::UiTree(Default::default())));
-        assert!(!prefetchable(&Probe::Gsettings {
+        assert!(!prefetchable(&Probe::Setting {
             schema: "a.b".into(),
             key: "c".into()
         }));

@@ -202,7 +202,7 @@ fn hashes(stdout: &str) -> (Option<&str>, Option<&str>) {
 impl Check for Wallpaper {
     fn probes(&self) -> Vec<Probe> {
         vec![
-            Probe::Gsettings {
+            Probe::Setting {
                 schema: BACKGROUND.0.into(),
                 key: BACKGROUND.1.into(),
             },
@@ -229,8 +229,8 @@ impl Check for Wallpaper {
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
         let p = &self.path;
         let uri = match reply(r[0], "gsettings")? {
-            ProbeReply::Gsettings(Some(v)) => v.trim().trim_matches('\'').to_owned(),
-            ProbeReply::Gsettings(None) => {
+            ProbeReply::Setting(Some(v)) => v.trim().trim_matches('\'').to_owned(),
+            ProbeReply::Setting(None) => {
                 return Ok(Verdict::fail(format!(
                     "setting {} {} does not exist (no GNOME schemas installed)",
                     BACKGROUND.0, BACKGROUND.1

@@ -294,7 +294,7 @@ fn unquote(s: &str) -> String {
 
 impl Check for Gsettings {
     fn probes(&self) -> Vec<Probe> {
-        vec![Probe::Gsettings {
+        vec![Probe::Setting {
             schema: self.schema.clone(),
             key: self.key.clone(),
         }]
@@ -303,8 +303,8 @@ impl Check for Gsettings {
     fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
         let setting = format!("setting {} {}", self.schema, self.key);
         let got = match reply(r[0], "gsettings")? {
-            ProbeReply::Gsettings(Some(v)) => v.trim(),
-            ProbeReply::Gsettings(None) => {
+            ProbeReply::Setting(Some(v)) => v.trim(),
+            ProbeReply::Setting(None) => {
                 return Ok(Verdict::fail(format!("{setting} does not exist")));
             }
             other => return Err(unexpected("gsettings", other)),
