@@ -15,7 +15,8 @@ use pincer::agent::{Agent, AgentError, Decision, Observation, TaskBrief};
 use pincer::env::registry::Registry;
 use pincer::run::episode::{self, Envs, Now, SessionConfig};
 use pincer::run::{self as runner, RunConfig};
-use pincer::task::{Platform, Task};
+use pincer::task::Task;
+use pincer_shared::Platform;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -784,13 +785,9 @@ fn roles_of(roles: Option<BTreeMap<String, String>>) -> PyResult<BTreeMap<String
     roles
         .into_iter()
         .map(|(role, p)| {
-            serde_json::from_value(serde_json::Value::String(p.clone()))
+            p.parse::<Platform>()
                 .map(|p| (role.clone(), p))
-                .map_err(|_| {
-                    PyValueError::new_err(format!(
-                        "role '{role}' is '{p}': a platform is \"linux\" or \"android\""
-                    ))
-                })
+                .map_err(|e| PyValueError::new_err(format!("role '{role}': {e}")))
         })
         .collect()
 }

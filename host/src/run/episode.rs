@@ -16,8 +16,9 @@ use crate::agent::{Agent, AgentAction, AgentError, Decision, Observation, TaskBr
 use crate::env::registry::Registry;
 use crate::eval::functions::Library;
 use crate::eval::graph::Graph;
-use crate::task::{Platform, Task};
+use crate::task::Task;
 use futures::future::BoxFuture;
+use pincer_shared::Platform;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -7,7 +7,8 @@ use super::RunError;
 use crate::desktop::{self, DesktopOptions};
 use crate::env::registry::Registry;
 use crate::env::{Deadlines, Environment};
-use crate::task::{Platform, Task};
+use crate::task::Task;
+use pincer_shared::Platform;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
