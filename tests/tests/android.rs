@@ -15,6 +15,7 @@
 //! CRAB's evaluable phone tasks, and a task across a local desktop and the phone.
 
 use pincer::env::{ClientError, Deadlines, Environment};
+use pincer_shared::Platform;
 use pincer_shared::Request;
 use pincer_shared::WireError;
 use pincer_shared::action::{Action, Gesture, Point, SystemKey};
@@ -1874,7 +1875,7 @@ async fn a_phone_behind_nat_dials_the_host() {
         .unwrap();
     let env = arrival.env;
     assert_eq!(env.name(), "pixel");
-    assert_eq!(env.info().unwrap().platform, "android");
+    assert_eq!(env.info().unwrap().platform, Platform::Android);
     let AndroidAnswer::Foreground(Some(f)) = ask(&env, AndroidQuery::Foreground).await.unwrap()
     else {
         panic!("no app in front")

@@ -127,7 +127,7 @@ pub async fn run(
     opts: &BenchOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<Stats>, ClientError> {
-    if env.info().is_some_and(|i| i.platform == "android") {
+    if env.info().is_some_and(|i| i.platform == Platform::Android) {
         return android::run(env, opts, progress).await;
     }
     let n = opts.iterations.max(5);

@@ -331,7 +331,7 @@ async fn listen(
                 transport: None,
                 fingerprint: Some(arrival.fingerprint.to_string()),
                 token_file: token_file.clone(),
-                platform: info.platform.clone(),
+                platform: info.platform.to_string(),
                 desktop: None,
                 vm: None,
             };
