@@ -1,15 +1,15 @@
 //! The platforms guests run on. One type for every place that names one: the handshake
-//! (what a guest says it is) and tasks (what a role needs), so a name that is none of them
-//! is refused where it is read.
+//! (what a guest says it is), the envs file (what an environment was registered as) and
+//! tasks (what a role needs), so a name that is none of them is refused where it is read.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
 /// Platforms environments run.
-// The line above is also the task schema's description. Task files spell it in lowercase
-// (derived serde); the handshake carries it as that same string, not as a variant index
-// (see `as_name`).
+// The line above is also the task schema's description. Task files and the envs file spell
+// it in lowercase (derived serde); the handshake carries it as that same string, not as a
+// variant index (see `as_name`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]

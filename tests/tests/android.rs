@@ -1267,7 +1267,7 @@ async fn pincer_android_connects_a_phone_through_adb() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("over tcp (adb forward)"), "{}", text(&o));
     let entry = sb.registry().load().unwrap().envs["pixel"].clone();
-    assert_eq!(entry.platform, "android");
+    assert_eq!(entry.platform, Platform::Android);
     assert_eq!(entry.transport, Some(pincer::env::Transport::Tcp));
     // The shim was pushed and runs from the device directory.
     assert!(device_dir.join("pincer-shim").is_file());

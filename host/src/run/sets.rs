@@ -299,16 +299,12 @@ pub async fn named_sets(reg: &Registry, specs: &[String]) -> Result<Vec<EnvSet>,
                     reg.path().display()
                 ))
             })?;
-            let platform = match entry.platform.as_str() {
-                "android" => Platform::Android,
-                _ => Platform::Linux,
-            };
             if entry.vm.is_some() {
                 vms.insert(role.to_owned(), name.to_owned());
             }
             let env = reg.connect(Some(name), Deadlines::default()).await?;
             envs.insert(role.to_owned(), Arc::new(env));
-            platforms.insert(role.to_owned(), platform);
+            platforms.insert(role.to_owned(), entry.platform);
         }
         sets.push(EnvSet {
             name: format!("s{i}"),
