@@ -53,7 +53,7 @@ impl Platform for Android {
     type Settings = PhoneSettings;
     type Device = PhoneDevice;
 
-    const NAME: &'static str = "android";
+    const NAME: pincer_shared::Platform = pincer_shared::Platform::Android;
     const CAPABILITIES: &'static [&'static str] = &[
         capability::TOUCH,
         capability::SCREENSHOT,

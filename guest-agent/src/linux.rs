@@ -40,7 +40,7 @@ impl Platform for Linux {
     type Settings = Gsettings;
     type Device = Lacking;
 
-    const NAME: &'static str = "linux";
+    const NAME: pincer_shared::Platform = pincer_shared::Platform::Linux;
     const SANDBOXED_TOOLS: bool = true;
     const CAPABILITIES: &'static [&'static str] = &[
         capability::INPUT,
@@ -150,7 +150,7 @@ mod tests {
         let size = |i: &GuestInfo| (i.screen.width, i.screen.height);
         let info = seen.info().await;
         assert_eq!(size(&info), (320, 240));
-        assert_eq!(info.platform, "linux");
+        assert_eq!(info.platform, pincer_shared::Platform::Linux);
         assert!(info.capabilities.iter().any(|c| c == "setup"));
 
         // From here on every X call blocks, and a capture holds the screen subsystem.

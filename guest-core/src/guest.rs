@@ -153,7 +153,7 @@ impl<P: Platform> Guest<P> {
         GuestInfo {
             version: 0,
             name: self.config.name.clone(),
-            platform: P::NAME.into(),
+            platform: P::NAME,
             os: self.os.clone(),
             agent_version: env!("CARGO_PKG_VERSION").into(),
             screen,

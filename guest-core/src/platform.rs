@@ -47,8 +47,8 @@ pub trait Platform: Send + Sync + 'static {
     /// A device's own state and setup (Android's settings, content providers, apps).
     type Device: Device;
 
-    /// The platform's name in the handshake (`linux`, `android`).
-    const NAME: &'static str;
+    /// The platform, as the handshake reports it.
+    const NAME: pincer_shared::Platform;
     /// The capabilities the handshake lists
     /// ([`capability`](pincer_shared::message::capability) names), in order; the core adds
     /// `setup` unless the guest is read-only.

@@ -13,8 +13,9 @@
 //! a drawn value.
 
 use crate::task::steps::Step;
-use crate::task::{Checkpoint, EnvNeed, Limits, Platform, Task};
+use crate::task::{Checkpoint, EnvNeed, Limits, Task};
 use include_dir::{Dir, include_dir};
+use pincer_shared::Platform;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

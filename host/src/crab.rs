@@ -7,7 +7,8 @@
 use crate::compose::{self, Catalogue, Part};
 use crate::eval::functions::Library;
 use crate::eval::graph::Graph;
-use crate::task::{Platform, Task};
+use crate::task::Task;
+use pincer_shared::Platform;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

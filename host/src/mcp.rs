@@ -19,8 +19,8 @@ use crate::agent::observe::View;
 use crate::agent::{Observation, som};
 use crate::run::episode::{self, Now, Session};
 use crate::rundir::record::{JsonlWriter, TaskRecord};
-use crate::task::Platform;
 use base64::Engine as _;
+use pincer_shared::Platform;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,

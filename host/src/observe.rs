@@ -5,7 +5,7 @@
 use crate::agent::observe::{ObservationConfig, View, tree_text};
 use crate::agent::som::{self, Canvas};
 use crate::env::{ClientError, Environment, PixelsError, Screenshot};
-use crate::task::Platform;
+use pincer_shared::Platform;
 use pincer_shared::observe::{ImageFormat, PixelLayout, Rect, ScreenshotRequest, TreeRequest};
 use std::time::Instant;
 

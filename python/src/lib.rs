@@ -16,7 +16,8 @@ use pincer::env::registry::Registry;
 use pincer::run::episode::{self, Now, SessionConfig};
 use pincer::run::launch::{Launch, RunOptions, Signals, Source, VmPlan};
 use pincer::run::{self as runner};
-use pincer::task::{Platform, Task};
+use pincer::task::Task;
+use pincer_shared::Platform;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -730,13 +731,9 @@ fn roles_of(roles: Option<BTreeMap<String, String>>) -> PyResult<BTreeMap<String
     roles
         .into_iter()
         .map(|(role, p)| {
-            serde_json::from_value(serde_json::Value::String(p.clone()))
+            p.parse::<Platform>()
                 .map(|p| (role.clone(), p))
-                .map_err(|_| {
-                    PyValueError::new_err(format!(
-                        "role '{role}' is '{p}': a platform is \"linux\" or \"android\""
-                    ))
-                })
+                .map_err(|e| PyValueError::new_err(format!("role '{role}': {e}")))
         })
         .collect()
 }

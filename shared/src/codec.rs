@@ -5,6 +5,8 @@
 //! A message from a newer peer (an enum variant this build does not know, at any depth) is
 //! told apart from garbage (see [`variants`]), so guests can answer it `Unsupported`.
 
+#[cfg(test)]
+mod golden;
 mod variants;
 
 use crate::limits;

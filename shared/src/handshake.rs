@@ -6,8 +6,10 @@
 //! These messages are frozen across protocol versions (plain integers, strings and lists),
 //! so any two builds can at least tell each other why they cannot talk.
 
+use crate::codec::{self, CodecError};
 use crate::identity::Token;
 use crate::observe::ScreenInfo;
+use crate::platform::{Platform, UnknownPlatform};
 use crate::version::ProtocolVersion;
 use serde::{Deserialize, Serialize};
 
@@ -29,8 +31,10 @@ pub struct GuestInfo {
     pub version: u16,
     /// The guest's name.
     pub name: String,
-    /// Platform ("linux", "android").
-    pub platform: String,
+    /// The platform it runs on. On the wire its name, as when this was a string, so hosts
+    /// of any build can read it and name a platform they do not know.
+    #[serde(with = "crate::platform::as_name")]
+    pub platform: Platform,
     /// OS description ("Debian GNU/Linux 12 (bookworm)").
     pub os: String,
     /// The guest agent's own version.
@@ -96,6 +100,14 @@ pub enum HandshakeError {
     /// The guest accepted a version this host did not offer.
     #[error("the guest chose protocol version {0}, which this host did not offer")]
     BadVersion(u16),
+    /// The guest runs on a platform this build does not know (a newer guest).
+    #[error(
+        "the guest says it runs on a platform this host does not know: {0}; upgrade pincer on this host"
+    )]
+    UnknownPlatform(UnknownPlatform),
+    /// The answer is not a [`ServerHello`].
+    #[error("bad handshake reply: {0}")]
+    Malformed(CodecError),
 }
 
 /// Builds the host's hello for a session whose exported keying material is `exporter`.
@@ -131,6 +143,37 @@ pub fn accept(
     (ServerHello::Accepted(info), Some(version))
 }
 
+/// The host's reading of the guest's answer as it arrived: a header without its length
+/// prefix.
+pub fn read_reply(header: &[u8]) -> Result<(GuestInfo, ProtocolVersion), HandshakeError> {
+    match codec::decode::<ServerHello>(header, 0) {
+        Ok(frame) => finish(frame.msg),
+        Err(e) => Err(unknown_platform(header).unwrap_or(HandshakeError::Malformed(e))),
+    }
+}
+
+/// Whether `header` is an accepted answer that failed to decode only because its platform
+/// is one this build does not know. postcard drops the message of the platform's decoding
+/// error, so the answer's first fields are read again with the platform as a plain string.
+fn unknown_platform(header: &[u8]) -> Option<HandshakeError> {
+    /// The start of [`ServerHello::Accepted`]: the fields of [`GuestInfo`] up to its
+    /// platform, in their order (the golden-bytes tests pin it).
+    #[derive(Deserialize)]
+    enum AcceptedStart {
+        Accepted {
+            _version: u16,
+            _name: String,
+            platform: String,
+        },
+    }
+    let (_body_len, AcceptedStart::Accepted { platform, .. }) =
+        postcard::take_from_bytes::<(u64, AcceptedStart)>(header)
+            .ok()?
+            .0;
+    let unknown = platform.parse::<Platform>().err()?;
+    Some(HandshakeError::UnknownPlatform(unknown))
+}
+
 /// The host's reading of the guest's answer.
 pub fn finish(reply: ServerHello) -> Result<(GuestInfo, ProtocolVersion), HandshakeError> {
     match reply {
@@ -152,13 +195,12 @@ pub fn finish(reply: ServerHello) -> Result<(GuestInfo, ProtocolVersion), Handsh
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec;
 
     fn info() -> GuestInfo {
         GuestInfo {
             version: 0,
             name: "desk".into(),
-            platform: "linux".into(),
+            platform: Platform::Linux,
             os: "test".into(),
             agent_version: "0".into(),
             screen: ScreenInfo::default(),
@@ -184,8 +226,7 @@ mod tests {
         let got: ClientHello = codec::decode(&wire[4..], 0).unwrap().msg;
         let (reply, version) = accept(&got, guest_token, guest_ex, info());
         let wire = codec::encode(&reply, 0, crate::limits::MAX_HELLO).unwrap();
-        let reply: ServerHello = codec::decode(&wire[4..], 0).unwrap().msg;
-        let out = finish(reply);
+        let out = read_reply(&wire[4..]);
         assert_eq!(out.is_ok(), version.is_some());
         out.map(|(i, _)| i)
     }
@@ -222,5 +263,92 @@ mod tests {
                 if *theirs == ProtocolVersion::ALL.iter().map(|v| v.number()).collect::<Vec<_>>()),
             "{err:?}"
         );
+    }
+
+    /// `GuestInfo` and `ServerHello` as they were while the platform was a `String`: what
+    /// guests and hosts of earlier builds write and read.
+    mod before {
+        use crate::observe::ScreenInfo;
+        use serde::{Deserialize, Serialize};
+
+        #[derive(Serialize, Deserialize)]
+        pub(super) struct GuestInfo {
+            pub(super) version: u16,
+            pub(super) name: String,
+            pub(super) platform: String,
+            pub(super) os: String,
+            pub(super) agent_version: String,
+            pub(super) screen: ScreenInfo,
+            pub(super) capabilities: Vec<String>,
+            pub(super) read_only: bool,
+            pub(super) pid: u32,
+        }
+
+        #[derive(Serialize, Deserialize)]
+        pub(super) enum ServerHello {
+            Accepted(GuestInfo),
+        }
+    }
+
+    fn before(platform: &str) -> before::ServerHello {
+        let i = info();
+        before::ServerHello::Accepted(before::GuestInfo {
+            version: 3,
+            name: i.name,
+            platform: platform.into(),
+            os: i.os,
+            agent_version: i.agent_version,
+            screen: i.screen,
+            capabilities: i.capabilities,
+            read_only: i.read_only,
+            pid: i.pid,
+        })
+    }
+
+    #[test]
+    fn the_platform_is_the_same_string_on_the_wire() {
+        for p in Platform::ALL {
+            let typed = ServerHello::Accepted(GuestInfo {
+                version: 3,
+                platform: *p,
+                ..info()
+            });
+            let old = postcard::to_stdvec(&before(p.as_str())).unwrap();
+            assert_eq!(postcard::to_stdvec(&typed).unwrap(), old, "{p}");
+            let wire = codec::encode(&before(p.as_str()), 0, crate::limits::MAX_HELLO).unwrap();
+            let (got, _) = read_reply(&wire[4..]).unwrap();
+            assert_eq!(got.platform, *p);
+        }
+    }
+
+    #[test]
+    fn a_platform_this_host_does_not_know_is_named() {
+        let wire = codec::encode(&before("windows"), 0, crate::limits::MAX_HELLO).unwrap();
+        let err = read_reply(&wire[4..]).unwrap_err();
+        assert_eq!(
+            err,
+            HandshakeError::UnknownPlatform(UnknownPlatform {
+                name: "windows".into()
+            })
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("'windows'")
+                && text.contains("linux, android")
+                && text.contains("upgrade"),
+            "{text}"
+        );
+        // Garbage stays garbage, and a rejection is still read as one.
+        assert!(matches!(
+            read_reply(&[0, 0, 9, 9]),
+            Err(HandshakeError::Malformed(_))
+        ));
+        let wire = codec::encode(
+            &ServerHello::Rejected(Rejection::AuthFailed),
+            0,
+            crate::limits::MAX_HELLO,
+        )
+        .unwrap();
+        assert_eq!(read_reply(&wire[4..]), Err(HandshakeError::AuthFailed));
     }
 }

@@ -16,6 +16,7 @@ pub mod limits;
 pub mod message;
 pub mod observe;
 pub mod pixels;
+pub mod platform;
 pub mod probe;
 pub mod service;
 pub mod setup;
@@ -26,4 +27,5 @@ pub mod version;
 
 pub use action::Action;
 pub use message::{Request, RequestClass, Response, WireError};
+pub use platform::Platform;
 pub use version::{ALPN, ProtocolVersion};

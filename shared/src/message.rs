@@ -116,15 +116,24 @@ impl Request {
         }
     }
 
-    /// The first protocol version that carries this request.
+    /// The first protocol version that carries this request. Every kind, and every probe and
+    /// setup step, is listed with its version (no catch-all), so a new one does not compile
+    /// until it is given its own.
     pub fn since(&self) -> ProtocolVersion {
-        let android = |p: &Probe| matches!(p, Probe::Android(_));
+        use ProtocolVersion::{V1, V3};
         match self {
-            Self::Probe(p) if android(p) => ProtocolVersion::V2,
-            Self::Batch(probes) if probes.iter().any(android) => ProtocolVersion::V2,
-            Self::Setup(Setup::Android(_)) => ProtocolVersion::V2,
-            Self::Video(_) | Self::Input(_) | Self::Tool(_) => ProtocolVersion::V3,
-            _ => ProtocolVersion::V1,
+            Self::Ping
+            | Self::Action(_)
+            | Self::Screenshot(_)
+            | Self::UiTree(_)
+            | Self::ScreenInfo
+            | Self::Cursor
+            | Self::ReadFile { .. } => V1,
+            Self::Probe(p) => probe_since(p),
+            // A batch needs the newest version any of its probes needs.
+            Self::Batch(probes) => probes.iter().map(probe_since).max().unwrap_or(V1),
+            Self::Setup(s) => setup_since(s),
+            Self::Video(_) | Self::Input(_) | Self::Tool(_) => V3,
         }
     }
 
@@ -150,6 +159,38 @@ impl Request {
     /// Whether a bulk body follows the header.
     pub fn has_body(&self) -> bool {
         matches!(self, Self::Setup(Setup::WriteFile { .. }))
+    }
+}
+
+/// The first protocol version that carries this probe.
+fn probe_since(p: &Probe) -> ProtocolVersion {
+    match p {
+        Probe::Stat { .. }
+        | Probe::ReadFile { .. }
+        | Probe::ListDir { .. }
+        | Probe::Processes
+        | Probe::ActiveWindow
+        | Probe::Windows
+        | Probe::Clipboard
+        | Probe::Command { .. }
+        | Probe::EnvVar { .. }
+        | Probe::UiTree(_)
+        | Probe::Setting { .. } => ProtocolVersion::V1,
+        Probe::Android(_) => ProtocolVersion::V2,
+    }
+}
+
+/// The first protocol version that carries this setup step.
+fn setup_since(s: &Setup) -> ProtocolVersion {
+    match s {
+        Setup::WriteFile { .. }
+        | Setup::Remove { .. }
+        | Setup::MakeDir { .. }
+        | Setup::Exec(_)
+        | Setup::Launch { .. }
+        | Setup::SetClipboard { .. }
+        | Setup::Window { .. } => ProtocolVersion::V1,
+        Setup::Android(_) => ProtocolVersion::V2,
     }
 }
 

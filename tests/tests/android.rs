@@ -15,6 +15,7 @@
 //! CRAB's evaluable phone tasks, and a task across a local desktop and the phone.
 
 use pincer::env::{ClientError, Deadlines, Environment};
+use pincer_shared::Platform;
 use pincer_shared::Request;
 use pincer_shared::WireError;
 use pincer_shared::action::{Action, Gesture, Point, SystemKey};
@@ -1283,7 +1284,7 @@ async fn pincer_android_connects_a_phone_through_adb() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("over tcp (adb forward)"), "{}", text(&o));
     let entry = sb.registry().load().unwrap().envs["pixel"].clone();
-    assert_eq!(entry.platform, "android");
+    assert_eq!(entry.platform, Platform::Android);
     assert_eq!(entry.transport, Some(pincer::env::Transport::Tcp));
     // The shim was pushed and runs from the device directory.
     assert!(device_dir.join("pincer-shim").is_file());
@@ -1891,7 +1892,7 @@ async fn a_phone_behind_nat_dials_the_host() {
         .unwrap();
     let env = arrival.env;
     assert_eq!(env.name(), "pixel");
-    assert_eq!(env.info().unwrap().platform, "android");
+    assert_eq!(env.info().unwrap().platform, Platform::Android);
     let AndroidAnswer::Foreground(Some(f)) = ask(&env, AndroidQuery::Foreground).await.unwrap()
     else {
         panic!("no app in front")

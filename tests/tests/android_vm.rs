@@ -14,6 +14,7 @@
 //! first boot, ~45 s under TCG; later runs restore its golden state in about a second).
 
 use pincer::env::{Deadlines, Environment};
+use pincer_shared::Platform;
 use pincer_shared::action::{Action, Gesture, Point, SystemKey};
 use pincer_tests::Sandbox;
 use std::path::PathBuf;
@@ -258,7 +259,7 @@ async fn the_shims_devices_are_real_to_a_linux_kernel() {
             .connect(Some("phone"), Deadlines::default())
             .await
         {
-            Ok(env) if env.info().is_some_and(|i| i.platform == "android") => break env,
+            Ok(env) if env.info().is_some_and(|i| i.platform == Platform::Android) => break env,
             other => assert!(
                 Instant::now() < end,
                 "the shim did not answer as an Android guest: {:?}",

@@ -11,7 +11,7 @@ use pincer::env::Environment;
 use pincer::eval::functions::{Library, Reads};
 use pincer::eval::graph::{Envs, Evaluator, Graph};
 use pincer::eval::{AgentEvent, AgentLog};
-use pincer::task::Platform;
+use pincer_shared::Platform;
 use pincer_shared::setup::ExecRequest;
 use pincer_tests::Sandbox;
 use pincer_tests::cases::{self, Case, fail, pass, uncovered};

@@ -390,6 +390,70 @@ async fn every_command_works_through_a_tcp_tunnel_to_the_same_agent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_add_refuses_a_platform_that_is_none_or_not_the_agents() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("desk", "800x600", &["--no-wm"]);
+    let entry = sb.registry().load().unwrap().envs["desk"].clone();
+    let addr = entry.addr.clone().unwrap();
+    let token = entry.token_file.to_str().unwrap().to_owned();
+    let fingerprint = entry.fingerprint.clone().unwrap();
+    let add = |name: &str, how: &[&str]| {
+        let mut args = vec!["env", "add", name, &addr, "--token-file", &token];
+        args.extend_from_slice(how);
+        sb.pincer(&args)
+    };
+    let refused = |out: std::process::Output, says: &[&str]| {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "accepted: {err}");
+        assert!(says.iter().all(|s| err.contains(s)), "{err}");
+    };
+
+    // A name that is no platform, refused before anything is dialled.
+    refused(
+        add(
+            "typo",
+            &["--fingerprint", &fingerprint, "--platform", "andriod"],
+        ),
+        &["andriod", "linux, android"],
+    );
+    // A Linux desktop registered as a phone, pinned or trusted on first use: refused with
+    // what the agent said and the flag to give.
+    let contradicted = ["runs on linux, not android", "--platform linux"];
+    refused(
+        add(
+            "phone",
+            &["--fingerprint", &fingerprint, "--platform", "android"],
+        ),
+        &contradicted,
+    );
+    refused(
+        add("phone", &["--trust", "--platform", "android"]),
+        &contradicted,
+    );
+    let envs = sb.registry().load().unwrap().envs;
+    assert!(
+        !envs.contains_key("typo") && !envs.contains_key("phone"),
+        "{envs:?}"
+    );
+
+    // What the agent says is accepted, and written.
+    sb.pincer_ok(&[
+        "env",
+        "add",
+        "again",
+        &addr,
+        "--token-file",
+        &token,
+        "--trust",
+    ]);
+    assert_eq!(
+        sb.registry().load().unwrap().envs["again"].platform,
+        pincer_shared::Platform::Linux
+    );
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guests_can_dial_in_and_come_back() {
     let dir = tempfile::tempdir().unwrap();
     let (listener, host_id, token_file) = pincer_tests::dial_in_host(dir.path());

@@ -5,7 +5,7 @@
 
 use pincer::env::registry::Registry;
 use pincer::run::launch::{Environments, Signals, Source};
-use pincer::task::Platform;
+use pincer_shared::Platform;
 use pincer_tests::{DesktopFootprint, Sandbox, bin};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -4,8 +4,8 @@
 //! environment. Elements are named by their Set-of-Marks number; the click lands on the
 //! centre of the element's box.
 
-use crate::task::Platform;
 use pincer_shared::Action;
+use pincer_shared::Platform;
 use pincer_shared::action::{Gesture, MouseButton, Point, SystemKey};
 use pincer_shared::key::parse_combo;
 use pincer_shared::observe::Rect;

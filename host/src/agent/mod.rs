@@ -21,9 +21,9 @@ pub use observe::{ObservationConfig, View};
 pub use oracle::Oracle;
 pub use random::RandomAgent;
 
-use crate::task::Platform;
 use crate::task::oracle::OracleStep;
 use futures::future::BoxFuture;
+use pincer_shared::Platform;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -5,7 +5,7 @@
 
 use super::actions::Marks;
 use super::som::Element;
-use crate::task::Platform;
+use pincer_shared::Platform;
 use pincer_shared::tree::UiTree;
 use serde::{Deserialize, Serialize};
 

@@ -4,9 +4,9 @@
 
 use super::actions::{AgentAction, Target};
 use super::{Agent, AgentError, Decision, Observation, TaskBrief};
-use crate::task::Platform;
 use crate::task::oracle::{self, Locator, OracleStep};
 use futures::future::BoxFuture;
+use pincer_shared::Platform;
 use pincer_shared::tree::UiTree;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -4,8 +4,8 @@
 use super::actions::{AgentAction, Target};
 use super::{Agent, AgentError, Decision, Observation, TaskBrief};
 use crate::compose::Rng;
-use crate::task::Platform;
 use futures::future::BoxFuture;
+use pincer_shared::Platform;
 
 /// Acts at random, reproducibly for a seed.
 #[derive(Debug)]

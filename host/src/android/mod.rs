@@ -318,7 +318,7 @@ pub async fn connect(
                 listen: None,
                 fingerprint: Some(fingerprint.clone()),
                 token_file: token_file.clone(),
-                platform: "android".into(),
+                platform: pincer_shared::Platform::Android,
                 transport: Some(Transport::Tcp),
                 desktop: None,
                 vm: None,

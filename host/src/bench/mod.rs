@@ -11,8 +11,9 @@ use crate::eval::functions::Library;
 use crate::eval::graph::{Evaluator, Graph, ProbeSource};
 use crate::eval::{AgentLog, ProbeResult};
 use crate::observe::{self, ObserveError};
-use crate::task::{Platform, Task};
+use crate::task::Task;
 use pincer_shared::Action;
+use pincer_shared::Platform;
 use pincer_shared::action::{MouseButton, Point};
 use pincer_shared::observe::{ImageFormat, ScreenshotRequest, TreeRequest, TreeScope};
 use pincer_shared::probe::{Probe, ProbeReply};
@@ -126,7 +127,7 @@ pub async fn run(
     opts: &BenchOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<Stats>, ClientError> {
-    if env.info().is_some_and(|i| i.platform == "android") {
+    if env.info().is_some_and(|i| i.platform == Platform::Android) {
         return android::run(env, opts, progress).await;
     }
     let n = opts.iterations.max(5);

@@ -6,7 +6,7 @@ use pincer::dataset::{self, ground, score, trajectory};
 use pincer::env::Deadlines;
 use pincer::env::registry::Registry;
 use pincer::run::launch::{Environments, Signals, Source};
-use pincer::task::Platform;
+use pincer_shared::Platform;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

@@ -7,7 +7,7 @@ use pincer::bench::{self, BenchOptions};
 use pincer::env::Environment;
 use pincer::env::registry::Registry;
 use pincer::run::launch::{Environments, Signals, Source};
-use pincer::task::Platform;
+use pincer_shared::Platform;
 use pincer_shared::observe::{ScreenshotRequest, TreeRequest, TreeScope};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

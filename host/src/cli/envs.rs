@@ -6,6 +6,7 @@ use clap::Subcommand;
 use pincer::env::listener::{self, Listener, TrustPolicy};
 use pincer::env::registry::{EnvEntry, Reach, Registry, resolve};
 use pincer::env::{Deadlines, EnvSpec, Environment, Transport};
+use pincer_shared::Platform;
 use pincer_shared::identity::{Fingerprint, Token};
 use std::path::PathBuf;
 
@@ -44,9 +45,9 @@ pub(crate) enum EnvCmd {
         /// Connect once and pin whatever certificate it presents (trust on first use).
         #[arg(long)]
         trust: bool,
-        /// Platform of the guest.
-        #[arg(long, default_value = "linux")]
-        platform: String,
+        /// Platform of the guest: linux or android. Checked against what its agent says.
+        #[arg(long, default_value_t = Platform::Linux)]
+        platform: Platform,
         /// How packets reach the agent, which serves both on its port: udp, or tcp for
         /// links that carry only TCP (a VM's restricted port forward, `adb forward`).
         #[arg(long, default_value_t, value_name = "udp|tcp")]
@@ -164,27 +165,39 @@ pub(crate) async fn run(cmd: EnvCmd, reg: &Registry) -> anyhow::Result<()> {
                 fingerprint,
                 token,
             };
-            let fp = match (fingerprint, trust) {
+            let (fp, info) = match (fingerprint, trust) {
                 (Some(fp), _) => {
-                    Environment::connect(spec, Deadlines::default())
-                        .await?
-                        .ping()
-                        .await?;
-                    fp
+                    let env = Environment::connect(spec, Deadlines::default()).await?;
+                    env.ping().await?;
+                    (fp, env.info().context("no session")?)
                 }
                 (None, true) => {
-                    let (fp, info) =
-                        Environment::probe_fingerprint(&spec, &Deadlines::default()).await?;
-                    println!(
-                        "'{name}' is {} ({}) and presents {fp}; pinned",
-                        info.name, info.os
-                    );
-                    fp
+                    Environment::probe_fingerprint(&spec, &Deadlines::default()).await?
                 }
                 (None, false) => bail!(
                     "give the agent's --fingerprint (see `pincer-agent --print-fingerprint`) or --trust to pin it on first use"
                 ),
             };
+            // The entry's platform decides which tasks' roles it may play: one the agent
+            // contradicts would have a phone's steps sent to a desktop, or the reverse.
+            if info.platform != platform {
+                bail!(
+                    "the agent at {addr} says it runs on {}, not {platform}: add it with --platform {}{}",
+                    info.platform,
+                    info.platform,
+                    if info.platform == Platform::Linux {
+                        " (or without --platform)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            if trust {
+                println!(
+                    "'{name}' is {} ({}) and presents {fp}; pinned",
+                    info.name, info.os
+                );
+            }
             reg.update(|f| {
                 f.envs.insert(
                     name.clone(),
@@ -331,7 +344,7 @@ async fn listen(
                 transport: None,
                 fingerprint: Some(arrival.fingerprint.to_string()),
                 token_file: token_file.clone(),
-                platform: info.platform.clone(),
+                platform: info.platform,
                 desktop: None,
                 vm: None,
             };

@@ -13,6 +13,7 @@ use super::{DatasetError, GROUND_FILE, IMAGES_DIR, REVIEW_FILE, write_jsonl};
 use crate::env::Environment;
 use crate::report::escape::esc;
 use crate::task::{Task, steps};
+use pincer_shared::Platform;
 use pincer_shared::action::Point;
 use pincer_shared::observe::{ImageFormat, Rect, ScreenshotRequest, TreeRequest};
 use pincer_shared::tree::{UiNode, UiTree};
@@ -341,7 +342,7 @@ pub async fn capture(env: &Environment) -> Result<Capture, DatasetError> {
 
 /// Whether an environment is a phone (its items say "mobile").
 fn is_mobile(env: &Environment) -> bool {
-    env.info().is_some_and(|i| i.platform == "android")
+    env.info().is_some_and(|i| i.platform == Platform::Android)
 }
 
 /// Adds the items of an environment's screen as it is; returns how many.
@@ -369,7 +370,7 @@ pub async fn from_tasks(
             continue;
         };
         if let Some(info) = env.info()
-            && info.platform != need.platform.to_string()
+            && info.platform != need.platform
         {
             skipped.push((
                 task.id.clone(),

@@ -386,7 +386,7 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
                 transport: None,
                 fingerprint: Some(state.fingerprint.clone()),
                 token_file: state.token_file.clone(),
-                platform: "linux".into(),
+                platform: pincer_shared::Platform::Linux,
                 desktop: Some(DesktopEntry {
                     display: state.display.clone(),
                     state_dir: dir.clone(),

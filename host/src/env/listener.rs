@@ -438,7 +438,7 @@ mod tests {
         let info = GuestInfo {
             version: 0,
             name: name.into(),
-            platform: "linux".into(),
+            platform: pincer_shared::Platform::Linux,
             os: "test".into(),
             agent_version: "0".into(),
             screen: Default::default(),

@@ -19,7 +19,7 @@ pub use video::{VideoFrame, VideoStream};
 
 use pincer_shared::action::Point;
 use pincer_shared::codec;
-use pincer_shared::handshake::{self, GuestInfo, ServerHello};
+use pincer_shared::handshake::{self, GuestInfo, HandshakeError};
 use pincer_shared::identity::{Fingerprint, Token};
 use pincer_shared::limits::{MAX_HELLO, MAX_REQUEST_HEADER, MAX_RESPONSE_HEADER};
 use pincer_shared::observe::{ScreenInfo, ScreenshotMeta, ScreenshotRequest, TreeRequest};
@@ -251,15 +251,16 @@ async fn handshake(
             env: name.to_owned(),
             message: "the guest closed the handshake stream without answering".into(),
         })?;
-    let reply: ServerHello = codec::decode(&header, 0)
-        .map_err(|e| ClientError::Protocol {
+    handshake::read_reply(&header).map_err(|source| match source {
+        // Bytes that are no answer: the protocol, not the handshake's outcome.
+        HandshakeError::Malformed(e) => ClientError::Protocol {
             env: name.to_owned(),
             message: format!("bad handshake reply: {e}"),
-        })?
-        .msg;
-    handshake::finish(reply).map_err(|source| ClientError::Handshake {
-        env: name.to_owned(),
-        source,
+        },
+        source => ClientError::Handshake {
+            env: name.to_owned(),
+            source,
+        },
     })
 }
 

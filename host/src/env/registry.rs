@@ -7,6 +7,7 @@
 //! to dial in (`listen`, for `pincer-agent --connect`); both kinds work with every command.
 
 use super::{ClientError, Deadlines, DialInSpec, EnvSpec, Environment, Transport, listener};
+use pincer_shared::Platform;
 use pincer_shared::identity::{Fingerprint, Token};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -44,9 +45,10 @@ pub struct EnvEntry {
     pub fingerprint: Option<String>,
     /// File holding the token the agent expects.
     pub token_file: PathBuf,
-    /// `linux` or `android`.
+    /// The platform its guest runs (linux when the file does not say); a name that is none
+    /// is refused as the file is read.
     #[serde(default = "linux")]
-    pub platform: String,
+    pub platform: Platform,
     /// Set for local desktops made by `pincer desktop up`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desktop: Option<DesktopEntry>,
@@ -55,8 +57,8 @@ pub struct EnvEntry {
     pub vm: Option<VmEntry>,
 }
 
-fn linux() -> String {
-    "linux".into()
+fn linux() -> Platform {
+    Platform::Linux
 }
 
 fn udp(t: &Option<Transport>) -> bool {
@@ -451,7 +453,7 @@ mod tests {
             transport: None,
             fingerprint: Some(Fingerprint::of(b"x").to_string()),
             token_file: token_file.into(),
-            platform: "linux".into(),
+            platform: Platform::Linux,
             desktop: None,
             vm: None,
         }
@@ -556,6 +558,36 @@ mod tests {
             err.contains("environment 'a'") && err.contains("HOST:PORT"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_platform_that_is_none_is_refused_as_the_file_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("envs.toml");
+        let token = dir.path().join("token");
+        let entry = |platform: &str| {
+            format!("[envs.a]\naddr = \"127.0.0.1:7000\"\ntoken_file = {token:?}\n{platform}\n")
+        };
+        let reg = Registry::at(&path);
+        std::fs::write(&path, entry("platform = \"andriod\"")).unwrap();
+        let err = reg.load().unwrap_err().to_string();
+        assert!(
+            err.contains("envs.toml")
+                && err.contains("line")
+                && err.contains("andriod")
+                && err.contains("`linux`")
+                && err.contains("`android`"),
+            "{err}"
+        );
+        // Both names are read, and an entry that does not say is Linux.
+        for (written, read) in [
+            ("platform = \"android\"", "android"),
+            ("platform = \"linux\"", "linux"),
+            ("", "linux"),
+        ] {
+            std::fs::write(&path, entry(written)).unwrap();
+            assert_eq!(reg.load().unwrap().envs["a"].platform.to_string(), read);
+        }
     }
 
     #[test]

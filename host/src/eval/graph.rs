@@ -19,8 +19,9 @@ use super::{
     prefetchable,
 };
 use crate::env::{ClientError, Environment};
-use crate::task::{Platform, Task};
+use crate::task::Task;
 use petgraph::graph::{DiGraph, NodeIndex};
+use pincer_shared::Platform;
 use pincer_shared::limits::MAX_BATCH;
 use pincer_shared::probe::Probe;
 use serde::{Deserialize, Serialize};

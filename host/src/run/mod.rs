@@ -65,9 +65,9 @@ pub enum RunError {
         /// The role.
         role: String,
         /// Its platform in an earlier task.
-        one: crate::task::Platform,
+        one: pincer_shared::Platform,
         /// Its platform in `task`.
-        other: crate::task::Platform,
+        other: pincer_shared::Platform,
         /// The task.
         task: String,
     },

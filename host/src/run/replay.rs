@@ -678,7 +678,7 @@ pub fn compare(
 mod tests {
     use super::*;
     use crate::agent::som::Element;
-    use crate::task::Platform;
+    use pincer_shared::Platform;
     use pincer_shared::observe::Rect;
 
     fn element(id: u32, role: &str, name: &str) -> Element {

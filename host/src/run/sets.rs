@@ -8,7 +8,8 @@ use super::RunError;
 use crate::desktop::{self, DesktopError, DesktopOptions};
 use crate::env::registry::Registry;
 use crate::env::{Deadlines, Environment};
-use crate::task::{Platform, Task};
+use crate::task::Task;
+use pincer_shared::Platform;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
@@ -374,16 +375,12 @@ pub(super) async fn named_sets(reg: &Registry, specs: &[String]) -> Result<Vec<E
                     reg.path().display()
                 ))
             })?;
-            let platform = match entry.platform.as_str() {
-                "android" => Platform::Android,
-                _ => Platform::Linux,
-            };
             if entry.vm.is_some() {
                 vms.insert(role.to_owned(), name.to_owned());
             }
             let env = reg.connect(Some(name), Deadlines::default()).await?;
             envs.insert(role.to_owned(), Arc::new(env));
-            platforms.insert(role.to_owned(), platform);
+            platforms.insert(role.to_owned(), entry.platform);
         }
         sets.push(EnvSet {
             name: format!("s{i}"),

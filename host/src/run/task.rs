@@ -404,7 +404,7 @@ impl<'a> TaskRun<'a> {
         }
     }
 
-    fn roles(&self) -> BTreeMap<String, crate::task::Platform> {
+    fn roles(&self) -> BTreeMap<String, pincer_shared::Platform> {
         self.task
             .envs
             .iter()

@@ -10,6 +10,7 @@ pub mod steps;
 
 pub use load::{LoadError, Source, TaskSet, bundled_suites, load_file, load_path, parse, select};
 
+use pincer_shared::Platform;
 use pincer_shared::tool::ToolSpec;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -60,27 +61,6 @@ pub struct Task {
 pub struct EnvNeed {
     /// The platform.
     pub platform: Platform,
-}
-
-/// Platforms environments run.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Platform {
-    /// A Linux desktop (local Xvfb desktop, VM, or machine).
-    Linux,
-    /// An Android device or emulator.
-    Android,
-}
-
-impl std::fmt::Display for Platform {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Linux => "linux",
-            Self::Android => "android",
-        })
-    }
 }
 
 /// One node of the checkpoint graph.

@@ -361,7 +361,7 @@ pub async fn up(
                 listen: None,
                 fingerprint: Some(golden.info.fingerprint.clone()),
                 token_file: golden.token_file(),
-                platform: "linux".into(),
+                platform: pincer_shared::Platform::Linux,
                 transport: Some(Transport::Tcp),
                 desktop: None,
                 vm: Some(VmEntry {

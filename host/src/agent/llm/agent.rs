@@ -14,8 +14,8 @@ use crate::agent::actions::{self, AgentAction};
 use crate::agent::{
     Agent, AgentError, Decision, Exchange, Observation, TaskBrief, ToolSpec, Usage,
 };
-use crate::task::Platform;
 use futures::future::BoxFuture;
+use pincer_shared::Platform;
 use std::collections::BTreeMap;
 
 /// The tool the per-env main agent hands sub-goals out with.

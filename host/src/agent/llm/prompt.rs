@@ -5,7 +5,7 @@
 use super::Mode;
 use super::conversation::{Image, Part};
 use crate::agent::{Observation, TaskBrief, ToolSpec, View};
-use crate::task::Platform;
+use pincer_shared::Platform;
 use std::fmt::Write as _;
 use std::sync::Arc;
 

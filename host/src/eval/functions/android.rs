@@ -17,7 +17,7 @@
 use super::{Library, Reads, clip, count, judge_text, quoted};
 use crate::eval::text::TextMatch;
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
-use crate::task::Platform;
+use pincer_shared::Platform;
 use pincer_shared::android::{AndroidAnswer, AndroidQuery, Namespace};
 use pincer_shared::observe::TreeRequest;
 use pincer_shared::probe::{Probe, ProbeReply};

@@ -16,7 +16,7 @@ mod tree;
 
 use super::text::{TextMatch, clip, excerpt};
 use super::{Check, Verdict};
-use crate::task::Platform;
+use pincer_shared::Platform;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;

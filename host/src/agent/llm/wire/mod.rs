@@ -206,7 +206,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn tools() -> Vec<ToolSpec> {
-        let roles = [("desktop".to_owned(), crate::task::Platform::Linux)].into();
+        let roles = [("desktop".to_owned(), pincer_shared::Platform::Linux)].into();
         crate::agent::actions::tools(&roles)
     }
 
