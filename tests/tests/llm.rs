@@ -13,6 +13,7 @@ use pincer::agent::{
     Agent, AgentAction, Exchange, Observation, ObservationConfig, Target, TaskBrief, View, actions,
 };
 use pincer::metrics::Termination;
+use pincer::run::launch::RunOptions;
 use pincer::run::sets::EnvSet;
 use pincer::run::{AgentFactory, RunConfig};
 use pincer::rundir::record::{self, StepRecord, TaskRecord};
@@ -1294,14 +1295,10 @@ async fn run_zenity_with(
         agent,
         agent_name: "stand-in".into(),
         sets: vec![set],
-        repeat: 1,
-        seed: 0,
-        out: out.clone(),
-        resume: false,
-        shard: None,
-        observation: ObservationConfig::default(),
-        correction,
-        video: None,
+        options: RunOptions {
+            correction,
+            ..RunOptions::new(out.clone(), ObservationConfig::default())
+        },
         cancel: Arc::new(AtomicBool::new(false)),
     })
     .await
@@ -1936,17 +1933,13 @@ async fn models_see_api_tools_only_when_the_task_declares_them_and_the_run_offer
             agent,
             agent_name: "stand-in".into(),
             sets: vec![set],
-            repeat: 1,
-            seed: 0,
-            out: sb.path().join(out),
-            resume: false,
-            shard: None,
-            observation: ObservationConfig {
-                tools,
-                ..ObservationConfig::default()
-            },
-            correction: Correction::default(),
-            video: None,
+            options: RunOptions::new(
+                sb.path().join(out),
+                ObservationConfig {
+                    tools,
+                    ..ObservationConfig::default()
+                },
+            ),
             cancel: Arc::new(AtomicBool::new(false)),
         })
         .await

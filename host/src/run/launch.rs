@@ -415,14 +415,7 @@ impl Launch {
             agent: self.agent,
             agent_name: self.agent_name,
             sets: envs.sets.clone(),
-            repeat: opts.repeat,
-            seed: opts.seed,
-            out: opts.out.clone(),
-            resume: opts.resume,
-            shard: opts.shard,
-            observation: opts.observation,
-            correction: opts.correction,
-            video: opts.video,
+            options: self.options,
             cancel: envs.cancel().clone(),
         })
         .await;

@@ -11,21 +11,18 @@ pub mod sets;
 pub mod slurm;
 pub mod task;
 
-use crate::agent::correction::Correction;
-use crate::agent::observe::ObservationConfig;
 use crate::agent::{Agent, AgentError};
 use crate::desktop::DesktopError;
 use crate::env::registry::{ConnectError, RegistryError};
 use crate::eval::functions::Library;
 use crate::eval::graph::Graph;
 use crate::metrics::{Summary, Termination};
-use crate::rundir::shard::{self, Shard};
+use crate::rundir::shard;
 use crate::rundir::{self, DirError, JsonlWriter, RunHeader, TaskRecord};
 use crate::task::Task;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use sets::EnvSet;
 use std::collections::{BTreeSet, VecDeque};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -145,22 +142,9 @@ pub struct RunConfig {
     pub agent_name: String,
     /// Environment sets (one worker each).
     pub sets: Vec<EnvSet>,
-    /// Runs per task.
-    pub repeat: u32,
-    /// Base seed; repeat `r` uses `seed + r`.
-    pub seed: u64,
-    /// Run directory.
-    pub out: PathBuf,
-    /// Skip task runs already finished (by any shard).
-    pub resume: bool,
-    /// Run only this shard's share of the task runs.
-    pub shard: Option<Shard>,
-    /// What agents see.
-    pub observation: ObservationConfig,
-    /// What agents are told of the checkpoints, and their attempts.
-    pub correction: Correction,
-    /// Record each role's screen into the trajectory at up to this many frames a second.
-    pub video: Option<u32>,
+    /// How the run goes: repeats, seed, run directory, resume, shard, what agents see and
+    /// are told, video.
+    pub options: launch::RunOptions,
     /// Set on Ctrl-C.
     pub cancel: Arc<AtomicBool>,
 }
@@ -345,8 +329,9 @@ pub fn found(
 /// Runs everything (or one shard's share); returns every record of this run's (or shard's)
 /// results file, earlier ones included when resuming.
 pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
-    std::fs::create_dir_all(&cfg.out).map_err(io(format!("creating {}", cfg.out.display())))?;
-    let results_path = shard::results_path(&cfg.out, cfg.shard);
+    std::fs::create_dir_all(&cfg.options.out)
+        .map_err(io(format!("creating {}", cfg.options.out.display())))?;
+    let results_path = shard::results_path(&cfg.options.out, cfg.options.shard);
     let sets: Vec<(String, Vec<String>)> = cfg
         .sets
         .iter()
@@ -355,33 +340,39 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
     let identity = rundir::Identity::new(
         &cfg.agent_name,
         &cfg.tasks,
-        cfg.repeat,
-        cfg.seed,
-        cfg.shard.map(|s| s.count),
-        cfg.observation,
-        cfg.correction,
+        cfg.options.repeat,
+        cfg.options.seed,
+        cfg.options.shard.map(|s| s.count),
+        cfg.options.observation,
+        cfg.options.correction,
     );
     let header = RunHeader { identity, sets };
-    shard::check_out(&cfg.out, cfg.resume, cfg.shard, &header.identity)?;
+    shard::check_out(
+        &cfg.options.out,
+        cfg.options.resume,
+        cfg.options.shard,
+        &header.identity,
+    )?;
     // A shard writes the header only if it is the first; a resumed run must be this run.
-    if cfg.shard.is_some() || cfg.resume {
-        header.claim(&cfg.out)?;
+    if cfg.options.shard.is_some() || cfg.options.resume {
+        header.claim(&cfg.options.out)?;
     }
-    let hold = shard::Hold::take(&cfg.out, cfg.shard)?;
-    if cfg.shard.is_none() {
-        header.write(&cfg.out)?;
+    let hold = shard::Hold::take(&cfg.options.out, cfg.options.shard)?;
+    if cfg.options.shard.is_none() {
+        header.write(&cfg.options.out)?;
     }
-    rundir::write_tasks(&cfg.out, &cfg.tasks, cfg.shard.is_none())?;
-    let previous = if cfg.resume {
+    rundir::write_tasks(&cfg.options.out, &cfg.tasks, cfg.options.shard.is_none())?;
+    let previous = if cfg.options.resume {
         rundir::read_results(&results_path)
             .map_err(io(format!("reading {}", results_path.display())))?
     } else {
         Vec::new()
     };
     // Aborted runs are redone on resume; everything else that finished, by any shard, stays.
-    let done = if cfg.resume {
+    let done = if cfg.options.resume {
         shard::finished(
-            &shard::read_all(&cfg.out).map_err(io(format!("reading {}", cfg.out.display())))?,
+            &shard::read_all(&cfg.options.out)
+                .map_err(io(format!("reading {}", cfg.options.out.display())))?,
         )
     } else {
         BTreeSet::new()
@@ -390,9 +381,9 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
     let mut queue: VecDeque<(usize, u32)> = VecDeque::new();
     let mut share = 0;
     let mut nth = 0;
-    for r in 0..cfg.repeat.max(1) {
+    for r in 0..cfg.options.repeat.max(1) {
         for (i, t) in cfg.tasks.iter().enumerate() {
-            let mine = cfg.shard.is_none_or(|s| s.owns(nth));
+            let mine = cfg.options.shard.is_none_or(|s| s.owns(nth));
             nth += 1;
             if !mine {
                 continue;
@@ -455,16 +446,16 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
                 let Some((i, r)) = next else { return Ok(()) };
                 // The seed depends on the repeat only, never on which set runs it, so a
                 // run is reproducible whatever --parallel is.
-                let seed = cfg.seed.wrapping_add(u64::from(r));
+                let seed = cfg.options.seed.wrapping_add(u64::from(r));
                 let mut agent = (cfg.agent)(seed)?;
                 let ctx = task::Context {
                     set: &set,
-                    observation: cfg.observation,
-                    correction: cfg.correction,
-                    out: &cfg.out,
+                    observation: cfg.options.observation,
+                    correction: cfg.options.correction,
+                    out: &cfg.options.out,
                     cancel: &cfg.cancel,
                     progress: display.as_ref(),
-                    video: cfg.video,
+                    video: cfg.options.video,
                 };
                 let rec =
                     task::run(&tasks[i], graphs[i].clone(), agent.as_mut(), r, seed, &ctx).await;

@@ -230,13 +230,19 @@ async fn start_desktop(
         },
     )
     .await
-    .map_err(|source| RunError::Desktop {
-        name: name.to_owned(),
-        role: role.to_owned(),
-        source: Box::new(source),
-    })?;
+    .map_err(desktop_error(name, role))?;
     let env = reg.connect(Some(name), Deadlines::default()).await?;
     Ok(Arc::new(env))
+}
+
+/// Maps a desktop's failure to [`RunError::Desktop`], naming it and its role.
+fn desktop_error(name: &str, role: &str) -> impl FnOnce(DesktopError) -> RunError {
+    let (name, role) = (name.to_owned(), role.to_owned());
+    move |source| RunError::Desktop {
+        name,
+        role,
+        source: Box::new(source),
+    }
 }
 
 /// The one local desktop `name` as the role `desktop`, a desktop of that name left from an
@@ -257,11 +263,7 @@ pub(super) async fn one_desktop(
         ));
         desktop::down(reg, name)
             .await
-            .map_err(|source| RunError::Desktop {
-                name: name.to_owned(),
-                role: role.to_owned(),
-                source: Box::new(source),
-            })?;
+            .map_err(desktop_error(name, role))?;
     }
     let env = start_desktop(reg, name, role, size, allow_tools, !keep, made).await?;
     Ok(vec![EnvSet {
