@@ -210,3 +210,39 @@ fn cross_environment_tasks_pass_with_the_callers_xdg_directories_set() {
         "a desktop wrote the caller's dconf database"
     );
 }
+
+/// `pincer demo`, the first thing a new user runs: a desktop named `demo` comes up, a real
+/// app is shown (screenshot, tree) and the bench table printed; the desktop is gone after,
+/// unless `--keep`, and a kept one is replaced by the next demo.
+#[test]
+fn pincer_demo_shows_a_desktop_and_leaves_it_only_when_asked() {
+    let sb = Sandbox::new();
+    let out = sb.path().join("look");
+    let said = sb.pincer_ok(&["demo", "--out", out.to_str().unwrap(), "-n", "5"]);
+    for part in [
+        "1. local desktop 'demo' up",
+        "2. screen: 1920x1080 PNG",
+        "3. UI tree of gtk3-widget-factory",
+        "4. pincer bench",
+        "desktop 'demo' stopped",
+    ] {
+        assert!(said.contains(part), "no {part:?} in:\n{said}");
+    }
+    assert!(out.join("screen.png").is_file() && out.join("tree.json").is_file());
+    let listed = sb.pincer_ok(&["desktop", "list"]);
+    assert!(listed.contains("no local desktops are up"), "{listed}");
+
+    for round in 0..2 {
+        let said = sb.pincer_ok(&["demo", "--bench-only", "--keep", "-n", "3"]);
+        assert!(said.contains("still running"), "{said}");
+        if round == 1 {
+            assert!(said.contains("left from an earlier run"), "{said}");
+        }
+        let listed = sb.pincer_ok(&["desktop", "list"]);
+        assert!(
+            listed.contains("demo ") && listed.contains("display :"),
+            "{listed}"
+        );
+    }
+    sb.pincer_ok(&["desktop", "down", "demo"]);
+}
