@@ -237,7 +237,9 @@ async fn the_shims_devices_are_real_to_a_linux_kernel() {
              --listen 0.0.0.0:7000 --name phone --state-dir /home/pincer/.local/state/pincer-agent'"
         ),
     );
-    sb.pincer_ok(&[
+    // `env add` asks the guest what it is: until the shim has taken the port, the Linux
+    // agent answers there, and a phone registered as it is refused.
+    let add = [
         "env",
         "add",
         "phone",
@@ -250,7 +252,20 @@ async fn the_shims_devices_are_real_to_a_linux_kernel() {
         vm.token_file.to_str().unwrap(),
         "--fingerprint",
         vm.fingerprint.as_deref().unwrap(),
-    ]);
+    ];
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = sb.pincer(&add);
+        if out.status.success() {
+            break;
+        }
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            Instant::now() < end,
+            "the shim never answered env add as a phone: {said}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let end = Instant::now() + Duration::from_secs(30);
     let env: Environment = loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
