@@ -519,6 +519,7 @@ pub fn compose_lenient(
                 check: c.check.clone(),
                 args: fill_json(&t.id, &c.args, &part.values)?,
                 after: c.after.iter().map(|a| prefix(a)).collect(),
+                final_only: false,
             });
         }
     }
@@ -536,12 +537,15 @@ pub fn compose_lenient(
         tags: vec!["composed".into()],
         envs,
         setup,
+        finalize: BTreeMap::new(),
         teardown: BTreeMap::new(),
         tools: BTreeMap::new(),
         checkpoints,
+        end: Default::default(),
         limits: Limits::default(),
         preconditions: None,
         oracle: None,
+        origin: None,
     })
 }
 

@@ -615,10 +615,12 @@ impl Agent for PyAgent {
 /// offers the API tools tasks declare (`pincer run --tools`: local desktops serve them, the
 /// agent may return `{"action": "api_NAME", ...}`); without it a tool action is invalid.
 /// `video` records each environment's screen into the trajectories at up to that many
-/// frames a second (`pincer run --video`; needs ffmpeg). Returns {"out", "records",
+/// frames a second (`pincer run --video`; needs ffmpeg). `end` is `pincer run --end`:
+/// "agent" (only the agent ends a task run, then the final state decides) or "sinks"
+/// (default: each task's own rule). Returns {"out", "records",
 /// "report"}.
 #[pyfunction]
-#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=1024, vm_cpus=2, feedback="none", attempts=1, tools=false, video=None))]
+#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=1024, vm_cpus=2, feedback="none", attempts=1, tools=false, video=None, end=None))]
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
@@ -644,6 +646,7 @@ fn run(
     attempts: u32,
     tools: bool,
     video: Option<u32>,
+    end: Option<&str>,
 ) -> PyResult<Py<PyAny>> {
     if !agent.bind(py).is_callable() {
         return Err(PyValueError::new_err(
@@ -692,6 +695,10 @@ fn run(
             resume,
             correction,
             video,
+            end: end
+                .map(str::parse)
+                .transpose()
+                .map_err(PyValueError::new_err)?,
             ..RunOptions::new(out.clone(), observation)
         },
         signals: Signals::Caller(cancel.clone()),

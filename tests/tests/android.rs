@@ -1731,7 +1731,8 @@ async fn crab_phone_tasks_pass_on_done_states_and_fail_on_near_misses() {
 
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/crab-benchmark-v0");
     let lib = Library::standard();
-    let report = pincer::crab::import_dir(&fixtures, &Catalogue::bundled().unwrap(), &lib).unwrap();
+    let report =
+        pincer::peers::crab::import_dir(&fixtures, &Catalogue::bundled().unwrap(), &lib).unwrap();
     let sb = Sandbox::new();
     let (phone, _s, env) = standin(
         &sb,
@@ -1744,7 +1745,7 @@ async fn crab_phone_tasks_pass_on_done_states_and_fail_on_near_misses() {
     let evaluable: Vec<&str> = report
         .files
         .iter()
-        .filter(|f| f.status == pincer::crab::Status::Evaluable)
+        .filter(|f| f.status == pincer::peers::crab::Status::Evaluable)
         .filter(|f| {
             f.task
                 .as_ref()

@@ -376,6 +376,7 @@ fn write_run(dir: &Path) {
             detail: (!success).then(|| format!("{} after {} steps", t.end, t.steps)),
             passed: passing,
             final_passed: Some(passing),
+            score: None,
             total: n,
             actions: t.steps,
             usage,
@@ -397,6 +398,8 @@ fn write_run(dir: &Path) {
                         "not yet: no such window".into()
                     }),
                     held_at_end: (k < passing).then_some(true),
+                    score: None,
+                    final_only: false,
                 })
                 .collect(),
             trajectory: traj_rel,

@@ -471,3 +471,112 @@ fn a_task_done_and_then_undone_ends_undone() {
         "{report}"
     );
 }
+
+/// `--end agent` (OSWorld's rule): reaching the goal ends nothing, so what the agent does
+/// after it counts; and a task's finalize steps run once the agent has ended, before its
+/// final checkpoints are judged once, giving the record a score.
+#[test]
+fn under_end_agent_the_agent_ends_the_run_and_finalize_runs_before_the_final_check() {
+    let sb = Sandbox::new();
+    let tasks = sb.path().join("agent-ends");
+    std::fs::create_dir_all(&tasks).unwrap();
+    let kill =
+        json!({"do": "exec", "argv": ["pkill", "-s", "0", "-x", "xfce4-terminal"], "check": false});
+    let type_in = |text: &str| json!({"do": "type", "text": text, "target": {"role": "terminal"}});
+    let made_then_undone = json!({
+        "id": "made-then-undone",
+        "instruction": "Create ~/e-a.txt using the terminal.",
+        "envs": {"desktop": {"platform": "linux"}},
+        "setup": {"desktop": [
+            {"do": "remove", "path": "~/e-a.txt"},
+            kill,
+            {"do": "launch", "argv": ["xfce4-terminal", "--disable-server"]},
+            {"do": "wait_window", "title_contains": "Terminal"}
+        ]},
+        "teardown": {"desktop": [kill]},
+        "checkpoints": [
+            {"id": "a", "env": "desktop", "check": "file_exists", "args": {"path": "~/e-a.txt"}}
+        ],
+        "oracle": [
+            type_in("touch ~/e-a.txt\n"),
+            {"do": "sleep", "ms": 1000},
+            type_in("rm ~/e-a.txt\n"),
+            {"do": "sleep", "ms": 1000},
+            {"do": "complete"}
+        ]
+    });
+    let saved_by_finalize = json!({
+        "id": "saved-by-finalize",
+        "instruction": "Say you are done.",
+        "envs": {"desktop": {"platform": "linux"}},
+        "end": "agent",
+        "setup": {"desktop": [{"do": "remove", "path": "~/e-saved.txt"}]},
+        "finalize": {"desktop": [
+            {"do": "write_file", "path": "~/e-saved.txt", "content": "saved"}
+        ]},
+        "checkpoints": [
+            {"id": "saved", "env": "desktop", "check": "file_contains",
+             "args": {"path": "~/e-saved.txt", "text": "saved"}, "final": true}
+        ],
+        "oracle": [{"do": "complete"}]
+    });
+    std::fs::write(tasks.join("a.json"), made_then_undone.to_string()).unwrap();
+    std::fs::write(tasks.join("b.json"), saved_by_finalize.to_string()).unwrap();
+
+    // CRAB's rule: the file appearing ends the run at once, a success.
+    let out = sb.path().join("sinks");
+    sb.pincer_ok(&oracle_run(
+        &tasks,
+        &out,
+        &["--size", "800x600", "--task", "made-then-undone"],
+    ));
+    let rec = &results(&out)[0];
+    assert_eq!(rec["termination"], "success", "{rec}");
+    assert!(
+        rec["actions"].as_u64().unwrap() < 4,
+        "ended at the goal: {rec}"
+    );
+
+    // The agent's rule: the run goes on, the file is removed, and the end state decides.
+    let out = sb.path().join("agent");
+    sb.pincer_ok(&oracle_run(
+        &tasks,
+        &out,
+        &["--size", "800x600", "--end", "agent"],
+    ));
+    let recs = results(&out);
+    let rec = |id: &str| recs.iter().find(|r| r["task"] == id).unwrap().clone();
+    let undone = rec("made-then-undone");
+    assert_eq!(undone["termination"], "false-completion", "{undone}");
+    let detail = undone["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("the agent said it was done; on the final state a: "),
+        "{detail}"
+    );
+    assert_eq!(
+        undone.get("score"),
+        None,
+        "no final checkpoints, no score: {undone}"
+    );
+    let saved = rec("saved-by-finalize");
+    assert_eq!(saved["termination"], "success", "{saved}");
+    assert_eq!(saved["score"].as_f64(), Some(1.0), "{saved}");
+    let progress = &saved["progress"][0];
+    assert_eq!(
+        (progress["final"].as_bool(), progress["checks"].as_u64()),
+        (Some(true), Some(1))
+    );
+    let finalized = std::fs::read_to_string(
+        out.join(saved["trajectory"].as_str().unwrap())
+            .join("finalize.jsonl"),
+    )
+    .unwrap();
+    let line: Value = serde_json::from_str(finalized.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (line["role"].as_str(), line["result"].as_str()),
+        (Some("desktop"), Some("ok"))
+    );
+    let header: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(header["end"], "agent", "{header}");
+}

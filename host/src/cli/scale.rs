@@ -31,15 +31,10 @@ pub(super) async fn on_slurm(
     let out = &options.out;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let out = std::fs::canonicalize(out)?;
-    let identity = Identity::new(
-        agent_name,
-        tasks,
-        options.repeat,
-        options.seed,
-        Some(n),
-        options.observation,
-        options.correction,
-    );
+    let identity = Identity {
+        shards: Some(n),
+        ..options.identity(agent_name, tasks)
+    };
     run::found(&out, a.resume, &identity, tasks)?;
     let pincer = std::env::current_exe().context("finding this pincer binary")?;
     let plan = slurm::Plan {

@@ -385,7 +385,7 @@ pub async fn from_tasks(
         }
         let none = Vec::new();
         let setup = task.setup.get(role).unwrap_or(&none);
-        if let Err((i, e)) = steps::run_all(env, setup, &mut |_| {}).await {
+        if let Err((i, e)) = steps::run_all(env, setup, None, &mut |_| {}).await {
             skipped.push((task.id.clone(), format!("setup step {i}: {e}")));
         } else {
             let made = match capture(env).await {
@@ -399,7 +399,7 @@ pub async fn from_tasks(
             progress(&task.id, made);
         }
         let teardown = task.teardown.get(role).unwrap_or(&none);
-        if let Err((i, e)) = steps::run_all(env, teardown, &mut |_| {}).await {
+        if let Err((i, e)) = steps::run_all(env, teardown, None, &mut |_| {}).await {
             skipped.push((task.id.clone(), format!("teardown step {i}: {e}")));
         }
     }

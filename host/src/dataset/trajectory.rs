@@ -424,6 +424,7 @@ mod tests {
             started_ms: 0,
             final_images: Vec::new(),
             retried: vec![],
+            score: None,
             tool_calls: 0,
         }
     }

@@ -64,6 +64,17 @@ pub enum GraphError {
     /// No checkpoints.
     #[error("the task has no checkpoints")]
     Empty,
+    /// A final checkpoint that others come after: it is judged only once the run is over.
+    #[error(
+        "checkpoint '{node}' is final (judged once the run is over), yet {} come after it: make them final too, or '{node}' not final",
+        after.join(", ")
+    )]
+    FinalNotSink {
+        /// The final checkpoint.
+        node: String,
+        /// The checkpoints after it.
+        after: Vec<String>,
+    },
     /// Two checkpoints share an id.
     #[error("checkpoint id '{0}' is used twice")]
     DuplicateId(String),
@@ -195,6 +206,8 @@ struct Node {
     prefetch: bool,
     preds: Vec<usize>,
     succs: Vec<usize>,
+    /// Judged once, on the final state ([`Evaluator::finish`]), never after a step.
+    final_only: bool,
 }
 
 /// A validated, built checkpoint graph (immutable; shareable between runs).
@@ -209,7 +222,7 @@ pub struct Graph {
 }
 
 /// How far one checkpoint got.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NodeProgress {
     /// Checkpoint id.
     pub id: String,
@@ -227,6 +240,12 @@ pub struct NodeProgress {
     /// (`None`: not checked at the end, e.g. after an environment error).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_at_end: Option<bool>,
+    /// The grade of a checkpoint whose check grades (a peer's metric), between 0 and 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// Whether it is judged only on the final state.
+    #[serde(rename = "final", default, skip_serializing_if = "std::ops::Not::not")]
+    pub final_only: bool,
 }
 
 /// What one evaluation step did.
@@ -387,10 +406,15 @@ impl Graph {
                     check,
                     preds,
                     succs: Vec::new(),
+                    final_only: c.final_only,
                 });
             }
         }
-        for (phase, map) in [("setup", &task.setup), ("teardown", &task.teardown)] {
+        for (phase, map) in [
+            ("setup", &task.setup),
+            ("finalize", &task.finalize),
+            ("teardown", &task.teardown),
+        ] {
             for (role, steps) in map {
                 for (i, s) in steps.iter().enumerate() {
                     let message = if !task.envs.contains_key(role) {
@@ -428,6 +452,26 @@ impl Graph {
             for p in nodes[i].preds.clone() {
                 nodes[p].succs.push(i);
             }
+        }
+        for n in nodes.iter().filter(|n| n.final_only) {
+            let after: Vec<String> = n
+                .succs
+                .iter()
+                .filter(|&&s| !nodes[s].final_only)
+                .map(|&s| nodes[s].id.clone())
+                .collect();
+            if !after.is_empty() {
+                errors.push(GraphError::FinalNotSink {
+                    node: n.id.clone(),
+                    after,
+                });
+            }
+        }
+        if !errors.is_empty() {
+            return Err(ValidationErrors {
+                task: task.id.clone(),
+                errors,
+            });
         }
         let sinks = (0..nodes.len())
             .filter(|&i| nodes[i].succs.is_empty())
@@ -704,6 +748,10 @@ pub struct Evaluator {
     feedback: Vec<Option<String>>,
     /// For passed checkpoints, whether they still held at the end ([`Evaluator::finish`]).
     held: Vec<Option<bool>>,
+    /// The grades of checkpoints whose checks grade.
+    scores: Vec<Option<f64>>,
+    /// The last step evaluated (0: none yet): when final checkpoints pass.
+    last_step: u32,
     ready: BTreeSet<usize>,
     /// Whether steps judge the checkpoints that fail too, writing their feedback at once
     /// (`--feedback step`; otherwise only [`Self::finish`] does).
@@ -718,8 +766,9 @@ impl Evaluator {
     /// A fresh evaluation (nothing passed).
     pub fn new(graph: Arc<Graph>) -> Self {
         let remaining: Vec<usize> = graph.nodes.iter().map(|n| n.preds.len()).collect();
+        // Final checkpoints are never ready during the run: `finish` judges them.
         let ready = (0..graph.nodes.len())
-            .filter(|&i| remaining[i] == 0)
+            .filter(|&i| remaining[i] == 0 && !graph.nodes[i].final_only)
             .collect();
         Self {
             passed_at: vec![None; graph.nodes.len()],
@@ -728,6 +777,8 @@ impl Evaluator {
             checks: vec![0; graph.nodes.len()],
             feedback: vec![None; graph.nodes.len()],
             held: vec![None; graph.nodes.len()],
+            scores: vec![None; graph.nodes.len()],
+            last_step: 0,
             remaining,
             ready,
             explain: false,
@@ -782,6 +833,7 @@ impl Evaluator {
         log: &AgentLog,
     ) -> Result<StepReport, StepError> {
         let mut report = StepReport::default();
+        self.last_step = self.last_step.max(step);
         let mut frontier: Vec<usize> = self.ready.iter().copied().collect();
         // The previous step's buffers, emptied: a step allocates nothing per checkpoint.
         let mut reads = std::mem::take(&mut self.reads);
@@ -814,6 +866,7 @@ impl Evaluator {
                 // get theirs from `finish` when they are shown), unless every step explains.
                 let passed = if self.explain {
                     let v = n.check.judge(&buf, log).map_err(failed)?;
+                    self.scores[i] = v.score;
                     self.feedback[i] = Some(v.feedback);
                     v.passed
                 } else {
@@ -823,7 +876,9 @@ impl Evaluator {
                 report.checked += 1;
                 if passed {
                     if !self.explain {
-                        self.feedback[i] = Some(n.check.judge(&buf, log).map_err(failed)?.feedback);
+                        let v = n.check.judge(&buf, log).map_err(failed)?;
+                        self.scores[i] = v.score;
+                        self.feedback[i] = Some(v.feedback);
                     }
                     self.passed_at[i] = Some(step);
                     self.passed_ms[i] = Some(self.started.elapsed().as_millis() as u64);
@@ -836,7 +891,7 @@ impl Evaluator {
             for i in newly {
                 for &s in &self.graph.nodes[i].succs {
                     self.remaining[s] -= 1;
-                    if self.remaining[s] == 0 {
+                    if self.remaining[s] == 0 && !self.graph.nodes[s].final_only {
                         self.ready.insert(s);
                         next.insert(s);
                     }
@@ -855,14 +910,25 @@ impl Evaluator {
     /// on the final state ([`Self::undone_sinks`], [`Self::final_counts`]) while the
     /// latched passes stay for the completion ratio. The checkpoints that are ready and have
     /// not passed are judged with feedback, so that the record says what each saw at the
-    /// end (steps only decide whether they pass).
+    /// end (steps only decide whether they pass). Final checkpoints whose predecessors
+    /// passed are judged here for the first and only time; one that passes passes at the
+    /// last step, and its grade is the task's score ([`Self::score`]).
     pub async fn finish<S: ProbeSource>(
         &mut self,
         src: &S,
         log: &AgentLog,
     ) -> Result<(), StepError> {
-        let passed = (0..self.graph.nodes.len()).filter(|&i| self.passed_at[i].is_some());
-        let judged: Vec<usize> = passed.chain(self.ready.iter().copied()).collect();
+        let nodes = &self.graph.nodes;
+        let passed = (0..nodes.len()).filter(|&i| self.passed_at[i].is_some());
+        let finals = (0..nodes.len()).filter(|&i| {
+            nodes[i].final_only
+                && self.passed_at[i].is_none()
+                && nodes[i].preds.iter().all(|&p| self.passed_at[p].is_some())
+        });
+        let judged: Vec<usize> = passed
+            .chain(self.ready.iter().copied())
+            .chain(finals)
+            .collect();
         if judged.is_empty() {
             return Ok(());
         }
@@ -875,6 +941,21 @@ impl Evaluator {
             reads.of(i, &mut buf);
             let n = &self.graph.nodes[i];
             let verdict = n.check.judge(&buf, log);
+            if n.final_only && self.passed_at[i].is_none() {
+                let v = verdict.map_err(|error| StepError::Evaluator {
+                    node: n.id.clone(),
+                    error,
+                })?;
+                self.checks[i] += 1;
+                self.scores[i] = Some(v.grade());
+                if v.passed {
+                    self.passed_at[i] = Some(self.last_step);
+                    self.passed_ms[i] = Some(self.started.elapsed().as_millis() as u64);
+                    self.held[i] = Some(true);
+                }
+                self.feedback[i] = Some(v.feedback);
+                continue;
+            }
             match (self.passed_at[i], verdict) {
                 (Some(_), Ok(v)) if v.passed => self.held[i] = Some(true),
                 (Some(step), Ok(v)) => {
@@ -950,6 +1031,27 @@ impl Evaluator {
             .collect()
     }
 
+    /// The task's score on its final state: the mean grade of its final checkpoints (a
+    /// final checkpoint not judged counts 0); `None` for a task without final checkpoints.
+    pub fn score(&self) -> Option<f64> {
+        let finals: Vec<usize> = (0..self.graph.nodes.len())
+            .filter(|&i| self.graph.nodes[i].final_only)
+            .collect();
+        if finals.is_empty() {
+            return None;
+        }
+        let sum: f64 = finals.iter().map(|&i| self.scores[i].unwrap_or(0.0)).sum();
+        Some(sum / finals.len() as f64)
+    }
+
+    /// Whether the checkpoint `id` is a sink (nothing comes after it).
+    pub fn is_sink(&self, id: &str) -> bool {
+        self.graph
+            .sinks
+            .iter()
+            .any(|&s| self.graph.nodes[s].id == id)
+    }
+
     /// Whether every sink has passed.
     pub fn is_success(&self) -> bool {
         self.graph
@@ -985,6 +1087,8 @@ impl Evaluator {
                 checks: self.checks[i],
                 feedback: self.feedback[i].clone(),
                 held_at_end: self.held[i],
+                score: self.scores[i],
+                final_only: n.final_only,
             })
             .collect()
     }

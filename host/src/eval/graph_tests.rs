@@ -677,3 +677,70 @@ fn a_task_is_judged_whole_graph_and_oracle_together() {
         "{e}"
     );
 }
+
+/// A final checkpoint is never judged after a step, only once by `finish`, on the state
+/// the run ended in; when it passes, it passes at the last step, and it gives the score.
+#[tokio::test]
+async fn final_checkpoints_are_judged_once_on_the_final_state() {
+    let mut last = exists("end", "desktop", "/end", &["a"]);
+    last["final"] = true.into();
+    let t = task(serde_json::json!([exists("a", "desktop", "/a", &[]), last]));
+    let fake = Fake::default();
+    let mut ev = evaluator(&t);
+    fake.put("desktop", "/a", "x");
+    fake.put("desktop", "/end", "x");
+    let r = ev.step(1, &fake, &log()).await.unwrap();
+    assert_eq!(r.passed, vec!["a"], "the final one waits for the end");
+    assert!(!ev.is_success() && ev.ready_ids().is_empty());
+    ev.step(2, &fake, &log()).await.unwrap();
+    assert_eq!(ev.score(), Some(0.0), "not judged yet");
+    ev.finish(&fake, &log()).await.unwrap();
+    assert!(ev.is_success() && ev.undone_sinks().is_empty());
+    assert_eq!(ev.score(), Some(1.0));
+    let end = ev.progress().into_iter().find(|p| p.id == "end").unwrap();
+    assert_eq!(
+        (end.passed_at, end.checks, end.final_only),
+        (Some(2), 1, true)
+    );
+
+    // Its file gone by the end: it fails, with what it saw, and the score is 0.
+    let mut ev = evaluator(&t);
+    ev.step(1, &fake, &log()).await.unwrap();
+    fake.rm("desktop", "/end");
+    ev.finish(&fake, &log()).await.unwrap();
+    assert!(!ev.is_success());
+    assert_eq!(ev.score(), Some(0.0));
+    let end = ev.progress().into_iter().find(|p| p.id == "end").unwrap();
+    assert_eq!(end.passed_at, None);
+    assert!(end.feedback.unwrap().contains("/end"));
+
+    // Its predecessor never passed: it is not judged at all.
+    let mut ev = evaluator(&t);
+    fake.rm("desktop", "/a");
+    fake.put("desktop", "/end", "x");
+    ev.finish(&fake, &log()).await.unwrap();
+    assert_eq!(ev.score(), Some(0.0));
+    assert!(!ev.is_success());
+
+    // Tasks without final checkpoints have no score.
+    let plain = task(serde_json::json!([exists("a", "desktop", "/a", &[])]));
+    assert_eq!(evaluator(&plain).score(), None);
+}
+
+/// A final checkpoint is judged only when the run is over, so nothing may come after it.
+#[test]
+fn a_final_checkpoint_with_successors_is_refused() {
+    let mut first = exists("a", "desktop", "/a", &[]);
+    first["final"] = true.into();
+    let t = task(serde_json::json!([
+        first,
+        exists("b", "desktop", "/b", &["a"])
+    ]));
+    let e = Graph::build(&t, &Library::standard())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("checkpoint 'a' is final") && e.contains("yet b come after it"),
+        "{e}"
+    );
+}

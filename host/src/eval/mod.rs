@@ -34,14 +34,21 @@ use std::sync::Arc;
 pub type ProbeResult = Result<ProbeReply, WireError>;
 
 /// The outcome of one check.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
     /// Whether the checkpoint holds.
     pub passed: bool,
     /// What was observed, in one line ("file /tmp/a.txt reads 'helo', expected text equal to
     /// 'hello'").
     pub feedback: String,
+    /// A score between 0 and 1, for checks that grade rather than decide (a peer
+    /// benchmark's own metric); such a check passes only with a full score.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
 }
+
+/// How close to 1 a score must be to count as full.
+const FULL: f64 = 1e-9;
 
 impl Verdict {
     /// A passing verdict.
@@ -49,6 +56,7 @@ impl Verdict {
         Self {
             passed: true,
             feedback: feedback.into(),
+            score: None,
         }
     }
 
@@ -57,7 +65,27 @@ impl Verdict {
         Self {
             passed: false,
             feedback: feedback.into(),
+            score: None,
         }
+    }
+
+    /// A graded verdict: `score` (clamped to 0..=1), passing only when it is full.
+    pub fn scored(score: f64, feedback: impl Into<String>) -> Self {
+        let score = if score.is_nan() {
+            0.0
+        } else {
+            score.clamp(0.0, 1.0)
+        };
+        Self {
+            passed: score >= 1.0 - FULL,
+            feedback: feedback.into(),
+            score: Some(score),
+        }
+    }
+
+    /// The verdict's score: its grade, else 1 for a pass and 0 for a fail.
+    pub fn grade(&self) -> f64 {
+        self.score.unwrap_or(if self.passed { 1.0 } else { 0.0 })
     }
 
     /// Passing iff `cond`, with the feedback for each case.
@@ -133,6 +161,13 @@ pub enum AgentEvent {
         /// The answer text.
         text: String,
     },
+    /// The agent said it was done.
+    Done,
+    /// The agent said the task cannot be done.
+    Infeasible {
+        /// Why, in its words.
+        reason: String,
+    },
 }
 
 impl AgentLog {
@@ -147,11 +182,17 @@ impl AgentLog {
         })
     }
 
+    /// Whether the agent's last word was that the task cannot be done (OSWorld scores an
+    /// infeasible task by exactly this, and a feasible one 0 when it holds).
+    pub fn said_infeasible(&self) -> bool {
+        matches!(self.events.last(), Some(AgentEvent::Infeasible { .. }))
+    }
+
     /// The last answer the agent submitted.
     pub fn answer(&self) -> Option<&str> {
         self.events.iter().rev().find_map(|e| match e {
             AgentEvent::Answer { text } => Some(text.as_str()),
-            AgentEvent::Action { .. } => None,
+            AgentEvent::Action { .. } | AgentEvent::Done | AgentEvent::Infeasible { .. } => None,
         })
     }
 }

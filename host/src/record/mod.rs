@@ -490,6 +490,8 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
     };
     let never = AtomicBool::new(false);
     let ctx = Context {
+        end: None,
+        assets: None,
         set: cfg.set,
         observation,
         correction: Correction::default(),

@@ -60,6 +60,7 @@ fn record(
         started_ms: 1_709_301_909_000,
         final_images: Vec::new(),
         retried: vec![],
+        score: None,
         tool_calls: 0,
     }
 }
@@ -72,6 +73,8 @@ fn node(id: &str, passed_at: Option<u32>) -> NodeProgress {
         checks: 2,
         feedback: Some(format!("feedback of {id}")),
         held_at_end: passed_at.map(|_| true),
+        score: None,
+        final_only: false,
     }
 }
 

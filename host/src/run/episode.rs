@@ -148,6 +148,8 @@ impl Episode {
         let run = tokio::spawn(async move {
             let mut agent = Outside { name: agent, to };
             let ctx = task::Context {
+                end: None,
+                assets: None,
                 set: &set,
                 observation,
                 correction: Default::default(),

@@ -337,15 +337,7 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
         .iter()
         .map(|s| (s.name.clone(), s.envs.keys().cloned().collect()))
         .collect();
-    let identity = rundir::Identity::new(
-        &cfg.agent_name,
-        &cfg.tasks,
-        cfg.options.repeat,
-        cfg.options.seed,
-        cfg.options.shard.map(|s| s.count),
-        cfg.options.observation,
-        cfg.options.correction,
-    );
+    let identity = cfg.options.identity(&cfg.agent_name, &cfg.tasks);
     let header = RunHeader { identity, sets };
     shard::check_out(
         &cfg.options.out,
@@ -449,6 +441,8 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
                 let seed = cfg.options.seed.wrapping_add(u64::from(r));
                 let mut agent = (cfg.agent)(seed)?;
                 let ctx = task::Context {
+                    end: cfg.options.end,
+                    assets: Some(&cfg.options.assets),
                     set: &set,
                     observation: cfg.options.observation,
                     correction: cfg.options.correction,

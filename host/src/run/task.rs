@@ -16,7 +16,7 @@ use crate::eval::{AgentEvent, AgentLog};
 use crate::metrics::Termination;
 use crate::observe;
 use crate::rundir::{Attempt, ImageRef, JsonlWriter, StepRecord, TaskRecord, Timing};
-use crate::task::{Task, steps};
+use crate::task::{EndRule, Task, steps};
 use crate::video::{Recent, Recorder};
 use pincer_shared::setup::ExitStatus;
 use pincer_shared::tool::{ToolCall, ToolSpec, ToolValue};
@@ -52,6 +52,10 @@ pub struct Context<'a> {
     /// Record each role's screen while the agent acts, at up to this many frames a second,
     /// into `video-ROLE.mp4` in the trajectory.
     pub video: Option<u32>,
+    /// What ends the run, for every task (`--end`); `None`: each task's own rule.
+    pub end: Option<EndRule>,
+    /// The asset cache that `put_asset` steps read (`--assets`).
+    pub assets: Option<&'a Path>,
 }
 
 impl std::fmt::Debug for Context<'_> {
@@ -166,6 +170,7 @@ async fn run_attempt(
     let end = interrupted(end, cancelled.load(Ordering::SeqCst));
     r.stop_videos(videos).await;
     drop(recents);
+    let end = r.finalize(end).await;
     let end = r.final_check(end).await;
     r.teardown().await;
     r.record(&agent.name(), seed, end)
@@ -352,7 +357,7 @@ impl<'a> TaskRun<'a> {
     async fn setup(&self) -> Result<(), End> {
         for (role, list) in &self.task.setup {
             let env = &self.ctx.set.envs[role];
-            steps::run_all(env, list, &mut |s| {
+            steps::run_all(env, list, self.ctx.assets, &mut |s| {
                 self.say(&format!("setup {role}: {}", s.describe()))
             })
             .await
@@ -773,16 +778,66 @@ impl<'a> TaskRun<'a> {
                 }
                 Err(e) => return Some(step_error(e)),
             }
-            if let Some(end) = after_action(action, &self.evaluator) {
+            if let Some(end) = after_action(action, &self.evaluator, self.rule()) {
                 return Some(end);
             }
         }
         None
     }
 
+    /// What ends this run: the task's rule unless the run sets one, and always the agent
+    /// for a task with final checkpoints (they are judged only once the run is over).
+    fn rule(&self) -> EndRule {
+        if self.task.checkpoints.iter().any(|c| c.final_only) {
+            return EndRule::Agent;
+        }
+        self.ctx.end.unwrap_or(self.task.end)
+    }
+
+    /// The finalize steps (a peer's postconfig: save the document the agent left open),
+    /// after the agent has ended the run and before the final check, each written to the
+    /// trajectory's `finalize.jsonl`. Not after a failure of the environment, the harness
+    /// or the model, nor an interruption: only a state the agent left is finalized. A step
+    /// that fails is the environment's failure, never the agent's.
+    async fn finalize(&self, end: End) -> End {
+        if self.task.finalize.is_empty()
+            || end.termination.is_infrastructure()
+            || end.termination == Termination::AgentError
+        {
+            return end;
+        }
+        let mut log = JsonlWriter::append(&self.traj().join("finalize.jsonl")).ok();
+        for (role, list) in &self.task.finalize {
+            let env = &self.ctx.set.envs[role];
+            let done = steps::run_all(env, list, self.ctx.assets, &mut |s| {
+                self.say(&format!("finalize {role}: {}", s.describe()));
+            })
+            .await;
+            let line = |i: usize, result: String| serde_json::json!({"role": role, "step": list[i].describe(), "result": result});
+            let failed = done.as_ref().err().map(|(i, _)| *i);
+            if let Some(w) = log.as_mut() {
+                for i in 0..failed.map_or(list.len(), |f| f + 1) {
+                    let result = match (&done, failed) {
+                        (Err((_, e)), Some(f)) if f == i => e.to_string(),
+                        _ => "ok".to_owned(),
+                    };
+                    let _ = blocking(|| w.write(&line(i, result)));
+                }
+            }
+            if let Err((i, e)) = done {
+                return End::new(
+                    Termination::EnvironmentError,
+                    format!("finalize step {i} on {role} failed: {e}"),
+                );
+            }
+        }
+        end
+    }
+
     /// The final state, before teardown changes it: every checkpoint that passed is
-    /// checked once more (success needs every sink to hold now), and those still waiting
-    /// say what they saw. Not after an environment error, whose environment may be gone.
+    /// checked once more (success needs every sink to hold now), final checkpoints are
+    /// judged, and those still waiting say what they saw. Not after an environment error,
+    /// whose environment may be gone.
     async fn final_check(&mut self, end: End) -> End {
         if end.termination == Termination::EnvironmentError {
             return end;
@@ -793,14 +848,17 @@ impl<'a> TaskRun<'a> {
         {
             self.say(&format!("the final check failed: {e}"));
         }
-        judge_end(end, checked, &self.evaluator)
+        match self.rule() {
+            EndRule::Sinks => judge_end(end, checked, &self.evaluator),
+            EndRule::Agent => judge_agent_end(end, checked, &self.evaluator),
+        }
     }
 
     /// The task's teardown steps, even after failures; their errors are logged, not scored.
     async fn teardown(&self) {
         for (role, list) in &self.task.teardown {
             if let Some(env) = self.ctx.set.envs.get(role)
-                && let Err((i, e)) = steps::run_all(env, list, &mut |_| {}).await
+                && let Err((i, e)) = steps::run_all(env, list, self.ctx.assets, &mut |_| {}).await
             {
                 self.say(&format!("teardown step {i} on {role} failed: {e}"));
             }
@@ -839,6 +897,7 @@ impl<'a> TaskRun<'a> {
             started_ms: self.started_ms,
             final_images: std::mem::take(&mut self.final_images),
             retried: Vec::new(),
+            score: self.evaluator.score(),
         }
     }
 }
@@ -918,26 +977,73 @@ fn limit_reached(
     None
 }
 
-/// How an action that was carried out and evaluated ends the run, if it does: the graph
-/// complete, the agent saying it is done (too early, since the graph is not), or giving up.
-fn after_action(action: &AgentAction, evaluator: &Evaluator) -> Option<End> {
-    if evaluator.is_success() {
+/// How an action that was carried out and evaluated ends the run, if it does. Under
+/// CRAB's rule: the graph complete, the agent saying it is done (too early, since the graph
+/// is not), or giving up. Under the agent's rule only the agent ends it (done, infeasible,
+/// an answer), and the final state decides ([`judge_agent_end`]).
+fn after_action(action: &AgentAction, evaluator: &Evaluator, rule: EndRule) -> Option<End> {
+    if rule == EndRule::Sinks && evaluator.is_success() {
         return Some(End::new(Termination::Success, None));
     }
-    match action {
-        AgentAction::Complete => {
+    match (action, rule) {
+        (AgentAction::Complete, EndRule::Sinks) => {
             let (p, n) = evaluator.counts();
             Some(End::new(
                 Termination::FalseCompletion,
                 format!("the agent said it was done with {p} of {n} checkpoints passed"),
             ))
         }
-        AgentAction::Infeasible { reason } => Some(End::new(
+        (AgentAction::Complete, EndRule::Agent) => Some(End::new(
+            Termination::FalseCompletion,
+            "the agent said it was done".to_owned(),
+        )),
+        (AgentAction::Submit { answer }, EndRule::Agent) => Some(End::new(
+            Termination::FalseCompletion,
+            format!("the agent answered {answer:?}"),
+        )),
+        (AgentAction::Infeasible { reason }, _) => Some(End::new(
             Termination::Infeasible,
             format!("the agent called the task infeasible: {reason}"),
         )),
         _ => None,
     }
+}
+
+/// The ending of a run only the agent could end, once the final state was judged: however
+/// the agent (or a limit) ended it, the run is a success when every sink, final ones
+/// included, holds on that state, as OSWorld scores the state a run ends in. Otherwise the
+/// ending stays, with what the failing sinks saw. Failures of the environment, the harness
+/// or the model, and interruptions, are never judged; a final check that cannot be made
+/// is the evaluator's failure.
+fn judge_agent_end(end: End, checked: Result<(), StepError>, evaluator: &Evaluator) -> End {
+    if end.termination.is_infrastructure() || end.termination == Termination::AgentError {
+        return end;
+    }
+    if let Err(e) = checked {
+        let failed = step_error(e);
+        return End::new(
+            failed.termination,
+            format!(
+                "the final check failed: {}",
+                failed.detail.unwrap_or_default()
+            ),
+        );
+    }
+    if evaluator.is_success() && evaluator.undone_sinks().is_empty() {
+        return End::new(Termination::Success, end.detail);
+    }
+    let failing: Vec<String> = evaluator
+        .progress()
+        .into_iter()
+        .filter(|p| p.passed_at.is_none() || p.held_at_end == Some(false))
+        .filter(|p| evaluator.is_sink(&p.id))
+        .map(|p| format!("{}: {}", p.id, p.feedback.unwrap_or_default()))
+        .collect();
+    let detail = match end.detail {
+        Some(d) => format!("{d}; on the final state {}", failing.join("; ")),
+        None => format!("on the final state {}", failing.join("; ")),
+    };
+    End::new(end.termination, detail)
 }
 
 /// Whatever ends a task while the run is being interrupted (a second Ctrl-C stops the
@@ -1044,7 +1150,16 @@ async fn execute(
             });
             return Ok(None);
         }
-        AgentAction::Complete | AgentAction::Infeasible { .. } => return Ok(None),
+        AgentAction::Complete => {
+            log.events.push(AgentEvent::Done);
+            return Ok(None);
+        }
+        AgentAction::Infeasible { reason } => {
+            log.events.push(AgentEvent::Infeasible {
+                reason: reason.clone(),
+            });
+            return Ok(None);
+        }
         _ => {}
     }
     let role = action.env().unwrap_or_default();
@@ -1261,8 +1376,8 @@ mod tests {
     async fn an_action_ends_the_run_by_completing_the_graph_or_by_what_the_agent_says() {
         let mut ev = evaluator();
         let click = AgentAction::Wait { seconds: 0.0 };
-        assert_eq!(ends(&after_action(&click, &ev)), None);
-        let done = after_action(&AgentAction::Complete, &ev).unwrap();
+        assert_eq!(ends(&after_action(&click, &ev, EndRule::Sinks)), None);
+        let done = after_action(&AgentAction::Complete, &ev, EndRule::Sinks).unwrap();
         assert_eq!(done.termination, Termination::FalseCompletion);
         assert!(done.detail.unwrap().contains("0 of 3"));
         let gave_up = after_action(
@@ -1270,6 +1385,7 @@ mod tests {
                 reason: "no app".into(),
             },
             &ev,
+            EndRule::Sinks,
         )
         .unwrap();
         assert_eq!(gave_up.termination, Termination::Infeasible);
@@ -1284,7 +1400,7 @@ mod tests {
         ev.step(1, &files, &answered()).await.unwrap();
         // Complete now: a `done` is no false completion.
         assert_eq!(
-            ends(&after_action(&AgentAction::Complete, &ev)),
+            ends(&after_action(&AgentAction::Complete, &ev, EndRule::Sinks)),
             Some(Termination::Success)
         );
     }
@@ -1349,6 +1465,63 @@ mod tests {
         assert_eq!(end.termination, Termination::StepLimit);
     }
 
+    /// Under the agent's rule the graph completing ends nothing; the agent saying it is
+    /// done, answering or giving up does, and the final state decides: a success whatever
+    /// ended the run when every sink holds, else the ending stays with what failed.
+    #[tokio::test]
+    async fn under_the_agents_rule_the_agent_ends_and_the_final_state_decides() {
+        let files = Files::default();
+        files
+            .present
+            .lock()
+            .unwrap()
+            .extend(["/a".into(), "/b".into()]);
+        let mut ev = evaluator();
+        ev.step(1, &files, &answered()).await.unwrap();
+        assert!(ev.is_success());
+        let click = AgentAction::Wait { seconds: 0.0 };
+        assert_eq!(ends(&after_action(&click, &ev, EndRule::Agent)), None);
+        assert_eq!(
+            ends(&after_action(&click, &ev, EndRule::Sinks)),
+            Some(Termination::Success)
+        );
+        let submit = AgentAction::Submit {
+            answer: "42".into(),
+        };
+        for said in [AgentAction::Complete, submit] {
+            let end = after_action(&said, &ev, EndRule::Agent).unwrap();
+            let checked = ev.finish(&files, &answered()).await;
+            let judged = judge_agent_end(end, checked, &ev);
+            assert_eq!(judged.termination, Termination::Success, "{said:?}");
+        }
+        // A limit reached on a state that holds is scored as that state.
+        let limit = End::new(Termination::StepLimit, "15 actions".to_owned());
+        let judged = judge_agent_end(limit, ev.finish(&files, &answered()).await, &ev);
+        assert_eq!(judged.termination, Termination::Success);
+
+        // Done too early: what the failing sinks saw is said.
+        let mut ev = evaluator();
+        files.present.lock().unwrap().remove("/b");
+        ev.step(1, &files, &answered()).await.unwrap();
+        let end = after_action(&AgentAction::Complete, &ev, EndRule::Agent).unwrap();
+        let judged = judge_agent_end(end, ev.finish(&files, &answered()).await, &ev);
+        assert_eq!(judged.termination, Termination::FalseCompletion);
+        let detail = judged.detail.unwrap();
+        assert!(
+            detail.starts_with("the agent said it was done; on the final state b: "),
+            "{detail}"
+        );
+        // Failures that are not the agent's are never judged.
+        for t in [
+            Termination::AgentError,
+            Termination::EnvironmentError,
+            Termination::Aborted,
+        ] {
+            let end = judge_agent_end(End::new(t, None), Ok(()), &ev);
+            assert_eq!(end.termination, t);
+        }
+    }
+
     #[test]
     fn three_unusable_actions_in_a_row_end_the_run() {
         let mut turn = Turn::default();
@@ -1407,6 +1580,7 @@ mod tests {
             final_images: Vec::new(),
             retried: vec![],
             tool_calls: 0,
+            score: None,
         };
         let bare = told_after(&rec, 1, Correction::new(Feedback::None, 3).unwrap());
         assert_eq!(

@@ -6,7 +6,7 @@
 use super::{DirError, host, io};
 use crate::agent::correction::Correction;
 use crate::agent::observe::ObservationConfig;
-use crate::task::Task;
+use crate::task::{EndRule, Task};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -37,6 +37,10 @@ pub struct Identity {
     /// recorded had none and one).
     #[serde(default)]
     pub correction: Correction,
+    /// What ended every task run (`--end`), if the run set it; written only then, so runs
+    /// from before it existed keep their identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<EndRule>,
 }
 
 impl Identity {
@@ -62,6 +66,7 @@ impl Identity {
                 ring::digest::digest(&ring::digest::SHA256, tasks_text.as_bytes()).as_ref(),
             ),
             correction,
+            end: None,
         }
     }
 
@@ -109,6 +114,12 @@ impl Identity {
                 c(&self.correction),
                 c(&other.correction)
             ));
+        }
+        if self.end != other.end {
+            let e = |e: Option<EndRule>| {
+                e.map_or("each task's end rule".into(), |e| format!("--end {e}"))
+            };
+            diffs.push(format!("{} (here: {})", e(self.end), e(other.end)));
         }
         let (ours, theirs) = (&self.tasks_sha256, &other.tasks_sha256);
         if self.shards.is_some() && !ours.is_empty() && !theirs.is_empty() && ours != theirs {
@@ -237,6 +248,7 @@ mod tests {
             observation: Some(marks(true)),
             tasks_sha256: "aa".into(),
             correction: Correction::default(),
+            end: None,
         };
         assert_eq!(a.difference(&a.clone()), None);
         let retried = Identity {

@@ -65,6 +65,10 @@ pub struct TaskRecord {
     /// record is the last attempt's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retried: Vec<Attempt>,
+    /// The task's score on its final state, between 0 and 1, for tasks graded on it
+    /// (final checkpoints: a peer benchmark's metric); `None` for the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
 }
 
 impl TaskRecord {
@@ -304,6 +308,7 @@ mod tests {
             final_images: Vec::new(),
             retried: vec![],
             tool_calls: 0,
+            score: None,
         };
         w.write(&rec).unwrap();
         drop(w);

@@ -204,8 +204,12 @@ fn is_toml(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "toml")
 }
 
+/// A task file: JSON or TOML, and not hidden (an importer's report, an editor's backup).
 fn is_task_file(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "json" || e == "toml")
+        && !path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
 }
 
 /// Loads a task file, every task file under a directory, or a bundled suite by name.

@@ -32,6 +32,11 @@ pub struct Task {
     /// Steps that put each environment into the task's starting state, by role.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub setup: BTreeMap<String, Vec<steps::Step>>,
+    /// Steps run after the agent has ended the run and before the final check, by role
+    /// (a peer benchmark's "postconfig": save the open document, close a dialog). Recorded
+    /// in the trajectory (`finalize.jsonl`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub finalize: BTreeMap<String, Vec<steps::Step>>,
     /// Steps that clean up afterwards, by role (run even when the task failed).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub teardown: BTreeMap<String, Vec<steps::Step>>,
@@ -44,6 +49,12 @@ pub struct Task {
     pub tools: BTreeMap<String, Vec<ToolSpec>>,
     /// The checkpoint graph: a DAG; the task succeeds when every sink has passed.
     pub checkpoints: Vec<Checkpoint>,
+    /// What ends a run of the task besides its limits: every sink passing (`sinks`, CRAB's
+    /// rule, the default) or only the agent (`agent`: done, infeasible or an answer;
+    /// OSWorld's and AndroidWorld's rule), after which the finalize steps run and the final
+    /// state is judged once.
+    #[serde(default, skip_serializing_if = "EndRule::is_default")]
+    pub end: EndRule,
     /// Step and time limits.
     #[serde(default)]
     pub limits: Limits,
@@ -53,6 +64,10 @@ pub struct Task {
     /// Steps that solve the task, replayed by the oracle agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oracle: Option<Vec<oracle::OracleStep>>,
+    /// Where an imported task came from, kept for provenance and never read by pincer: the
+    /// peer benchmark, and its original task as its authors wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<serde_json::Value>,
 }
 
 /// What kind of environment a role needs.
@@ -81,6 +96,51 @@ pub struct Checkpoint {
     /// Checkpoints that must pass before this one is checked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
+    /// Judged once, on the final state after the finalize steps, never after a step (a
+    /// peer's score of the end state); a final checkpoint has no successors.
+    #[serde(rename = "final", default, skip_serializing_if = "std::ops::Not::not")]
+    pub final_only: bool,
+}
+
+/// What ends a task run besides its limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EndRule {
+    /// The run ends the moment every sink checkpoint has passed (CRAB's rule).
+    #[default]
+    Sinks,
+    /// Only the agent ends the run (done, infeasible, an answer) or a limit does; then the
+    /// finalize steps run and the final state is judged once (OSWorld's rule).
+    Agent,
+}
+
+impl EndRule {
+    fn is_default(&self) -> bool {
+        *self == Self::Sinks
+    }
+}
+
+impl std::fmt::Display for EndRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Sinks => "sinks",
+            Self::Agent => "agent",
+        })
+    }
+}
+
+impl std::str::FromStr for EndRule {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sinks" => Ok(Self::Sinks),
+            "agent" => Ok(Self::Agent),
+            other => Err(format!(
+                "'{other}' is no end rule: use sinks (the run ends when every sink passes) or agent (only the agent ends it)"
+            )),
+        }
+    }
 }
 
 impl Task {

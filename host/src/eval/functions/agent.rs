@@ -107,7 +107,42 @@ impl Check for Typed {
     }
 }
 
+/// Passes when the agent's last word was that the task cannot be done.
+#[derive(Debug)]
+struct SaidInfeasible;
+
+impl Check for SaidInfeasible {
+    fn probes(&self) -> Vec<Probe> {
+        Vec::new()
+    }
+
+    fn judge(&self, _: &[&ProbeResult], log: &AgentLog) -> Result<Verdict, EvalError> {
+        let reason = log.events.iter().rev().find_map(|e| match e {
+            crate::eval::AgentEvent::Infeasible { reason } => Some(reason.as_str()),
+            _ => None,
+        });
+        Ok(match reason {
+            Some(r) if log.said_infeasible() => Verdict::pass(format!(
+                "the agent called the task infeasible: {}",
+                clip(r, 200)
+            )),
+            _ => Verdict::fail("the agent did not end by calling the task infeasible"),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
 pub(super) fn register(lib: &mut Library) {
+    lib.add(
+        "agent_said_infeasible",
+        "The agent's last word was that the task cannot be done (a task whose right answer is to say so; OSWorld's `infeasible`).",
+        Reads::Agent,
+        "{}",
+        |_: NoArgs, _| Ok(SaidInfeasible),
+    );
     lib.add(
         "answer",
         "The agent's submitted answer passes a text match.",

@@ -155,7 +155,11 @@ impl Check for Many {
             (false, _) if failing == 1 => format!("1 of {n} checks fails: {}", deciding(false)),
             (false, _) => format!("{failing} of {n} checks fail: {}", deciding(false)),
         };
-        Ok(Verdict { passed, feedback })
+        Ok(Verdict {
+            passed,
+            feedback,
+            score: None,
+        })
     }
 }
 
