@@ -110,6 +110,17 @@ pub(crate) struct RunArgs {
     /// success by attempt.
     #[arg(long, default_value_t = 1, value_name = "K")]
     pub(super) attempts: u32,
+    /// What ends every task run: `agent` (only the agent does, saying it is done, that the
+    /// task is infeasible, or answering; or a limit; then the finalize steps run and the
+    /// final state decides, as in OSWorld) or `sinks` (the moment every sink checkpoint has
+    /// passed, CRAB's rule). Default: each task's own rule.
+    #[arg(long, value_name = "agent|sinks")]
+    pub(super) end: Option<task::EndRule>,
+    /// The asset cache that tasks' `put_asset` steps read (OSWorld's file cache for
+    /// imported OSWorld tasks: default `~/.cache/pincer/osworld`, or
+    /// `$PINCER_OSWORLD_CACHE`).
+    #[arg(long, value_name = "DIR")]
+    pub(super) assets: Option<PathBuf>,
     /// Do not write the HTML/Markdown report at the end.
     #[arg(long)]
     pub(super) no_report: bool,
@@ -297,6 +308,11 @@ pub(super) fn options(a: &RunArgs, out: PathBuf) -> anyhow::Result<RunOptions> {
         observation,
         correction: correction(a)?,
         video: a.video,
+        end: a.end,
+        assets: a
+            .assets
+            .clone()
+            .unwrap_or_else(pincer::peers::osworld::cache::default_dir),
     })
 }
 
@@ -335,6 +351,12 @@ pub(crate) fn shard_args(a: &RunArgs, tasks: &str, out: &std::path::Path) -> Vec
     push("--observe", a.observe.clone());
     push("--feedback", a.feedback.clone());
     push("--attempts", a.attempts.to_string());
+    if let Some(end) = a.end {
+        push("--end", end.to_string());
+    }
+    if let Some(dir) = &a.assets {
+        push("--assets", dir.display().to_string());
+    }
     if let Some(fps) = a.video {
         push("--video", fps.to_string());
     }

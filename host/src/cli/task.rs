@@ -82,6 +82,28 @@ pub(crate) enum TaskCmd {
         #[arg(long)]
         per_file: bool,
     },
+    /// Import OSWorld's tasks from its `evaluation_examples` folder: one pincer task per
+    /// OSWorld task (`<domain>/<id>`, scored by OSWorld's own metric code), and a table of
+    /// what can run here (offline, with its files present or missing in the cache, needing
+    /// the live web or a Google account, not supported and why).
+    ImportOsworld {
+        /// OSWorld's `evaluation_examples` folder.
+        dir: PathBuf,
+        /// Write the tasks here (`OUT/<domain>/<id>.json`, the report as
+        /// `OUT/.osworld-import.json`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// The index of tasks to import, in `DIR` or a path (`test_small.json`, ...).
+        #[arg(long, default_value = "test_all.json")]
+        index: PathBuf,
+        /// OSWorld's file cache, in OSWorld's own layout (an OSWorld `cache/` folder works
+        /// as it is) [default: ~/.cache/pincer/osworld].
+        #[arg(long, value_name = "CACHE")]
+        assets: Option<PathBuf>,
+        /// List every task that is not runnable here with why.
+        #[arg(long)]
+        per_task: bool,
+    },
     /// Set a task up on live environments and print every checkpoint's state now.
     Check {
         #[command(flatten)]
@@ -281,7 +303,7 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
         }
         TaskCmd::ImportCrab { dir, out, per_file } => {
             let cat = Catalogue::bundled()?;
-            let report = pincer::crab::import_dir(&dir, &cat, &lib)?;
+            let report = pincer::peers::crab::import_dir(&dir, &cat, &lib)?;
             if per_file {
                 for f in &report.files {
                     let untyped = if f.untyped_edges.is_empty() {
@@ -304,6 +326,50 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
             if let Some(out) = out {
                 let n = report.write_tasks(&out)?;
                 println!("{n} converted tasks written to {}", out.display());
+            }
+        }
+        TaskCmd::ImportOsworld {
+            dir,
+            out,
+            index,
+            assets,
+            per_task,
+        } => {
+            use pincer::peers::osworld::{cache, import};
+            let assets = assets.unwrap_or_else(cache::default_dir);
+            let t = std::time::Instant::now();
+            let all = import::import_dir(&dir, &index, &assets)?;
+            let took = t.elapsed();
+            let summary = import::Summary::of(&all);
+            if per_task {
+                for line in summary.tasks.iter().filter(|l| l.category != "offline") {
+                    let why = match (&line.needs, line.unsupported.first()) {
+                        (_, Some(u)) if line.category == "unsupported" => u.clone(),
+                        (import::Needs::Web { why } | import::Needs::Account { why }, _) => {
+                            why.clone()
+                        }
+                        (import::Needs::Files { files, missing }, _) => {
+                            format!("{} files, {missing} missing", files.len())
+                        }
+                        _ => String::new(),
+                    };
+                    println!("{:<14} {:<60} {why}", line.category, line.id);
+                }
+            }
+            print!("{}", summary.table());
+            println!(
+                "{} tasks read in {:.0} ms; files looked for in {}",
+                all.len(),
+                took.as_secs_f64() * 1000.0,
+                assets.display()
+            );
+            if let Some(out) = out {
+                let n = import::write(&all, &out)?;
+                println!(
+                    "{n} tasks written to {} (report: {})",
+                    out.display(),
+                    out.join(import::REPORT).display()
+                );
             }
         }
         TaskCmd::Check {
@@ -381,7 +447,7 @@ impl<'a> Checking<'a> {
         each: &mut (dyn FnMut(&str, &task::steps::Step) + Send),
     ) -> anyhow::Result<()> {
         for (role, steps) in &self.task.setup {
-            task::steps::run_all(&self.envs.0[role], steps, &mut |s| each(role, s))
+            task::steps::run_all(&self.envs.0[role], steps, None, &mut |s| each(role, s))
                 .await
                 .map_err(|(i, e)| anyhow::anyhow!("setup step {i} on '{role}' failed: {e}"))?;
         }

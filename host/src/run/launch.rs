@@ -17,7 +17,7 @@ use crate::agent::observe::ObservationConfig;
 use crate::env::registry::Registry;
 use crate::rundir::shard::{self, Shard};
 use crate::rundir::{Identity, TaskRecord};
-use crate::task::Task;
+use crate::task::{EndRule, Task};
 use pincer_shared::Platform;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -283,6 +283,11 @@ pub struct RunOptions {
     pub correction: Correction,
     /// Record each role's screen into the trajectory at up to this many frames a second.
     pub video: Option<u32>,
+    /// What ends every task run (`--end`); `None`: each task's own rule.
+    pub end: Option<EndRule>,
+    /// The asset cache that tasks' `put_asset` steps read (`--assets`; OSWorld's file
+    /// cache for imported OSWorld tasks, by default `~/.cache/pincer/osworld`).
+    pub assets: PathBuf,
 }
 
 impl RunOptions {
@@ -297,6 +302,8 @@ impl RunOptions {
             observation,
             correction: Correction::default(),
             video: None,
+            end: None,
+            assets: crate::peers::osworld::cache::default_dir(),
         }
     }
 
@@ -315,15 +322,18 @@ impl RunOptions {
 
     /// The identity of a run of `tasks` by `agent` with these options (`run.json`).
     pub fn identity(&self, agent: &str, tasks: &[Task]) -> Identity {
-        Identity::new(
-            agent,
-            tasks,
-            self.repeat,
-            self.seed,
-            self.shard.map(|s| s.count),
-            self.observation,
-            self.correction,
-        )
+        Identity {
+            end: self.end,
+            ..Identity::new(
+                agent,
+                tasks,
+                self.repeat,
+                self.seed,
+                self.shard.map(|s| s.count),
+                self.observation,
+                self.correction,
+            )
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use pincer_shared::{Request, WireError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// One setup or teardown step.
@@ -91,6 +92,43 @@ pub enum Step {
     SetClipboard {
         /// The text.
         text: String,
+    },
+    /// Press a key or a combination (`ctrl+s`, `enter`) as a person would: through the
+    /// action class (OSWorld's setups and postconfigs press keys with pyautogui).
+    Press {
+        /// The key or combination, in pincer's key names.
+        keys: String,
+    },
+    /// Click at a point of the screen, as a person would.
+    Click {
+        /// Pixels from the left edge.
+        x: i32,
+        /// Pixels from the top edge.
+        y: i32,
+        /// left (default), middle or right.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        button: Option<String>,
+        /// How many clicks (default 1; 2 is a double click).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        count: Option<u8>,
+    },
+    /// Type text, as a person would.
+    TypeText {
+        /// The text.
+        text: String,
+    },
+    /// Scroll by wheel notches where the pointer is (positive `dy` scrolls down).
+    Scroll {
+        /// Vertical notches.
+        dy: i32,
+    },
+    /// Put a file of the run's asset cache (`--assets`) into the environment, as a task's
+    /// download would have (OSWorld's `download`, from its file cache).
+    PutAsset {
+        /// The file, relative to the asset cache.
+        asset: String,
+        /// Destination (`~` is the environment user's home).
+        path: String,
     },
     /// Android: start an activity (`am start -n`) and wait for it to be shown.
     StartApp {
@@ -219,6 +257,14 @@ impl Step {
             }
             Self::Sleep { ms } => format!("sleep {ms} ms"),
             Self::SetClipboard { .. } => "set clipboard".into(),
+            Self::Press { keys } => format!("press {keys}"),
+            Self::Click { x, y, count, .. } => match count {
+                Some(2) => format!("double-click at {x},{y}"),
+                _ => format!("click at {x},{y}"),
+            },
+            Self::TypeText { text } => format!("type {} characters", text.chars().count()),
+            Self::Scroll { dy } => format!("scroll {dy}"),
+            Self::PutAsset { asset, path } => format!("put {asset} at {path}"),
             Self::StartApp { component } => format!("start {component}"),
             Self::StopApp { package } => format!("stop {package}"),
             Self::ClearAppData { package } => format!("clear the data of {package}"),
@@ -327,12 +373,69 @@ impl Step {
                     })
                     .collect::<String>()
             )),
-            _ => self.android().transpose().map(drop),
+            Self::PutAsset { asset, .. }
+                if asset.is_empty()
+                    || Path::new(asset).is_absolute()
+                    || asset.split('/').any(|c| c == "..") =>
+            {
+                Err(format!(
+                    "put_asset: '{asset}' is not a path inside the asset cache (relative, without ..)"
+                ))
+            }
+            _ => match self.input() {
+                Some(action) => action.map(drop),
+                None => self.android().transpose().map(drop),
+            },
         }
     }
 
-    /// Runs the step on an environment.
-    pub async fn run(&self, env: &Environment) -> Result<(), StepError> {
+    /// The input action of an input step (press, click, type, scroll).
+    fn input(&self) -> Option<Result<pincer_shared::Action, String>> {
+        use pincer_shared::Action;
+        use pincer_shared::action::{MouseButton, Point};
+        Some(match self {
+            Self::Press { keys } => match pincer_shared::key::parse_combo(keys) {
+                Ok(mut k) if k.len() == 1 => Ok(Action::KeyPress { key: k.remove(0) }),
+                Ok(k) => Ok(Action::Hotkey { keys: k }),
+                Err(e) => Err(format!("press: {e}")),
+            },
+            Self::Click {
+                x,
+                y,
+                button,
+                count,
+            } => {
+                let button = match button.as_deref() {
+                    None | Some("left") => MouseButton::Left,
+                    Some("middle") => MouseButton::Middle,
+                    Some("right") => MouseButton::Right,
+                    Some(other) => {
+                        return Some(Err(format!(
+                            "click: '{other}' is no button (left, middle or right)"
+                        )));
+                    }
+                };
+                match count.unwrap_or(1) {
+                    n @ 1..=3 => Ok(Action::Click {
+                        at: Some(Point::new(*x, *y)),
+                        button,
+                        count: n,
+                    }),
+                    n => Err(format!("click: {n} clicks (give 1 to 3)")),
+                }
+            }
+            Self::TypeText { text } => Ok(Action::TypeText { text: text.clone() }),
+            Self::Scroll { dy } => Ok(Action::Scroll {
+                at: None,
+                dx: 0,
+                dy: *dy,
+            }),
+            _ => return None,
+        })
+    }
+
+    /// Runs the step on an environment; `assets` is the run's asset cache, if it has one.
+    pub async fn run(&self, env: &Environment, assets: Option<&Path>) -> Result<(), StepError> {
         self.validate().map_err(StepError::Invalid)?;
         match self {
             Self::WriteFile {
@@ -430,6 +533,29 @@ impl Step {
             }
             Self::Sleep { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
             Self::SetClipboard { text } => env.set_clipboard(text).await?,
+            Self::Press { .. }
+            | Self::Click { .. }
+            | Self::TypeText { .. }
+            | Self::Scroll { .. } => {
+                if let Some(action) = self.input() {
+                    env.act(action.map_err(StepError::Invalid)?).await?;
+                }
+            }
+            Self::PutAsset { asset, path } => {
+                let Some(root) = assets else {
+                    return Err(StepError::Invalid(format!(
+                        "put_asset {asset}: this run has no asset cache (give --assets DIR)"
+                    )));
+                };
+                let from = root.join(asset);
+                let bytes = std::fs::read(&from).map_err(|e| {
+                    StepError::Invalid(format!(
+                        "put_asset: {} cannot be read ({e}): fetch the task's files first",
+                        from.display()
+                    ))
+                })?;
+                env.write_file(path, &bytes, 0o644).await?;
+            }
             Self::StartApp { .. }
             | Self::StopApp { .. }
             | Self::ClearAppData { .. }
@@ -547,15 +673,16 @@ pub async fn wait_window(
     }
 }
 
-/// Runs steps in order, stopping at the first failure.
+/// Runs steps in order, stopping at the first failure; `assets` is the run's asset cache.
 pub async fn run_all(
     env: &Environment,
     steps: &[Step],
+    assets: Option<&Path>,
     progress: &mut (dyn FnMut(&Step) + Send),
 ) -> Result<(), (usize, StepError)> {
     for (i, s) in steps.iter().enumerate() {
         progress(s);
-        s.run(env).await.map_err(|e| (i, e))?;
+        s.run(env, assets).await.map_err(|e| (i, e))?;
     }
     Ok(())
 }

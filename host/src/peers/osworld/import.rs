@@ -1,0 +1,590 @@
+//! OSWorld's task files as pincer tasks. Each task becomes `<domain>/<id>` with one role,
+//! `desktop`; its setup steps become pincer's (a download puts the file from OSWorld's file
+//! cache, pyautogui code becomes input steps, commands become exec steps), its postconfig
+//! becomes finalize steps, and its evaluator one final checkpoint: `osworld`, scored by
+//! OSWorld's own metric code ([`super::metric`]), or `agent_said_infeasible` for the tasks
+//! whose right answer is to say they cannot be done. Only the agent ends such a run, as in
+//! OSWorld. The original task stays inside (`origin`).
+//!
+//! Every task is also classified, so a user sees what can run here: offline, runnable with
+//! its files (present in the cache or missing), needing the live web or a Google account,
+//! or not supported (naming the step kind, getter or metric, and why).
+//!
+//! OSWorld's machine has the user `user` at `/home/user`; a pincer desktop's user has a home
+//! of its own, so a path under `/home/user` becomes one under `~` (`$HOME` in shell
+//! commands).
+
+use super::cache;
+use super::model::{ConfigStep, Getter, Index, OsTask};
+use super::pyautogui;
+use crate::task::steps::{Step, WindowAction};
+use crate::task::{Checkpoint, EndRule, EnvNeed, Limits, Task};
+use pincer_shared::Platform;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// OSWorld's step limit (its `run.py` default).
+pub const STEP_LIMIT: u32 = 15;
+
+/// The getters pincer implements, returning what OSWorld's return.
+pub const GETTERS: &[&str] = &["vm_file", "cloud_file", "rule", "vm_command_line"];
+
+/// What a task needs to run here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "needs")]
+pub enum Needs {
+    /// Nothing from outside.
+    Offline,
+    /// Files from OSWorld's file host, cached (`missing` of them not in the cache yet).
+    Files {
+        /// Cache paths (relative to the cache) and the URLs they come from.
+        files: Vec<(PathBuf, String)>,
+        /// How many of them the cache lacks.
+        missing: usize,
+    },
+    /// The live web (pages opened in the browser, packages installed).
+    Web {
+        /// Why.
+        why: String,
+    },
+    /// A Google account (Drive, sign-in).
+    Account {
+        /// Why.
+        why: String,
+    },
+}
+
+/// One task imported.
+#[derive(Debug, Clone)]
+pub struct Imported {
+    /// The pincer task.
+    pub task: Task,
+    /// OSWorld's domain.
+    pub domain: String,
+    /// What it needs.
+    pub needs: Needs,
+    /// Why pincer cannot run or score it, if it cannot (step kinds, getters, metrics).
+    pub unsupported: Vec<String>,
+}
+
+impl Imported {
+    /// The column this task counts in.
+    pub fn category(&self) -> &'static str {
+        match (&self.needs, self.unsupported.is_empty()) {
+            (Needs::Account { .. }, _) => "account",
+            (Needs::Web { .. }, _) => "web",
+            (_, false) => "unsupported",
+            (Needs::Files { missing: 0, .. }, true) => "files-present",
+            (Needs::Files { .. }, true) => "files-missing",
+            (Needs::Offline, true) => "offline",
+        }
+    }
+}
+
+/// Why an import failed as a whole.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// A file could not be read.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A file is not what OSWorld writes.
+    #[error("{path}: {message}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong, with the field.
+        message: String,
+    },
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ImportError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ImportError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let de = &mut serde_json::Deserializer::from_str(&text);
+    serde_path_to_error::deserialize(de).map_err(|e| ImportError::Malformed {
+        path: path.to_owned(),
+        message: format!("at `{}`: {}", e.path(), e.inner()),
+    })
+}
+
+/// Imports the tasks `index` names (a file of `dir`, `test_all.json` by default) from
+/// OSWorld's `evaluation_examples` folder `dir`; `cache` is where their files are looked for.
+pub fn import_dir(dir: &Path, index: &Path, cache: &Path) -> Result<Vec<Imported>, ImportError> {
+    let index_path = if index.is_absolute() || index.exists() {
+        index.to_owned()
+    } else {
+        dir.join(index)
+    };
+    let index: Index = read_json(&index_path)?;
+    let mut out = Vec::new();
+    for (domain, ids) in &index {
+        for id in ids {
+            let path = dir.join("examples").join(domain).join(format!("{id}.json"));
+            let raw: serde_json::Value = read_json(&path)?;
+            let task: OsTask =
+                serde_json::from_value(raw.clone()).map_err(|e| ImportError::Malformed {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+            out.push(convert(domain, &task, raw, cache));
+        }
+    }
+    Ok(out)
+}
+
+/// Maps a guest path of OSWorld's machine to the desktop user's.
+fn home(path: &str) -> String {
+    match path.strip_prefix("/home/user") {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("~{rest}"),
+        _ => path.to_owned(),
+    }
+}
+
+/// Step kinds that need a Google account.
+const ACCOUNT_STEPS: &[&str] = &["googledrive", "login"];
+/// Step kinds that need the live web (through the guest's Chrome).
+const WEB_STEPS: &[&str] = &["chrome_open_tabs", "chrome_close_tabs"];
+/// Getters that read the live web through the guest's Chrome.
+const WEB_GETTERS: &[&str] = &[
+    "active_tab_info",
+    "active_tab_html_parse",
+    "page_info",
+    "info_from_website",
+    "pdf_from_url",
+    "gotoRecreationPage_and_get_html_content",
+    "open_tabs_info",
+    "active_url_from_accessTree",
+    "active_tab_url_parse",
+    "url_dashPart",
+];
+
+/// Converts one task.
+pub fn convert(domain: &str, t: &OsTask, original: serde_json::Value, cache: &Path) -> Imported {
+    let mut unsupported = Vec::new();
+    let mut files = Vec::new();
+    let mut web = None;
+    let mut account = None;
+    let mut setup = Vec::new();
+    let mut finalize = Vec::new();
+    for (phase, list, into) in [
+        ("setup", &t.config, &mut setup),
+        ("postconfig", &t.evaluator.postconfig, &mut finalize),
+    ] {
+        for (i, s) in list.iter().enumerate() {
+            if ACCOUNT_STEPS.contains(&s.kind.as_str()) {
+                account.get_or_insert(format!("{phase} step {i} is {}", s.kind));
+            }
+            if WEB_STEPS.contains(&s.kind.as_str()) {
+                web.get_or_insert(format!("{phase} step {i} opens pages ({})", s.kind));
+            }
+            if let Some(why) = needs_network(s) {
+                web.get_or_insert(format!("{phase} step {i} {why}"));
+            }
+            match map_step(&t.id, s, &mut files) {
+                Ok(steps) => into.extend(steps),
+                Err(why) => unsupported.push(format!("{phase} step {i} ({}): {why}", s.kind)),
+            }
+        }
+    }
+    for g in t.evaluator.getters() {
+        if g.kind == "googledrive_file" {
+            account.get_or_insert("its getter googledrive_file reads Google Drive".into());
+        } else if WEB_GETTERS.contains(&g.kind.as_str()) {
+            web.get_or_insert(format!(
+                "its getter {} reads the browser's live page",
+                g.kind
+            ));
+        } else if g.kind == "cloud_file" {
+            for (path, url) in gold_files(&t.id, g) {
+                files.push((path, url));
+            }
+        }
+        if !GETTERS.contains(&g.kind.as_str()) {
+            unsupported.push(format!(
+                "getter {} is not implemented in pincer yet",
+                g.kind
+            ));
+        }
+    }
+    if !t.evaluator.is_infeasible() {
+        for f in t.evaluator.funcs() {
+            if let Err(why) = super::metric::supported(f) {
+                unsupported.push(format!("metric {f}: {why}"));
+            }
+        }
+    }
+    unsupported.sort();
+    unsupported.dedup();
+    let needs = if let Some(why) = account {
+        Needs::Account { why }
+    } else if let Some(why) = web {
+        Needs::Web { why }
+    } else if files.is_empty() {
+        Needs::Offline
+    } else {
+        files.sort();
+        files.dedup();
+        let missing = files
+            .iter()
+            .filter(|(p, _)| !cache.join(p).is_file())
+            .count();
+        Needs::Files { files, missing }
+    };
+    let checkpoint = if t.evaluator.is_infeasible() {
+        Checkpoint {
+            id: "infeasible".into(),
+            env: None,
+            check: "agent_said_infeasible".into(),
+            args: serde_json::json!({}),
+            after: Vec::new(),
+            final_only: true,
+        }
+    } else {
+        let mut evaluator = serde_json::to_value(&t.evaluator).unwrap_or_default();
+        if let Some(map) = evaluator.as_object_mut() {
+            map.remove("postconfig");
+        }
+        Checkpoint {
+            id: "score".into(),
+            env: Some("desktop".into()),
+            check: "osworld".into(),
+            args: serde_json::json!({"task": t.id, "evaluator": evaluator}),
+            after: Vec::new(),
+            final_only: true,
+        }
+    };
+    let task = Task {
+        id: format!("{domain}/{}", t.id),
+        instruction: t.instruction.clone(),
+        tags: vec!["osworld".into(), domain.to_owned()],
+        envs: [(
+            "desktop".to_owned(),
+            EnvNeed {
+                platform: Platform::Linux,
+            },
+        )]
+        .into(),
+        setup: nonempty(setup),
+        finalize: nonempty(finalize),
+        teardown: BTreeMap::new(),
+        tools: BTreeMap::new(),
+        checkpoints: vec![checkpoint],
+        end: EndRule::Agent,
+        limits: Limits {
+            max_steps: STEP_LIMIT,
+            ..Limits::default()
+        },
+        preconditions: None,
+        oracle: None,
+        origin: Some(
+            serde_json::json!({"benchmark": "osworld", "domain": domain, "task": original}),
+        ),
+    };
+    Imported {
+        task,
+        domain: domain.to_owned(),
+        needs,
+        unsupported,
+    }
+}
+
+fn nonempty(steps: Vec<Step>) -> BTreeMap<String, Vec<Step>> {
+    if steps.is_empty() {
+        BTreeMap::new()
+    } else {
+        [("desktop".to_owned(), steps)].into()
+    }
+}
+
+/// Why a step needs the network, if it does: installing packages.
+fn needs_network(s: &ConfigStep) -> Option<&'static str> {
+    let text = s.parameters.get("command").map(|c| c.to_string())?;
+    (text.contains("apt-get install")
+        || text.contains("apt install")
+        || text.contains("pip install"))
+    .then_some("installs packages from the network")
+}
+
+/// The gold files a `cloud_file` getter names (its `path`/`dest`, one or several).
+fn gold_files(task: &str, g: &Getter) -> Vec<(PathBuf, String)> {
+    let list = |key: &str| -> Vec<String> {
+        match g.fields.get(key) {
+            Some(serde_json::Value::String(s)) => vec![s.clone()],
+            Some(serde_json::Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    list("path")
+        .into_iter()
+        .zip(list("dest"))
+        .map(|(url, dest)| (cache::gold(task, &dest), url))
+        .collect()
+}
+
+/// pincer's steps for one OSWorld step; `files` gathers what a download needs.
+fn map_step(
+    task: &str,
+    s: &ConfigStep,
+    files: &mut Vec<(PathBuf, String)>,
+) -> Result<Vec<Step>, String> {
+    let p = &s.parameters;
+    let str_of = |k: &str| p.get(k).and_then(serde_json::Value::as_str);
+    match s.kind.as_str() {
+        "download" => {
+            let list = p
+                .get("files")
+                .and_then(serde_json::Value::as_array)
+                .ok_or("no `files` list")?;
+            let mut out = Vec::new();
+            for f in list {
+                let (Some(url), Some(path)) = (
+                    f.get("url").and_then(serde_json::Value::as_str),
+                    f.get("path").and_then(serde_json::Value::as_str),
+                ) else {
+                    return Err("a file without `url` and `path`".into());
+                };
+                let asset = cache::download(task, url, path);
+                files.push((asset.clone(), url.to_owned()));
+                out.push(Step::PutAsset {
+                    asset: asset.to_string_lossy().into_owned(),
+                    path: home(path),
+                });
+            }
+            Ok(out)
+        }
+        "launch" => Ok(vec![Step::Launch {
+            argv: command(p.get("command"), shell(p))?,
+        }]),
+        "open" => {
+            let path = home(str_of("path").ok_or("no `path`")?);
+            let name = path.rsplit('/').next().unwrap_or(&path).to_owned();
+            let stem = name
+                .rsplit_once('.')
+                .map_or(name.clone(), |(s, _)| s.to_owned());
+            Ok(vec![
+                Step::Launch {
+                    argv: vec!["xdg-open".into(), path],
+                },
+                Step::WaitWindow {
+                    title_contains: stem,
+                    timeout_ms: Some(60_000),
+                },
+            ])
+        }
+        "execute" | "command" => {
+            if p.get("stdout").is_some() || p.get("stderr").is_some() {
+                return Err("keeps a command's output for the cache_file getter, which pincer does not implement yet".into());
+            }
+            if let Some(code) = python_code(p.get("command")) {
+                return pyautogui::steps(&code);
+            }
+            let argv = command(p.get("command"), shell(p))?;
+            if argv.iter().any(|a| a.contains("sudo ")) || argv.first().is_some_and(|a| a == "sudo")
+            {
+                return Err(
+                    "runs sudo, which needs OSWorld's machine (user `user` with its password)"
+                        .into(),
+                );
+            }
+            Ok(vec![Step::Exec {
+                argv,
+                timeout_ms: Some(120_000),
+                check: false,
+            }])
+        }
+        "activate_window" | "close_window" => {
+            if p.get("by_class").and_then(serde_json::Value::as_bool) == Some(true) {
+                return Err(
+                    "finds the window by its class, which pincer's window steps do not".into(),
+                );
+            }
+            let title = str_of("window_name").ok_or("no `window_name`")?;
+            Ok(vec![Step::Window {
+                title_contains: title.to_owned(),
+                op: if s.kind == "close_window" {
+                    WindowAction::Close
+                } else {
+                    WindowAction::Activate
+                },
+            }])
+        }
+        "sleep" => {
+            let secs = p
+                .get("seconds")
+                .and_then(serde_json::Value::as_f64)
+                .ok_or("no `seconds`")?;
+            Ok(vec![Step::Sleep {
+                ms: (secs.max(0.0) * 1000.0).round() as u64,
+            }])
+        }
+        other => Err(format!(
+            "the step kind {other} is not implemented in pincer yet"
+        )),
+    }
+}
+
+fn shell(p: &serde_json::Value) -> bool {
+    p.get("shell").and_then(serde_json::Value::as_bool) == Some(true)
+}
+
+/// The code of a `python -c CODE` command, if it is one.
+fn python_code(cmd: Option<&serde_json::Value>) -> Option<String> {
+    let list = cmd?.as_array()?;
+    match list.as_slice() {
+        [py, flag, code] if py.as_str()?.starts_with("python") && flag.as_str()? == "-c" => {
+            Some(code.as_str()?.to_owned())
+        }
+        _ => None,
+    }
+}
+
+/// An argv from OSWorld's `command` (a list, or a string split on spaces; with `shell`,
+/// `sh -c` over the string), paths under `/home/user` moved to the desktop user's home.
+fn command(cmd: Option<&serde_json::Value>, shell: bool) -> Result<Vec<String>, String> {
+    let cmd = cmd.ok_or("no `command`")?;
+    let argv: Vec<String> = match cmd {
+        serde_json::Value::String(s) if shell => {
+            vec!["sh".into(), "-c".into(), s.replace("/home/user", "$HOME")]
+        }
+        serde_json::Value::String(s) => s.split_whitespace().map(home).collect(),
+        serde_json::Value::Array(a) if shell => {
+            let joined: Vec<&str> = a.iter().filter_map(serde_json::Value::as_str).collect();
+            vec![
+                "sh".into(),
+                "-c".into(),
+                joined.join(" ").replace("/home/user", "$HOME"),
+            ]
+        }
+        serde_json::Value::Array(a) => a
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(home)
+                    .ok_or("a command argument that is not a string")
+            })
+            .collect::<Result<_, _>>()?,
+        _ => return Err("`command` is neither a string nor a list".into()),
+    };
+    if argv.is_empty() {
+        return Err("an empty command".into());
+    }
+    Ok(argv)
+}
+
+/// The name of the import's report in the folder it writes (hidden, so that loading the
+/// folder's tasks skips it).
+pub const REPORT: &str = ".osworld-import.json";
+
+/// Writes each task as `out/<domain>/<id>.json` and the summary as [`REPORT`]; the number
+/// of task files written.
+pub fn write(all: &[Imported], out: &Path) -> Result<usize, ImportError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| ImportError::Io { path, source }
+    };
+    for t in all {
+        let path = out.join(format!("{}.json", t.task.id));
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+        }
+        let text = serde_json::to_string_pretty(&t.task).unwrap_or_default();
+        std::fs::write(&path, text).map_err(io(&path))?;
+    }
+    let report = out.join(REPORT);
+    let text = serde_json::to_string_pretty(&Summary::of(all)).unwrap_or_default();
+    std::fs::write(&report, text).map_err(io(&report))?;
+    Ok(all.len())
+}
+
+/// One line per category and domain, and the totals: what `pincer task import-osworld`
+/// prints and writes as `import.json`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    /// Counts per domain and category.
+    pub domains: BTreeMap<String, BTreeMap<String, usize>>,
+    /// Counts per category over all domains.
+    pub total: BTreeMap<String, usize>,
+    /// Per task: its id, category, needs and what is not supported.
+    pub tasks: Vec<TaskLine>,
+}
+
+/// One task in the summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskLine {
+    /// `<domain>/<id>`.
+    pub id: String,
+    /// Its category.
+    pub category: String,
+    /// What it needs.
+    pub needs: Needs,
+    /// What is not supported.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unsupported: Vec<String>,
+}
+
+/// The categories, in report order.
+pub const CATEGORIES: [&str; 6] = [
+    "offline",
+    "files-present",
+    "files-missing",
+    "web",
+    "account",
+    "unsupported",
+];
+
+impl Summary {
+    /// The summary of an import.
+    pub fn of(all: &[Imported]) -> Self {
+        let mut s = Self::default();
+        for t in all {
+            let c = t.category();
+            *s.domains
+                .entry(t.domain.clone())
+                .or_default()
+                .entry(c.to_owned())
+                .or_default() += 1;
+            *s.total.entry(c.to_owned()).or_default() += 1;
+            s.tasks.push(TaskLine {
+                id: t.task.id.clone(),
+                category: c.to_owned(),
+                needs: t.needs.clone(),
+                unsupported: t.unsupported.clone(),
+            });
+        }
+        s
+    }
+
+    /// The table for people.
+    pub fn table(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = format!("{:<22} {:>8}", "domain", "imported");
+        for c in CATEGORIES {
+            let _ = write!(out, " {c:>13}");
+        }
+        out.push('\n');
+        let row = |out: &mut String, name: &str, counts: &BTreeMap<String, usize>| {
+            let _ = write!(out, "{name:<22} {:>8}", counts.values().sum::<usize>());
+            for c in CATEGORIES {
+                let _ = write!(out, " {:>13}", counts.get(c).copied().unwrap_or(0));
+            }
+            out.push('\n');
+        };
+        for (d, counts) in &self.domains {
+            row(&mut out, d, counts);
+        }
+        row(&mut out, "all", &self.total);
+        out
+    }
+}
