@@ -16,66 +16,9 @@ use std::path::Path;
 /// The user and group tools run as.
 const NOBODY: u32 = 65534;
 
-/// The bubblewrap program.
-const BWRAP: &str = "bwrap";
-
-/// Files of `/etc` programs commonly need (the dynamic loader's cache, Debian's
-/// alternatives links, time zone, user names); bound when they exist.
-const ETC: &[&str] = &[
-    "/etc/ld.so.cache",
-    "/etc/alternatives",
-    "/etc/localtime",
-    "/etc/passwd",
-    "/etc/group",
-    "/etc/nsswitch.conf",
-];
-
 /// The bwrap command line that runs `argv` (already filled and checked) as `call` allows.
 pub(crate) fn command_line(call: &ToolCall, argv: Vec<String>) -> Vec<String> {
-    let mut c: Vec<String> = [
-        BWRAP,
-        "--unshare-all",
-        "--unshare-user",
-        "--uid",
-        "65534",
-        "--gid",
-        "65534",
-        "--die-with-parent",
-        "--new-session",
-        "--cap-drop",
-        "ALL",
-        "--clearenv",
-        "--ro-bind",
-        "/usr",
-        "/usr",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--tmpfs",
-        "/tmp",
-        "--dir",
-        "/etc",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    for (link, to) in [
-        ("/bin", "usr/bin"),
-        ("/sbin", "usr/sbin"),
-        ("/lib", "usr/lib"),
-        ("/lib64", "usr/lib64"),
-    ] {
-        // Merged-/usr systems (Debian since 12) have these as links; others as directories.
-        if Path::new(link).is_symlink() || !Path::new(link).exists() {
-            c.extend(["--symlink".into(), to.into(), link.into()]);
-        } else {
-            c.extend(["--ro-bind".into(), link.into(), link.into()]);
-        }
-    }
-    for f in ETC {
-        c.extend(["--ro-bind-try".into(), (*f).into(), (*f).into()]);
-    }
+    let mut c = pincer_shared::tool::sandbox_root();
     let s = &call.spec.sandbox;
     for p in &s.read {
         c.extend(["--ro-bind".into(), p.clone(), p.clone()]);

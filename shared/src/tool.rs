@@ -11,6 +11,74 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// The bubblewrap program sandboxes run under.
+pub const BWRAP: &str = "bwrap";
+
+/// Files of `/etc` programs commonly need (the dynamic loader's cache, Debian's
+/// alternatives links, time zone, user names); bound when they exist.
+const ETC: &[&str] = &[
+    "/etc/ld.so.cache",
+    "/etc/alternatives",
+    "/etc/localtime",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+];
+
+/// The start of a bubblewrap command line for a minimal sandbox, shared by API tools (in
+/// guests) and the host's scorers: every namespace unshared (no network at all), user
+/// 65534 inside, no capabilities, an empty environment, `/usr` (and the `/bin`, `/lib`
+/// links or directories) and a few `/etc` files read-only, fresh `/proc`, `/dev` and a
+/// private `/tmp`. Callers add their own binds, variables and the program.
+pub fn sandbox_root() -> Vec<String> {
+    let mut c: Vec<String> = [
+        BWRAP,
+        "--unshare-all",
+        "--unshare-user",
+        "--uid",
+        "65534",
+        "--gid",
+        "65534",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--dir",
+        "/etc",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    for (link, to) in [
+        ("/bin", "usr/bin"),
+        ("/sbin", "usr/sbin"),
+        ("/lib", "usr/lib"),
+        ("/lib64", "usr/lib64"),
+    ] {
+        // Merged-/usr systems (Debian since 12) have these as links; others as directories.
+        let path = std::path::Path::new(link);
+        if path.is_symlink() || !path.exists() {
+            c.extend(["--symlink".into(), to.into(), link.into()]);
+        } else {
+            c.extend(["--ro-bind".into(), link.into(), link.into()]);
+        }
+    }
+    for f in ETC {
+        c.extend(["--ro-bind-try".into(), (*f).into(), (*f).into()]);
+    }
+    c
+}
+
 /// Most parameters of one tool.
 pub const MAX_PARAMS: usize = 32;
 /// Most argv elements of one tool, and most sandbox paths.
