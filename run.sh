@@ -250,6 +250,8 @@ case "${1:-}" in
     log "linting (cargo clippy --all-targets -D warnings)"
     cargo clippy --workspace --all-targets -- -D warnings
     shims ""
+    log "OSWorld's scorer: desktop-env $(sed -n 's/^pub const DESKTOP_ENV: &str = "\(.*\)";/\1/p' host/src/peers/osworld/metric.rs) and its libraries from PyPI (once; cached in ~/.cache/pincer)"
+    ./target/debug/pincer osworld setup --python /usr/bin/python3
     log "checking the agent with its optional xcap capture (Wayland)"
     cargo check -p pincer-agent --features xcap
     log "building the Python package and installing it into $PY_VENV"

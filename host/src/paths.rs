@@ -30,7 +30,13 @@ pub fn image_cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("PINCER_IMAGE_CACHE") {
         return PathBuf::from(d);
     }
+    cache_dir().join("images")
+}
+
+/// `$XDG_CACHE_HOME/pincer` or `~/.cache/pincer`: what pincer can build or fetch again
+/// (images, OSWorld's files, the OSWorld scorer's environment).
+pub fn cache_dir() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map_or_else(|| home().join(".cache"), PathBuf::from)
-        .join("pincer/images")
+        .join("pincer")
 }

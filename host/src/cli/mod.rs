@@ -10,6 +10,7 @@ mod image;
 mod mcp;
 mod observe;
 mod ops;
+mod osworld;
 mod record;
 mod replay;
 mod run;
@@ -54,6 +55,9 @@ enum Command {
     /// Android devices through adb: list, connect (push and start the shim), doctor.
     #[command(subcommand)]
     Android(android::AndroidCmd),
+    /// OSWorld's scoring code: set up its environment, check what it can run.
+    #[command(subcommand)]
+    Osworld(osworld::OsworldCmd),
     /// Save a screenshot.
     Screenshot(observe::ScreenshotArgs),
     /// Record the screen into an MP4 file: frames only when it changes, on the guest's clock.
@@ -184,6 +188,7 @@ fn runtime_for(command: &Command) -> tokio::runtime::Builder {
         | Command::Image(_)
         | Command::Vm(_)
         | Command::Android(_)
+        | Command::Osworld(_)
         | Command::Screenshot(_)
         | Command::Video(_)
         | Command::Tree(_)
@@ -206,6 +211,7 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
         Command::Image(c) => image::run(c).await,
         Command::Vm(c) => vm::run(c, &reg).await,
         Command::Android(c) => android::run(c, &reg).await,
+        Command::Osworld(c) => osworld::run(c),
         Command::Screenshot(a) => observe::screenshot(a, &reg).await,
         Command::Video(a) => observe::video(a, &reg).await,
         Command::Tree(a) => observe::tree(a, &reg).await,

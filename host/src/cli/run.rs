@@ -208,13 +208,13 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
         bail!("--tasks and --agent are required");
     };
     let tasks = task::select(&tasks_spec, &a.only, &a.tags)?;
-    // Validate before starting anything.
-    run::prepare(&tasks, &pincer::eval::functions::Library::standard())?;
     let out = a
         .out
         .clone()
         .unwrap_or_else(|| rundir::default_dir(&tasks_spec, &agent_spec));
     let options = options(&a, out.clone())?;
+    // Validate before starting anything.
+    run::prepare(&tasks, &pincer::peers::library(&options.assets))?;
     let (agent, agent_name) = agent_factory(&agent_spec, &a.agent_opts)?;
     if a.slurm || a.kubernetes {
         let Some(n) = a.shards.filter(|n| *n > 0) else {

@@ -119,6 +119,17 @@ pub(crate) enum TaskCmd {
         /// Judge answer checkpoints as if the agent had submitted this answer.
         #[arg(long, value_name = "TEXT")]
         answer: Option<String>,
+        /// Judge as if the agent's last word was that the task cannot be done.
+        #[arg(long)]
+        said_infeasible: bool,
+        /// Print the verdicts as JSON: the task's score (the mean grade of its final
+        /// checkpoints) and each checkpoint's state.
+        #[arg(long, conflicts_with = "repeat")]
+        json: bool,
+        /// OSWorld's file cache, for the gold files of imported OSWorld tasks [default:
+        /// ~/.cache/pincer/osworld].
+        #[arg(long, value_name = "CACHE")]
+        assets: Option<PathBuf>,
         /// Set up and check this many times, one line each, and fail if a setup fails or
         /// leaves a checkpoint that is ready at the start passing (a setup that fails now
         /// and then, or races an app, shows here).
@@ -152,7 +163,7 @@ fn find<'a>(set: &'a TaskSet, id: &str) -> anyhow::Result<&'a Task> {
 }
 
 pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
-    let lib = Library::standard();
+    let lib = pincer::peers::library(&pincer::peers::osworld::cache::default_dir());
     match cmd {
         TaskCmd::List(t) => {
             let set = t.load()?;
@@ -378,17 +389,28 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
             bind,
             no_setup,
             answer,
+            said_infeasible,
+            json,
+            assets,
             repeat,
         } => {
-            let log = AgentLog {
-                events: answer
-                    .map(|text| AgentEvent::Answer { text })
-                    .into_iter()
-                    .collect(),
-            };
+            let mut events: Vec<AgentEvent> = answer
+                .map(|text| AgentEvent::Answer { text })
+                .into_iter()
+                .collect();
+            if said_infeasible {
+                events.push(AgentEvent::Infeasible {
+                    reason: "--said-infeasible".into(),
+                });
+            }
+            let log = AgentLog { events };
             let set = tasks.load()?;
+            let assets = assets.unwrap_or_else(pincer::peers::osworld::cache::default_dir);
+            let lib = pincer::peers::library(&assets);
             let checking = Checking::connect(reg, &set, &id, &bind, &lib).await?;
-            if repeat == 1 {
+            if json {
+                checking.json(!no_setup, &log).await?;
+            } else if repeat == 1 {
                 checking.once(!no_setup, &log).await?;
             } else {
                 checking.repeat(repeat, !no_setup, &log).await?;
@@ -481,6 +503,51 @@ impl<'a> Checking<'a> {
             "{} checkpoints read in {:.1} ms",
             verdicts.len(),
             took.as_secs_f64() * 1000.0
+        );
+        Ok(())
+    }
+
+    /// Sets up (unless `setup` is false) and prints the verdicts as one JSON object:
+    /// `task`, `score` (the mean grade of the final checkpoints; `null` without any, or when
+    /// one could not be judged) and `checkpoints` (`id`, `final`, `passed`, `score`,
+    /// `feedback` or `error`).
+    async fn json(&self, setup: bool, log: &AgentLog) -> anyhow::Result<()> {
+        if setup {
+            self.setup(&mut |_, _| {}).await?;
+        }
+        let verdicts = self.graph.check_all(&self.envs, log).await?;
+        let is_final = |node: &str| {
+            self.task
+                .checkpoints
+                .iter()
+                .any(|c| c.id == node && c.final_only)
+        };
+        let mut grades = Vec::new();
+        let mut judged = true;
+        let checkpoints: Vec<serde_json::Value> = verdicts
+            .iter()
+            .map(|(node, v)| {
+                let fin = is_final(node);
+                match v {
+                    Ok(v) => {
+                        if fin {
+                            grades.push(v.grade());
+                        }
+                        serde_json::json!({"id": node, "final": fin, "passed": v.passed,
+                            "score": v.score, "feedback": v.feedback})
+                    }
+                    Err(e) => {
+                        judged &= !fin;
+                        serde_json::json!({"id": node, "final": fin, "error": e.to_string()})
+                    }
+                }
+            })
+            .collect();
+        let score = (judged && !grades.is_empty())
+            .then(|| grades.iter().sum::<f64>() / grades.len() as f64);
+        println!(
+            "{}",
+            serde_json::json!({"task": self.task.id, "score": score, "checkpoints": checkpoints})
         );
         Ok(())
     }

@@ -119,6 +119,9 @@ pub enum EvalError {
         /// What came back.
         got: String,
     },
+    /// A peer benchmark's own scoring code could not score (not set up, died, raised).
+    #[error("scoring failed: {0}")]
+    Scorer(String),
 }
 
 /// Unwraps a probe result, turning an error into [`EvalError::Probe`].

@@ -14,7 +14,6 @@ use crate::agent::actions::Target;
 use crate::agent::correction::Correction;
 use crate::agent::{Agent, AgentError, Decision, Observation, TaskBrief};
 use crate::env::{ClientError, Environment};
-use crate::eval::functions::Library;
 use crate::run::sets::EnvSet;
 use crate::run::task::{self as task_run, Context, Progress};
 use crate::run::{self, RunError};
@@ -454,7 +453,10 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
             )));
         }
     };
-    let graphs = run::prepare(std::slice::from_ref(&cfg.task), &Library::standard())?;
+    let graphs = run::prepare(
+        std::slice::from_ref(&cfg.task),
+        &crate::peers::library(&crate::peers::osworld::cache::default_dir()),
+    )?;
     let observation = crate::agent::ObservationConfig {
         screenshot: false,
         marks: true,
@@ -734,7 +736,11 @@ mod tests {
         let t = open_task("file a report");
         assert_eq!(t.checkpoints.len(), 1);
         assert!(
-            run::prepare(std::slice::from_ref(&t), &Library::standard()).is_ok(),
+            run::prepare(
+                std::slice::from_ref(&t),
+                &crate::eval::functions::Library::standard()
+            )
+            .is_ok(),
             "the open task is valid"
         );
     }

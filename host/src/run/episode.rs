@@ -14,7 +14,6 @@ use crate::agent::actions::{Marks, ToolSpec};
 use crate::agent::observe::{ObservationConfig, View};
 use crate::agent::{Agent, AgentAction, AgentError, Decision, Observation, TaskBrief};
 use crate::env::registry::Registry;
-use crate::eval::functions::Library;
 use crate::eval::graph::Graph;
 use crate::rundir::shard::{self, Hold};
 use crate::rundir::{self, JsonlWriter, TaskRecord};
@@ -268,7 +267,10 @@ impl Session {
     /// Validates the tasks, lays out (or continues) the run directory and brings up the
     /// environments: local desktops for every Linux role the tasks have, or named ones.
     pub async fn open(reg: Registry, cfg: SessionConfig) -> Result<Self, RunError> {
-        let graphs = super::prepare(&cfg.tasks, &Library::standard())?;
+        let graphs = super::prepare(
+            &cfg.tasks,
+            &crate::peers::library(&crate::peers::osworld::cache::default_dir()),
+        )?;
         let identity = rundir::Identity::new(
             &cfg.agent,
             &cfg.tasks,

@@ -381,7 +381,7 @@ impl Launch {
     /// run directory, a shard's place), starts the environments, runs, and stops what it
     /// started, however the run ended. `progress` hears about environments starting.
     pub async fn run(self, reg: &Registry, progress: Progress<'_>) -> Result<Finished, RunError> {
-        super::prepare(&self.tasks, &crate::eval::functions::Library::standard())?;
+        super::prepare(&self.tasks, &crate::peers::library(&self.options.assets))?;
         let opts = &self.options;
         opts.check()?;
         if opts.shard.is_some() && !self.source.starts_environments() {

@@ -369,7 +369,7 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
     } else {
         BTreeSet::new()
     };
-    let graphs = prepare(&cfg.tasks, &Library::standard())?;
+    let graphs = prepare(&cfg.tasks, &crate::peers::library(&cfg.options.assets))?;
     let mut queue: VecDeque<(usize, u32)> = VecDeque::new();
     let mut share = 0;
     let mut nth = 0;

@@ -312,7 +312,8 @@ fn count(n: u64, noun: &str) -> String {
     }
 }
 
-const LINUX: &[Platform] = &[Platform::Linux];
+/// Linux guests only (for functions defined outside this module too).
+pub const LINUX: &[Platform] = &[Platform::Linux];
 const ANY: &[Platform] = &[Platform::Linux, Platform::Android];
 
 /// Hand-made probe replies, and the verdicts of functions on them, for the functions'

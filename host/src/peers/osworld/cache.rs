@@ -54,9 +54,7 @@ pub fn default_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("PINCER_OSWORLD_CACHE") {
         return PathBuf::from(d);
     }
-    crate::paths::image_cache_dir()
-        .parent()
-        .map_or_else(|| PathBuf::from("osworld"), |p| p.join("osworld"))
+    crate::paths::cache_dir().join("osworld")
 }
 
 #[cfg(test)]

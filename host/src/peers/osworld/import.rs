@@ -142,7 +142,7 @@ pub fn import_dir(dir: &Path, index: &Path, cache: &Path) -> Result<Vec<Imported
 }
 
 /// Maps a guest path of OSWorld's machine to the desktop user's.
-fn home(path: &str) -> String {
+pub(super) fn home(path: &str) -> String {
     match path.strip_prefix("/home/user") {
         Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("~{rest}"),
         _ => path.to_owned(),
@@ -391,8 +391,7 @@ fn map_step(
                 return pyautogui::steps(&code);
             }
             let argv = command(p.get("command"), shell(p))?;
-            if argv.iter().any(|a| a.contains("sudo ")) || argv.first().is_some_and(|a| a == "sudo")
-            {
+            if argv.iter().any(|a| a == "sudo" || a.contains("sudo ")) {
                 return Err(
                     "runs sudo, which needs OSWorld's machine (user `user` with its password)"
                         .into(),
@@ -435,8 +434,15 @@ fn map_step(
     }
 }
 
-fn shell(p: &serde_json::Value) -> bool {
-    p.get("shell").and_then(serde_json::Value::as_bool) == Some(true)
+/// Whether a step's (or getter's) `shell` is set, as Python reads it: OSWorld's server
+/// hands the value to `subprocess`, so `"true"` (and any non-empty string) counts.
+pub(super) fn shell(p: &serde_json::Value) -> bool {
+    match p.get("shell") {
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(serde_json::Value::String(s)) => !s.is_empty(),
+        Some(serde_json::Value::Number(n)) => n.as_f64() != Some(0.0),
+        _ => false,
+    }
 }
 
 /// The code of a `python -c CODE` command, if it is one.
@@ -451,36 +457,67 @@ fn python_code(cmd: Option<&serde_json::Value>) -> Option<String> {
 }
 
 /// An argv from OSWorld's `command` (a list, or a string split on spaces; with `shell`,
-/// `sh -c` over the string), paths under `/home/user` moved to the desktop user's home.
-fn command(cmd: Option<&serde_json::Value>, shell: bool) -> Result<Vec<String>, String> {
+/// `sh -c` over the string), paths under `/home/user` moved to the desktop user's home,
+/// run from that home as OSWorld's server runs commands from `/home/user` (its tasks run
+/// `bash eval.sh` and `./check_password.sh`).
+pub(super) fn command(cmd: Option<&serde_json::Value>, shell: bool) -> Result<Vec<String>, String> {
     let cmd = cmd.ok_or("no `command`")?;
+    let in_home = |script: String| {
+        vec![
+            "sh".into(),
+            "-c".into(),
+            format!("cd ~ && {{\n{script}\n}}"),
+        ]
+    };
     let argv: Vec<String> = match cmd {
-        serde_json::Value::String(s) if shell => {
-            vec!["sh".into(), "-c".into(), s.replace("/home/user", "$HOME")]
-        }
-        serde_json::Value::String(s) => s.split_whitespace().map(home).collect(),
-        serde_json::Value::Array(a) if shell => {
-            let joined: Vec<&str> = a.iter().filter_map(serde_json::Value::as_str).collect();
-            vec![
+        serde_json::Value::String(s) if shell => in_home(s.replace("/home/user", "$HOME")),
+        serde_json::Value::String(s) => {
+            let mut argv: Vec<String> = vec![
                 "sh".into(),
                 "-c".into(),
-                joined.join(" ").replace("/home/user", "$HOME"),
-            ]
+                "cd ~ && exec \"$@\"".into(),
+                "sh".into(),
+            ];
+            argv.extend(s.split_whitespace().map(home));
+            argv
         }
-        serde_json::Value::Array(a) => a
-            .iter()
-            .map(|v| {
-                v.as_str()
-                    .map(home)
-                    .ok_or("a command argument that is not a string")
-            })
-            .collect::<Result<_, _>>()?,
+        // Python's subprocess with a list and shell=True: the first item is the script,
+        // the rest its $0, $1, ...
+        serde_json::Value::Array(a) if shell => {
+            let items = strings(a)?;
+            let Some((script, rest)) = items.split_first() else {
+                return Err("an empty command".into());
+            };
+            let mut argv = in_home(script.replace("/home/user", "$HOME"));
+            argv.extend(rest.iter().cloned());
+            argv
+        }
+        serde_json::Value::Array(a) => {
+            let mut argv: Vec<String> = vec![
+                "sh".into(),
+                "-c".into(),
+                "cd ~ && exec \"$@\"".into(),
+                "sh".into(),
+            ];
+            argv.extend(strings(a)?.iter().map(|s| home(s)));
+            argv
+        }
         _ => return Err("`command` is neither a string nor a list".into()),
     };
     if argv.is_empty() {
         return Err("an empty command".into());
     }
     Ok(argv)
+}
+
+fn strings(a: &[serde_json::Value]) -> Result<Vec<String>, String> {
+    a.iter()
+        .map(|v| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| "a command argument that is not a string".to_owned())
+        })
+        .collect()
 }
 
 /// The name of the import's report in the folder it writes (hidden, so that loading the

@@ -1,0 +1,439 @@
+//! The `osworld` checkpoint function: an imported task's evaluator, scored as OSWorld's
+//! `DesktopEnv.evaluate()` (desktop-env 1.0.2) scores it. pincer's getters run in Rust over
+//! the guest protocol and return what OSWorld's return — `vm_file` the path of the fetched
+//! file (`None` when it is missing), `cloud_file` the gold file from the cache, `rule` the
+//! rules, `vm_command_line` the command's stdout with its newline — and the
+//! [`Scorer`](super::scorer::Scorer) calls OSWorld's metric functions on them and combines
+//! them (`and`: 0 if any is 0, else the mean; `or`: 1 if any is 1, else the highest).
+//!
+//! As in OSWorld, a feasible task scores 0 when the agent's last word was that it cannot be
+//! done. A metric that raises, a gold file missing from the cache or a result file larger
+//! than a probe can carry is an evaluator error, never the agent's failure.
+
+use super::model::{Evaluator, Getter, OneOrMany};
+use super::scorer::{Call, Request, Scorer, Workspace};
+use crate::eval::functions::{LINUX, Library, Reads};
+use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
+use pincer_shared::limits::MAX_INLINE_FILE;
+use pincer_shared::probe::{Probe, ProbeReply};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+/// How long a getter's command may run (OSWorld's server allows 120 s).
+const COMMAND_MS: u64 = 120_000;
+
+/// The most output a getter's command keeps.
+const COMMAND_OUTPUT: u64 = 4 * 1024 * 1024;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    /// OSWorld's task id (without the domain): the folder of its files in the cache.
+    task: String,
+    /// OSWorld's evaluator as its task file writes it, without `postconfig`.
+    #[schemars(with = "serde_json::Value")]
+    evaluator: Value,
+}
+
+/// Adds `osworld` to `lib`: gold files come from the cache at `assets`, metrics run in
+/// `scorer`.
+pub fn register(lib: &mut Library, assets: PathBuf, scorer: Arc<Scorer>) {
+    lib.add(
+        "osworld",
+        "An imported OSWorld task's evaluator, scored by OSWorld's own metric code (desktop-env, pinned) in a sandboxed worker; graded 0..1, judged on the final state.",
+        Reads::Env(LINUX),
+        r#"{"task": "<OSWorld id>", "evaluator": {"func": "exact_match", "result": {"type": "vm_command_line", "command": "ls ~"}, "expected": {"type": "rule", "rules": {"expected": "a\n"}}}}"#,
+        move |a: Args, _| OsWorld::build(a, &assets, scorer.clone()),
+    );
+}
+
+/// One getter, ready to fetch.
+#[derive(Debug)]
+enum Get {
+    /// Files from the guest: (guest path, dest) each, and the indices given to the metric.
+    VmFile {
+        files: Vec<(String, String)>,
+        gives: Vec<usize>,
+    },
+    /// Gold files from the cache: the cache paths, by dest, and the indices given.
+    CloudFile {
+        files: Vec<(PathBuf, String)>,
+        gives: Vec<usize>,
+    },
+    /// The task's rules.
+    Rule(Value),
+    /// A command's stdout.
+    Command(Vec<String>),
+}
+
+#[derive(Debug)]
+struct Metric {
+    module: &'static str,
+    name: String,
+    result: Get,
+    expected: Option<Get>,
+    options: serde_json::Map<String, Value>,
+}
+
+/// A built `osworld` check.
+#[derive(Debug)]
+struct OsWorld {
+    task: String,
+    single: bool,
+    conj: String,
+    metrics: Vec<Metric>,
+    scorer: Arc<Scorer>,
+}
+
+/// `value` as a list of `T` (one value or several, as `multi` says).
+fn strings(v: Option<&Value>, what: &str) -> Result<Vec<String>, String> {
+    match v {
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or(format!("`{what}` holds a value that is not a string"))
+            })
+            .collect(),
+        _ => Err(format!("no `{what}`")),
+    }
+}
+
+/// A file name the task gives (`dest`): relative, without `..`.
+fn dest(d: &str) -> Result<String, String> {
+    let p = Path::new(d);
+    if d.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(format!("the file name {d:?} is not a plain relative name"));
+    }
+    Ok(d.to_owned())
+}
+
+fn gives(g: &Getter) -> Result<Vec<usize>, String> {
+    match g.fields.get("gives") {
+        None => Ok(vec![0]),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_u64()
+                    .map(|n| n as usize)
+                    .ok_or("`gives` holds a value that is not an index".to_owned())
+            })
+            .collect(),
+        Some(_) => Err("`gives` is not a list".into()),
+    }
+}
+
+impl Get {
+    fn build(g: &Getter, task: &str, assets: &Path) -> Result<Self, String> {
+        let pairs = || -> Result<Vec<(String, String)>, String> {
+            let paths = strings(g.fields.get("path"), "path")?;
+            let dests = strings(g.fields.get("dest"), "dest")?;
+            let multi = g.fields.get("multi").and_then(Value::as_bool) == Some(true);
+            if !multi && (paths.len() != 1 || dests.len() != 1) {
+                return Err("`path` and `dest` are lists without `multi`".into());
+            }
+            paths
+                .into_iter()
+                .zip(dests)
+                .map(|(p, d)| Ok((p, dest(&d)?)))
+                .collect()
+        };
+        match g.kind.as_str() {
+            "vm_file" => {
+                if g.fields.get("time_suffix").and_then(Value::as_bool) == Some(true) {
+                    return Err("vm_file with `time_suffix` names its file by the clock at scoring time, which pincer does not reproduce".into());
+                }
+                let files = pairs()?
+                    .into_iter()
+                    .map(|(p, d)| (super::import::home(&p), d))
+                    .collect();
+                Ok(Self::VmFile {
+                    files,
+                    gives: gives(g)?,
+                })
+            }
+            "cloud_file" => {
+                let files = pairs()?
+                    .into_iter()
+                    .map(|(_, d)| (assets.join(super::cache::gold(task, &d)), d))
+                    .collect();
+                Ok(Self::CloudFile {
+                    files,
+                    gives: gives(g)?,
+                })
+            }
+            "rule" => g
+                .fields
+                .get("rules")
+                .cloned()
+                .map(Self::Rule)
+                .ok_or_else(|| "the rule getter has no `rules`".into()),
+            "vm_command_line" => {
+                let shell = g.fields.get("shell").and_then(Value::as_bool) == Some(true);
+                super::import::command(g.fields.get("command"), shell).map(Self::Command)
+            }
+            other => Err(format!(
+                "the getter {other} is not implemented in pincer yet"
+            )),
+        }
+    }
+
+    fn probes(&self) -> Vec<Probe> {
+        match self {
+            Self::VmFile { files, .. } => files
+                .iter()
+                .map(|(path, _)| Probe::ReadFile {
+                    path: path.clone(),
+                    max_len: MAX_INLINE_FILE,
+                })
+                .collect(),
+            Self::Command(argv) => vec![Probe::Command {
+                argv: argv.clone(),
+                timeout_ms: COMMAND_MS,
+                max_output: COMMAND_OUTPUT,
+            }],
+            Self::CloudFile { .. } | Self::Rule(_) => Vec::new(),
+        }
+    }
+
+    /// The getter's value for the worker, from its replies (in [`Get::probes`] order);
+    /// files go into `ws`.
+    fn value(&self, replies: &[&ProbeResult], ws: &Workspace) -> Result<Value, EvalError> {
+        let write = |rel: &str, bytes: &[u8]| {
+            let path = ws.host_path(rel);
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| EvalError::Scorer(format!("{}: {e}", dir.display())))?;
+            }
+            std::fs::write(&path, bytes)
+                .map_err(|e| EvalError::Scorer(format!("{}: {e}", path.display())))
+        };
+        let pick = |paths: Vec<Value>, gives: &[usize]| {
+            let picked: Vec<Value> = paths
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| gives.contains(i))
+                .map(|(_, v)| v)
+                .collect();
+            match <[Value; 1]>::try_from(picked) {
+                Ok([one]) => one,
+                Err(many) => Value::Array(many),
+            }
+        };
+        match self {
+            Self::VmFile { files, gives } => {
+                let mut paths = Vec::new();
+                for ((guest, d), r) in files.iter().zip(replies) {
+                    let probe = format!("read {guest}");
+                    match reply(r, &probe)? {
+                        ProbeReply::File(None) => paths.push(Value::Null),
+                        ProbeReply::File(Some(f)) if f.total_size > f.bytes.len() as u64 => {
+                            return Err(EvalError::Scorer(format!(
+                                "{guest} is {} bytes, more than a probe carries ({MAX_INLINE_FILE})",
+                                f.total_size
+                            )));
+                        }
+                        ProbeReply::File(Some(f)) => {
+                            write(d, &f.bytes)?;
+                            paths.push(Value::String(ws.inside_path(d)));
+                        }
+                        other => return Err(unexpected(&probe, other)),
+                    }
+                }
+                Ok(pick(paths, gives))
+            }
+            Self::CloudFile { files, gives } => {
+                let mut paths = Vec::new();
+                for (cached, d) in files {
+                    let bytes = std::fs::read(cached).map_err(|e| {
+                        EvalError::Scorer(format!(
+                            "the gold file {} is not in the OSWorld file cache ({e}): fetch the task's files first",
+                            cached.display()
+                        ))
+                    })?;
+                    write(d, &bytes)?;
+                    paths.push(Value::String(ws.inside_path(d)));
+                }
+                Ok(pick(paths, gives))
+            }
+            Self::Rule(rules) => Ok(rules.clone()),
+            Self::Command(argv) => {
+                let probe = format!("run {}", argv.join(" "));
+                match replies.first().map(|r| reply(r, &probe)).transpose()? {
+                    // OSWorld's server answers with stdout whatever the exit status.
+                    Some(ProbeReply::Command(out)) => Ok(Value::String(
+                        String::from_utf8_lossy(&out.stdout).into_owned(),
+                    )),
+                    Some(other) => Err(unexpected(&probe, other)),
+                    None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
+                }
+            }
+        }
+    }
+}
+
+/// OSWorld's `options`: one map, or one per metric (`null` for none).
+fn options(ev: &Evaluator, n: usize) -> Result<Vec<serde_json::Map<String, Value>>, String> {
+    let map = |v: Option<&Value>| match v {
+        None | Some(Value::Null) => Ok(serde_json::Map::new()),
+        Some(Value::Object(m)) => Ok(m.clone()),
+        Some(_) => Err("`options` holds a value that is not an object".to_owned()),
+    };
+    match &ev.options {
+        None => Ok(vec![serde_json::Map::new(); n]),
+        Some(OneOrMany::One(o)) if n == 1 => Ok(vec![map(o.as_ref())?]),
+        Some(OneOrMany::Many(list)) if list.len() == n => {
+            list.iter().map(|o| map(o.as_ref())).collect()
+        }
+        Some(_) => Err(format!(
+            "`options` does not give one entry per metric ({n})"
+        )),
+    }
+}
+
+/// The getters of `list` (result or expected), one per metric.
+fn getters(list: Option<&OneOrMany<Option<Getter>>>, n: usize) -> Option<Vec<Option<&Getter>>> {
+    let items: Vec<Option<&Getter>> = list?.items().into_iter().map(Option::as_ref).collect();
+    (items.len() == n).then_some(items)
+}
+
+impl OsWorld {
+    fn build(a: Args, assets: &Path, scorer: Arc<Scorer>) -> Result<Self, String> {
+        let ev: Evaluator =
+            serde_json::from_value(a.evaluator).map_err(|e| format!("evaluator: {e}"))?;
+        if ev.is_infeasible() {
+            return Err(
+                "the `infeasible` evaluator is judged by agent_said_infeasible, not scored".into(),
+            );
+        }
+        let names = ev.funcs();
+        let n = names.len();
+        let results = getters(ev.result.as_ref(), n).ok_or(format!(
+            "the evaluator does not give one result getter per metric ({n})"
+        ))?;
+        // OSWorld passes `expected` only when the evaluator has a non-empty one.
+        let expected = match &ev.expected {
+            None => vec![None; n],
+            Some(_) => getters(ev.expected.as_ref(), n).ok_or(format!(
+                "the evaluator does not give one expected getter per metric ({n})"
+            ))?,
+        };
+        let options = options(&ev, n)?;
+        let mut metrics = Vec::new();
+        for (((name, result), expected), options) in
+            names.into_iter().zip(results).zip(expected).zip(options)
+        {
+            let (module, _) = super::metric::lookup(name).ok_or(format!(
+                "not supported: desktop-env {} has no metric named {name}",
+                super::metric::DESKTOP_ENV
+            ))?;
+            super::metric::supported(name)
+                .map_err(|why| format!("not supported: metric {name} {why}"))?;
+            let result = result.ok_or(format!("metric {name} has no result getter"))?;
+            metrics.push(Metric {
+                module,
+                name: name.to_owned(),
+                result: Get::build(result, &a.task, assets)?,
+                expected: expected
+                    .map(|g| Get::build(g, &a.task, assets))
+                    .transpose()?,
+                options,
+            });
+        }
+        let conj = ev.conj.clone().unwrap_or_else(|| "and".into());
+        if conj != "and" && conj != "or" {
+            return Err(format!(
+                "`conj` is {conj:?}: OSWorld knows \"and\" and \"or\""
+            ));
+        }
+        Ok(Self {
+            task: a.task,
+            single: matches!(ev.func, OneOrMany::One(_)),
+            conj,
+            metrics,
+            scorer,
+        })
+    }
+
+    fn gets(&self) -> impl Iterator<Item = &Get> {
+        self.metrics
+            .iter()
+            .flat_map(|m| std::iter::once(&m.result).chain(m.expected.as_ref()))
+    }
+}
+
+impl Check for OsWorld {
+    fn probes(&self) -> Vec<Probe> {
+        self.gets().flat_map(Get::probes).collect()
+    }
+
+    fn judge(&self, replies: &[&ProbeResult], log: &AgentLog) -> Result<Verdict, EvalError> {
+        if log.said_infeasible() {
+            return Ok(Verdict::scored(
+                0.0,
+                "the agent said the task cannot be done; OSWorld scores a feasible task 0 then",
+            ));
+        }
+        let ws = self
+            .scorer
+            .workspace()
+            .map_err(|e| EvalError::Scorer(e.to_string()))?;
+        let mut rest = replies;
+        let mut value = |g: &Get| {
+            let (mine, after) = rest.split_at(g.probes().len().min(rest.len()));
+            rest = after;
+            g.value(mine, &ws)
+        };
+        let mut calls = Vec::new();
+        for m in &self.metrics {
+            let result = value(&m.result)?;
+            let expected = m.expected.as_ref().map(&mut value).transpose()?;
+            calls.push(Call {
+                result,
+                has_expected: expected.is_some(),
+                expected: expected.unwrap_or(Value::Null),
+                options: m.options.clone(),
+            });
+        }
+        let req = Request {
+            metrics: self
+                .metrics
+                .iter()
+                .map(|m| (m.module.to_owned(), m.name.clone()))
+                .collect(),
+            single: self.single,
+            conj: self.conj.clone(),
+            calls,
+        };
+        let scored = self
+            .scorer
+            .score(&req)
+            .map_err(|e| EvalError::Scorer(format!("OSWorld task {}: {e}", self.task)))?;
+        let names: Vec<&str> = self.metrics.iter().map(|m| m.name.as_str()).collect();
+        let each = scored
+            .scores
+            .iter()
+            .zip(&names)
+            .map(|(s, n)| format!("{n} {s}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let how = if self.single {
+            String::new()
+        } else {
+            format!(" ({}: {each})", self.conj)
+        };
+        Ok(Verdict::scored(
+            scored.score,
+            format!(
+                "OSWorld's {} scored {}{how}",
+                names.join(" + "),
+                scored.score
+            ),
+        ))
+    }
+}

@@ -1,0 +1,544 @@
+"""The fidelity lab for pincer's OSWorld scoring (tests/tests/osworld.rs): it makes end
+states (result files in a desktop's home, gold files in an OSWorld file cache) and scores
+them with OSWorld's own code, so the test can compare with what pincer scores.
+
+OSWorld's own code means DesktopEnv.evaluate() and _set_evaluator_info() taken from the
+pinned desktop-env's desktop_env.py unchanged (compiled from its source; the class itself
+cannot be imported without torch and a VM provider), its getters get_vm_file,
+get_cloud_file, get_rule and get_vm_command_line from its getters package, and its
+metrics. What stands in for OSWorld's VM: a controller whose get_file reads the desktop's
+home for /home/user (pincer's mapping), and an HTTP server on loopback answering /execute
+as OSWorld's VM server does (its code for that route, in the desktop's home), so
+get_vm_command_line runs unchanged. It runs with the scorer environment's Python, outside
+the sandbox: it is test tooling over files the test made.
+
+JSON lines on stdin and stdout: {"op": "prepare", "out": DIR, "fixture": DIR} writes an
+OSWorld folder (the real tasks the cases use, and synthetic ones for metrics whose real
+tasks need getters pincer lacks) and answers the cases; {"op": "make", "case": NAME,
+"home": DIR, "assets": DIR} writes a case's end state; {"op": "score", ...} the same
+fields, answers {"score": x} or {"error": "..."}.
+"""
+
+import ast
+import contextlib
+import http.server
+import importlib
+import importlib.util
+import io
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import typing
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location(
+    "pincer_worker",
+    os.path.join(HERE, "..", "..", "host", "src", "peers", "osworld", "worker.py"),
+)
+worker = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(worker)
+
+# --- OSWorld's machine, as far as its getters see it -----------------------------------
+
+HOME = {"dir": None}
+
+
+def guest_path(p):
+    if p == "/home/user" or p.startswith("/home/user/"):
+        p = HOME["dir"] + p[len("/home/user"):]
+    return os.path.expanduser(p) if p.startswith("~") else p
+
+
+def guest_command(c):
+    if isinstance(c, str):
+        return c.replace("/home/user", HOME["dir"])
+    return [a.replace("/home/user", HOME["dir"]) for a in c]
+
+
+class Execute(http.server.BaseHTTPRequestHandler):
+    """OSWorld's server, route /execute (desktop_env/server/main.py, execute_command)."""
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        data = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        shell = data.get("shell", False)
+        command = guest_command(data.get("command", "" if shell else []))
+        if isinstance(command, str) and not shell:
+            command = shlex.split(command)
+        for i, arg in enumerate(command):
+            if arg.startswith("~/"):
+                command[i] = os.path.expanduser(arg)
+        try:
+            result = subprocess.run(
+                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, shell=shell,
+                text=True, timeout=120, cwd=HOME["dir"],
+            )
+            body, code = {"status": "success", "output": result.stdout,
+                          "error": result.stderr, "returncode": result.returncode}, 200
+        except Exception as e:  # as the server answers
+            body, code = {"status": "error", "message": str(e)}, 500
+        out = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+
+class Controller:
+    def get_file(self, path):  # PythonController.get_file: bytes, or None when missing
+        try:
+            with open(guest_path(path), "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+
+class Setup:
+    """The lab scores end states: what a task's postconfig would do (save the file) is
+    already in the end state the lab made, as pincer's finalize steps are not run by
+    `task check --no-setup` either."""
+
+    def setup(self, config, use_proxy=False):
+        return True
+
+
+def osworld_env_class():
+    """DesktopEnv's _set_evaluator_info and evaluate, compiled from desktop-env's source."""
+    root = os.path.dirname(importlib.util.find_spec("desktop_env.evaluators.metrics.general").origin)
+    source_path = os.path.join(root, "..", "..", "desktop_env.py")
+    tree = ast.parse(open(source_path).read())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DesktopEnv")
+    fns = [n for n in cls.body if isinstance(n, ast.FunctionDef)
+           and n.name in ("_set_evaluator_info", "evaluate")]
+    assert len(fns) == 2
+    module = ast.Module(body=[ast.ClassDef(name="Env", bases=[], keywords=[], body=fns,
+                                           decorator_list=[])], type_ignores=[])
+    ns = dict(vars(typing))
+    ns.update(metrics=Metrics(), getters=Getters(), logger=__import__("logging").getLogger("lab"),
+              Metric=typing.Any, Getter=typing.Any)
+    exec(compile(ast.fix_missing_locations(module), source_path, "exec"), ns)
+    return ns["Env"]
+
+
+class Metrics:
+    """desktop_env.evaluators.metrics without its __init__: a name is looked up in the
+    module that defines it."""
+
+    def __getattr__(self, name):
+        base = os.path.dirname(importlib.util.find_spec("desktop_env.evaluators.metrics.general").origin)
+        for f in sorted(os.listdir(base)):
+            if f.endswith(".py") and f"\ndef {name}(" in open(os.path.join(base, f)).read():
+                m = importlib.import_module("desktop_env.evaluators.metrics." + f[:-3])
+                return getattr(m, name)
+        raise AttributeError(name)
+
+
+class Getters:
+    def __getattr__(self, name):
+        for mod in ("file", "misc", "general"):
+            m = importlib.import_module("desktop_env.evaluators.getters." + mod)
+            if hasattr(m, name):
+                return getattr(m, name)
+        raise AttributeError(name)
+
+
+def score(evaluator, task_id, assets, port, env_class):
+    with tempfile.TemporaryDirectory() as cache:
+        env = env_class()
+        env.cache_dir = cache
+        src = os.path.join(assets, task_id)
+        if os.path.isdir(src):
+            shutil.copytree(src, cache, dirs_exist_ok=True)
+        env.controller = Controller()
+        env.setup_controller = Setup()
+        env.enable_proxy = False
+        env.vm_ip = "127.0.0.1"
+        env.server_port = port
+        env.action_history = ["DONE"]
+        env._set_evaluator_info({"evaluator": evaluator})
+        return float(env.evaluate())
+
+
+# --- End states -------------------------------------------------------------------------
+
+def xlsx(rows, title="Sheet1", text=(), formula=None):
+    import openpyxl
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = title
+    for r in rows:
+        ws.append(r)
+    for cell in text:
+        ws[cell].value = str(ws[cell].value)
+        ws[cell].data_type = "s"
+    if formula:
+        ws[formula[0]] = formula[1]
+    buf = io.BytesIO()
+    wb.save(buf)
+    return buf.getvalue()
+
+
+def docx(paragraphs, table=None):
+    import docx as d
+    doc = d.Document()
+    for p in paragraphs:
+        doc.add_paragraph(p)
+    if table:
+        t = doc.add_table(rows=len(table), cols=len(table[0]))
+        for i, row in enumerate(table):
+            for j, v in enumerate(row):
+                t.cell(i, j).text = v
+    buf = io.BytesIO()
+    doc.save(buf)
+    return buf.getvalue()
+
+
+def pptx(text, left_in=1.0):
+    from pptx import Presentation
+    from pptx.util import Inches
+    prs = Presentation()
+    slide = prs.slides.add_slide(prs.slide_layouts[6])
+    box = slide.shapes.add_textbox(Inches(left_in), Inches(1), Inches(4), Inches(1))
+    box.text_frame.text = text
+    buf = io.BytesIO()
+    prs.save(buf)
+    return buf.getvalue()
+
+
+def pdf(text):
+    import fitz
+    doc = fitz.open()
+    page = doc.new_page()
+    page.insert_text((72, 72), text)
+    return doc.tobytes()
+
+
+def image(shift=0, fmt="GIF", mode="L"):
+    from PIL import Image, ImageDraw
+    im = Image.new(mode, (64, 64), 255)
+    ImageDraw.Draw(im).rectangle([16 + shift, 16, 40 + shift, 40], fill=0)
+    buf = io.BytesIO()
+    im.save(buf, fmt)
+    return buf.getvalue()
+
+
+def archive(members):
+    import zipfile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+def libreoffice(data, ext):
+    """The file as LibreOffice writes it: opened and saved again by soffice."""
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "in", "file." + ext)
+        os.makedirs(os.path.dirname(src))
+        open(src, "wb").write(data)
+        out = os.path.join(d, "out")
+        subprocess.run(
+            ["soffice", f"-env:UserInstallation=file://{d}/profile", "--headless",
+             "--convert-to", ext, "--outdir", out, src],
+            check=True, capture_output=True, timeout=180,
+        )
+        return open(os.path.join(out, "file." + ext), "rb").read()
+
+
+TABLE = [["Name", "Days"], ["bond", 8]]
+DOC = ["Meeting notes", "Budget approved"]
+PRICES = [["item", "price"], ["tea", "3"]]
+
+CALC = "libreoffice_calc/4172ea6e-6b77-4edb-a9cc-c0014bd1603b"
+DOCS = "multi_apps/aad10cd7-9337-4b62-b704-a857848cedf2"
+SLIDES = "libreoffice_impress/a669ef01-ded5-4099-9ea9-25e99b569840"
+TEXT = "multi_apps/acb0f96b-e27c-44d8-b55f-7cb76609dfcd"
+CSV = "libreoffice_calc/3aaa4e37-dc91-482e-99af-132a612d40f3"
+DOC_TABLE = "multi_apps/81c425f5-78f3-4771-afd6-3d2973825947"
+SETTINGS = "vs_code/9d425400-e9b2-4424-9a4b-d4c7abac4140"
+YAML = "multi_apps/e2392362-125e-4f76-a2ee-524b183a3412"
+PREFS = "thunderbird/94760984-3ff5-41ee-8347-cf1af709fea0"
+IMAGES = "multi_apps/2fe4b718-3bd7-46ec-bdce-b184f5653624"
+ARCHIVE = "multi_apps/0e5303d4-8820-42f6-b18d-daf7e633de21"
+PDF_DOC = "multi_apps/68a25bd4-59c7-4f4d-975e-da0c8509c848"
+STRUCTURE = "multi_apps/e8172110-ec08-421b-a6f5-842e6451911f"
+EXISTS = "os/5ea617a3-0e86-4ba6-aab2-dac9aa2e8d57"
+WHICH = "os/94d95f96-9699-4208-98ba-3c3119edf9c2"
+
+YML = "name: Test Account\nauthor:\n  name: Test Account\n  email: Test@gmail.com\n"
+
+
+def synthetic(id_, func, result, expected, **extra):
+    ev = {"func": func, "result": result, "expected": expected}
+    ev.update(extra)
+    return "pincer_lab/" + id_, {"id": id_, "instruction": "(a fidelity case)", "config": [],
+                                 "evaluator": ev}
+
+
+def cmd(c):
+    return {"type": "vm_command_line", "command": c, "shell": True}
+
+
+def rule(r):
+    return {"type": "rule", "rules": r}
+
+
+SYNTHETIC = dict([
+    synthetic("lab-json", "check_direct_json_object", cmd("cat ~/answer.json"),
+              rule({"expected": {"money": "over $60"}})),
+    synthetic("lab-include", "check_include_exclude", cmd("cat ~/names.txt"),
+              rule({"include": ["a.txt"], "exclude": ["b.txt"]})),
+    synthetic("lab-url", "is_expected_url_pattern_match", cmd("cat ~/url.txt"),
+              rule({"expected": ["^https://www\\.example\\.com/.*q=pincer"]})),
+    synthetic("lab-list", "check_list",
+              {"type": "vm_file", "path": "/home/user/list.txt", "dest": "list.txt"},
+              rule({"expect": ["^alpha"], "unexpect": ["^beta"]})),
+    synthetic("lab-in-list", "is_in_list", cmd("cat ~/out.txt"),
+              rule({"expected": "packages in environment at"})),
+    synthetic("lab-extension", "is_extension_installed", cmd("cat ~/ext.txt"),
+              rule({"type": "contain", "expected": "ms-python.python"})),
+    synthetic("lab-config", "compare_config",
+              {"type": "vm_file", "path": "/home/user/cfg.txt", "dest": "cfg.txt"},
+              rule({"expected": "a=1\n"})),
+    # Chrome's getters are not pincer's yet; the rule getter hands the metric the same
+    # shapes (the active tab's info, the open tabs), so the metrics (and tldextract,
+    # offline in the sandbox) are compared all the same.
+    synthetic("lab-active-tab", "is_expected_active_tab",
+              rule({"url": "https://www.Example.com/path/"}),
+              rule({"type": "url", "url": "https://www.example.com/path"})),
+    synthetic("lab-tabs", "is_expected_tabs",
+              rule([{"url": "https://a.example.com/"}, {"url": "https://b.example.org/x"}]),
+              rule({"type": "url", "urls": ["https://a.example.com", "https://b.example.org/x"]})),
+    synthetic("lab-tabs-wrong", "is_expected_tabs",
+              rule([{"url": "https://a.example.com/"}]),
+              rule({"type": "url", "urls": ["https://a.example.com", "https://b.example.org/x"]})),
+    synthetic("lab-diff", "diff_text_file",
+              {"type": "vm_file", "path": "/home/user/poem.txt", "dest": "poem.txt"},
+              {"type": "cloud_file", "path": "https://example.invalid/poem.txt", "dest": "poem_gold.txt"}),
+    synthetic("lab-gimp", "check_config_status",
+              {"type": "vm_file", "path": "/home/user/.config/GIMP/2.10/sessionrc", "dest": "sessionrc"},
+              rule({"key": ["session-info", "toolbox"], "value": "yes"})),
+    synthetic("lab-or", ["exact_match", "exact_match"],
+              [cmd("cat ~/one.txt"), cmd("cat ~/two.txt")],
+              [rule({"expected": "yes\n"}), rule({"expected": "yes\n"})], conj="or"),
+    synthetic("lab-and-graded", ["compare_images", "exact_match"],
+              [{"type": "vm_file", "path": "/home/user/pic.gif", "dest": "pic.gif"},
+               cmd("cat ~/one.txt")],
+              [{"type": "cloud_file", "path": "https://example.invalid/pic.gif",
+                "dest": "pic_gold.gif"}, rule({"expected": "yes\n"})]),
+])
+
+REAL = [CALC, DOCS, SLIDES, TEXT, CSV, DOC_TABLE, SETTINGS, YAML, PREFS, IMAGES, ARCHIVE,
+        PDF_DOC, STRUCTURE, EXISTS, WHICH]
+
+
+def case(task, guest=None, gold=None):
+    return {"task": task, "guest": guest or {}, "gold": gold or {}}
+
+
+def lab_id(t):
+    return t.split("/", 1)[1]
+
+
+CASES = {
+    # compare_table (60 tasks): the traps of the issue, and LibreOffice's own file.
+    "table-same": case(CALC, {"MaturityDate.xlsx": lambda: xlsx(TABLE)},
+                       {"1_MaturityDate_gt1.xlsx": lambda: xlsx(TABLE)}),
+    "table-text-number": case(CALC, {"MaturityDate.xlsx": lambda: xlsx(TABLE, text=["B2"])},
+                              {"1_MaturityDate_gt1.xlsx": lambda: xlsx(TABLE)}),
+    "table-near-number": case(CALC, {"MaturityDate.xlsx": lambda: xlsx([TABLE[0], ["bond", 8.00001]])},
+                              {"1_MaturityDate_gt1.xlsx": lambda: xlsx(TABLE)}),
+    "table-renamed-sheet": case(CALC, {"MaturityDate.xlsx": lambda: xlsx(TABLE, title="Renamed")},
+                                {"1_MaturityDate_gt1.xlsx": lambda: xlsx(TABLE)}),
+    "table-formula-uncached": case(CALC, {"MaturityDate.xlsx": lambda: xlsx(TABLE, formula=("B2", "=1+7"))},
+                                   {"1_MaturityDate_gt1.xlsx": lambda: xlsx(TABLE)}),
+    "table-libreoffice": case(CALC, {"MaturityDate.xlsx": lambda: libreoffice(xlsx(TABLE), "xlsx")},
+                              {"1_MaturityDate_gt1.xlsx": lambda: xlsx(TABLE)}),
+    "table-wrong": case(CALC, {"MaturityDate.xlsx": lambda: xlsx([TABLE[0], ["bond", 9]])},
+                        {"1_MaturityDate_gt1.xlsx": lambda: xlsx(TABLE)}),
+    "table-missing": case(CALC, {}, {"1_MaturityDate_gt1.xlsx": lambda: xlsx(TABLE)}),
+    # compare_docx_files (14)
+    "docx-same": case(DOCS, {"Desktop/notes.docx": lambda: docx(DOC)},
+                      {"notes_Gold.docx": lambda: docx(DOC)}),
+    "docx-extra-blank": case(DOCS, {"Desktop/notes.docx": lambda: docx(DOC + [""])},
+                             {"notes_Gold.docx": lambda: docx(DOC)}),
+    "docx-changed-word": case(DOCS, {"Desktop/notes.docx": lambda: docx(["Meeting notes", "Budget rejected"])},
+                              {"notes_Gold.docx": lambda: docx(DOC)}),
+    "docx-libreoffice": case(DOCS, {"Desktop/notes.docx": lambda: libreoffice(docx(DOC), "docx")},
+                             {"notes_Gold.docx": lambda: docx(DOC)}),
+    # compare_pptx_files (38)
+    "pptx-same": case(SLIDES, {"Desktop/Writing-Outlines.pptx": lambda: pptx("Outline")},
+                      {"Writing-Outlines_Gold.pptx": lambda: pptx("Outline")}),
+    "pptx-moved": case(SLIDES, {"Desktop/Writing-Outlines.pptx": lambda: pptx("Outline", 1.5)},
+                       {"Writing-Outlines_Gold.pptx": lambda: pptx("Outline")}),
+    "pptx-changed": case(SLIDES, {"Desktop/Writing-Outlines.pptx": lambda: pptx("Outlines")},
+                         {"Writing-Outlines_Gold.pptx": lambda: pptx("Outline")}),
+    # compare_text_file (6)
+    "text-same": case(TEXT, {"log.txt": lambda: b"a\nb\n"}, {"log_Gold.txt": lambda: b"a\nb\n"}),
+    "text-newline": case(TEXT, {"log.txt": lambda: b"a\nb"}, {"log_Gold.txt": lambda: b"a\nb\n"}),
+    "text-differs": case(TEXT, {"log.txt": lambda: b"a\nc\n"}, {"log_Gold.txt": lambda: b"a\nb\n"}),
+    # compare_csv (4)
+    "csv-same": case(CSV, {"Export_Calc_to_CSV.csv": lambda: b"a,b\n1,2\n"},
+                     {"Export_Calc_to_CSV_gold.csv": lambda: b"a,b\n1,2\n"}),
+    "csv-no-final-newline": case(CSV, {"Export_Calc_to_CSV.csv": lambda: b"a,b\n1,2"},
+                                 {"Export_Calc_to_CSV_gold.csv": lambda: b"a,b\n1,2\n"}),
+    "csv-differs": case(CSV, {"Export_Calc_to_CSV.csv": lambda: b"a,b\n1,3\n"},
+                        {"Export_Calc_to_CSV_gold.csv": lambda: b"a,b\n1,2\n"}),
+    # compare_docx_tables (4)
+    "docx-table-same": case(DOC_TABLE, {"Desktop/price.docx": lambda: docx(["Prices"], PRICES)},
+                            {"price_Gold.docx": lambda: docx(["Prices"], PRICES)}),
+    "docx-table-cell": case(DOC_TABLE, {"Desktop/price.docx": lambda: docx(["Prices"], [PRICES[0], ["tea", "4"]])},
+                            {"price_Gold.docx": lambda: docx(["Prices"], PRICES)}),
+    # check_json_settings (7)
+    "settings-match": case(SETTINGS, {".config/Code/User/settings.json": lambda: b'{"workbench.editor.wrapTabs": true}'}),
+    "settings-mismatch": case(SETTINGS, {".config/Code/User/settings.json": lambda: b'{"workbench.editor.wrapTabs": false}'}),
+    "settings-invalid": case(SETTINGS, {".config/Code/User/settings.json": lambda: b'{"workbench.editor'}),
+    # check_json (3), YAML
+    "yaml-match": case(YAML, {"Code/Website/academicpages.github.io/_config.yml": lambda: YML.encode()}),
+    "yaml-mismatch": case(YAML, {"Code/Website/academicpages.github.io/_config.yml": lambda: YML.replace("Test@", "Tset@").encode()}),
+    # check_thunderbird_prefs (4)
+    "prefs-dark": case(PREFS, {".thunderbird/t5q2a5hp.default-release/prefs.js":
+                               lambda: b'user_pref("extensions.activeThemeID", "thunderbird-compact-dark@mozilla.org");\n'}),
+    "prefs-light": case(PREFS, {".thunderbird/t5q2a5hp.default-release/prefs.js":
+                                lambda: b'user_pref("extensions.activeThemeID", "thunderbird-compact-light@mozilla.org");\n'}),
+    # compare_images (7): graded
+    "images-same": case(IMAGES, {"Desktop/src_clip.gif": lambda: image()}, {"src_clip_gold.gif": lambda: image()}),
+    "images-shifted": case(IMAGES, {"Desktop/src_clip.gif": lambda: image(8)}, {"src_clip_gold.gif": lambda: image()}),
+    # compare_archive (3): graded over the PDFs inside
+    "archive-same": case(ARCHIVE, {"lecture_slides.zip": lambda: archive({"lecture_slides/a.pdf": pdf("Hello PDF world"), "lecture_slides/b.pdf": pdf("Second")})},
+                         {"gold_lecture_slides.zip": lambda: archive({"lecture_slides/a.pdf": pdf("Hello PDF world"), "lecture_slides/b.pdf": pdf("Second")})}),
+    "archive-one-changed": case(ARCHIVE, {"lecture_slides.zip": lambda: archive({"lecture_slides/a.pdf": pdf("Hello PDF planet"), "lecture_slides/b.pdf": pdf("Second")})},
+                                {"gold_lecture_slides.zip": lambda: archive({"lecture_slides/a.pdf": pdf("Hello PDF world"), "lecture_slides/b.pdf": pdf("Second")})}),
+    # compare_pdfs (9) and compare_docx_files under "and"
+    "pdf-docx-same": case(PDF_DOC, {"paper01.pdf": lambda: pdf("Hello PDF world"), "ans.docx": lambda: docx(DOC)},
+                          {"paper01_Gold.pdf": lambda: pdf("Hello PDF world"), "ans_Gold.docx": lambda: docx(DOC)}),
+    "pdf-near-docx-same": case(PDF_DOC, {"paper01.pdf": lambda: pdf("Hello PDF planet"), "ans.docx": lambda: docx(DOC)},
+                               {"paper01_Gold.pdf": lambda: pdf("Hello PDF world"), "ans_Gold.docx": lambda: docx(DOC)}),
+    "pdf-same-docx-differs": case(PDF_DOC, {"paper01.pdf": lambda: pdf("Hello PDF world"), "ans.docx": lambda: docx(["x"])},
+                                  {"paper01_Gold.pdf": lambda: pdf("Hello PDF world"), "ans_Gold.docx": lambda: docx(DOC)}),
+    # check_structure_sim (4), two under "and"
+    "structure-both": case(STRUCTURE, {f"Desktop/{n}": (lambda: image(fmt="PNG", mode="RGB")) for n in
+                                       ("character_gimp.png", "character_code.png", "character_no_background_gold.png")}),
+    "structure-one-off": case(STRUCTURE, {"Desktop/character_gimp.png": lambda: image(fmt="PNG", mode="RGB"),
+                                          "Desktop/character_code.png": lambda: image(12, fmt="PNG", mode="RGB"),
+                                          "Desktop/character_no_background_gold.png": lambda: image(fmt="PNG", mode="RGB")}),
+    # exact_match (20) and check_include_exclude (18) over commands
+    "exists-yes": case(EXISTS, {"Desktop/poster_party_night.webp": lambda: b"RIFF"}),
+    "exists-no": case(EXISTS),
+    "which-absent": case(WHICH),
+    "json-single-quotes": case("pincer_lab/lab-json", {"answer.json": lambda: b"{'money': 'over $60'}\n"}),
+    "json-mismatch": case("pincer_lab/lab-json", {"answer.json": lambda: b'{"money": "under $60"}'}),
+    "json-not-json": case("pincer_lab/lab-json", {"answer.json": lambda: b"not json"}),
+    "include-substring": case("pincer_lab/lab-include", {"names.txt": lambda: b"aa.txt\n"}),
+    "include-excluded": case("pincer_lab/lab-include", {"names.txt": lambda: b"a.txt b.txt\n"}),
+    "url-match": case("pincer_lab/lab-url", {"url.txt": lambda: b"https://www.example.com/search?q=pincer"}),
+    "url-no-match": case("pincer_lab/lab-url", {"url.txt": lambda: b"https://www.example.org/?q=pincer"}),
+    "list-pass": case("pincer_lab/lab-list", {"list.txt": lambda: b"alpha\ngamma\n"}),
+    "list-unexpected": case("pincer_lab/lab-list", {"list.txt": lambda: b"alpha\nbeta\n"}),
+    "in-list": case("pincer_lab/lab-in-list", {"out.txt": lambda: b"# packages in environment at /opt:\n"}),
+    "extension-yes": case("pincer_lab/lab-extension", {"ext.txt": lambda: b"ms-python.python\n"}),
+    "extension-no": case("pincer_lab/lab-extension", {"ext.txt": lambda: b"golang.go\n"}),
+    "config-exact": case("pincer_lab/lab-config", {"cfg.txt": lambda: b"a=1\n"}),
+    "config-no-newline": case("pincer_lab/lab-config", {"cfg.txt": lambda: b"a=1"}),
+    "active-tab": case("pincer_lab/lab-active-tab"),
+    "tabs": case("pincer_lab/lab-tabs"),
+    "tabs-missing-one": case("pincer_lab/lab-tabs-wrong"),
+    "diff-graded": case("pincer_lab/lab-diff", {"poem.txt": lambda: b"one\ntwo\nthree\nfour\n"},
+                        {"poem_gold.txt": lambda: b"one\ntwo\n3\nfour\n"}),
+    "gimp-config": case("pincer_lab/lab-gimp", {".config/GIMP/2.10/sessionrc": lambda: b"# GIMP sessionrc\n(session-info toolbox yes)\n"}),
+    "gimp-config-no": case("pincer_lab/lab-gimp", {".config/GIMP/2.10/sessionrc": lambda: b"(session-info toolbox no)\n"}),
+    "or-second": case("pincer_lab/lab-or", {"one.txt": lambda: b"no\n", "two.txt": lambda: b"yes\n"}),
+    "or-neither": case("pincer_lab/lab-or", {"one.txt": lambda: b"no\n", "two.txt": lambda: b"nah\n"}),
+    "and-graded": case("pincer_lab/lab-and-graded", {"pic.gif": lambda: image(8), "one.txt": lambda: b"yes\n"},
+                       {"pic_gold.gif": lambda: image()}),
+}
+
+
+def prepare(out, fixture):
+    examples = os.path.join(out, "examples")
+    index = {}
+    for t in REAL:
+        domain, id_ = t.split("/")
+        os.makedirs(os.path.join(examples, domain), exist_ok=True)
+        shutil.copy(os.path.join(fixture, "examples", domain, id_ + ".json"),
+                    os.path.join(examples, domain, id_ + ".json"))
+        index.setdefault(domain, []).append(id_)
+    for t, task in SYNTHETIC.items():
+        domain, id_ = t.split("/")
+        os.makedirs(os.path.join(examples, domain), exist_ok=True)
+        json.dump(task, open(os.path.join(examples, domain, id_ + ".json"), "w"))
+        index.setdefault(domain, []).append(id_)
+    json.dump(index, open(os.path.join(out, "test_all.json"), "w"))
+    return {"cases": [{"name": n, "task": c["task"]} for n, c in CASES.items()]}
+
+
+WRITTEN = []
+
+
+def make(c, home, assets):
+    for p in WRITTEN:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(p)
+    WRITTEN.clear()
+    for rel, make_bytes in c["guest"].items():
+        path = os.path.join(home, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "wb").write(make_bytes())
+        WRITTEN.append(path)
+    for dest, make_bytes in c["gold"].items():
+        path = os.path.join(assets, lab_id(c["task"]), dest)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "wb").write(make_bytes())
+        WRITTEN.append(path)
+
+
+def evaluator_of(task, fixture_out):
+    domain, id_ = task.split("/")
+    return json.load(open(os.path.join(fixture_out, "examples", domain, id_ + ".json")))["evaluator"]
+
+
+def main():
+    worker._stub(worker.STUBS)
+    worker._packages()
+    worker._offline_tldextract()
+    env_class = osworld_env_class()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Execute)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    out = sys.stdout
+    sys.stdout = sys.stderr
+    folder = {"dir": None}
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            if req["op"] == "prepare":
+                folder["dir"] = req["out"]
+                reply = prepare(req["out"], req["fixture"])
+            else:
+                c = CASES[req["case"]]
+                HOME["dir"] = req["home"]
+                os.environ["HOME"] = req["home"]
+                if req["op"] == "make":
+                    make(c, req["home"], req["assets"])
+                    reply = {"ok": True}
+                else:
+                    ev = evaluator_of(c["task"], folder["dir"])
+                    with contextlib.redirect_stdout(io.StringIO()):
+                        reply = {"score": score(ev, lab_id(c["task"]), req["assets"],
+                                                server.server_address[1], env_class)}
+        except Exception as e:
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
