@@ -546,6 +546,7 @@ pub fn compose_lenient(
         preconditions: None,
         oracle: None,
         origin: None,
+        requires: Default::default(),
     })
 }
 

@@ -617,10 +617,12 @@ impl Agent for PyAgent {
 /// `video` records each environment's screen into the trajectories at up to that many
 /// frames a second (`pincer run --video`; needs ffmpeg). `end` is `pincer run --end`:
 /// "agent" (only the agent ends a task run, then the final state decides) or "sinks"
-/// (default: each task's own rule). Returns {"out", "records",
-/// "report"}.
+/// (default: each task's own rule). `assets` is `--assets` (the asset cache, OSWorld's
+/// file cache for imported OSWorld tasks) and `allow_network` `--allow-network` (tasks that
+/// need the live web run too). Tasks that cannot run here are left out, each said on
+/// stderr and listed in the run's `skipped.json`. Returns {"out", "records", "report"}.
 #[pyfunction]
-#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=1024, vm_cpus=2, feedback="none", attempts=1, tools=false, video=None, end=None))]
+#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=1024, vm_cpus=2, feedback="none", attempts=1, tools=false, video=None, end=None, assets=None, allow_network=false))]
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
@@ -647,6 +649,8 @@ fn run(
     tools: bool,
     video: Option<u32>,
     end: Option<&str>,
+    assets: Option<PathBuf>,
+    allow_network: bool,
 ) -> PyResult<Py<PyAny>> {
     if !agent.bind(py).is_callable() {
         return Err(PyValueError::new_err(
@@ -678,6 +682,10 @@ fn run(
         }) as Box<dyn Agent>)
     });
     let cancel = Arc::new(AtomicBool::new(false));
+    let mut options = RunOptions::new(out.clone(), observation);
+    if let Some(dir) = assets {
+        options.assets = dir;
+    }
     let launch = Launch {
         tasks,
         agent: factory,
@@ -699,7 +707,8 @@ fn run(
                 .map(str::parse)
                 .transpose()
                 .map_err(PyValueError::new_err)?,
-            ..RunOptions::new(out.clone(), observation)
+            allow_network,
+            ..options
         },
         signals: Signals::Caller(cancel.clone()),
     };

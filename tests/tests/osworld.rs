@@ -156,3 +156,241 @@ fn pincer_scores_end_states_exactly_as_osworlds_own_code() {
     );
     assert!(count("pincer error") >= 1, "{table}");
 }
+
+/// Tasks of the fixture by domain: one offline task per offline domain that a desktop here
+/// can run (OSWorld's infeasible ones: the right answer is to say so), a Calc task whose
+/// files the test's stand-in for OSWorld's file host provides, and one task of each kind
+/// that cannot run here.
+const RUNNABLE: &[&str] = &[
+    "chrome/3720f614-37fd-4d04-8a6b-76f54f8c222d",
+    "gimp/e19bd559-633b-4b02-940f-d946248f088e",
+    "libreoffice_calc/2bd59342-0664-4ccb-ba87-79379096cc08",
+    "multi_apps/6d72aad6-187a-4392-a4c4-ed87269c51cf",
+    "os/b3d4a89c-53f2-4d6b-8b6a-541fb5d205fa",
+];
+const CALC: &str = "libreoffice_calc/01b269ae-2111-4a07-81fd-3fcd711993b0";
+const NOT_HERE: &[(&str, &str)] = &[
+    (
+        "gimp/77b8ab4d-994f-43ac-8930-8ca087d7c4b4",
+        "needs files: 1 of its 1 files are not in",
+    ),
+    (
+        "chrome/bb5e4c0d-f964-439c-97b6-bdb9747de3f4",
+        "not supported: getter default_search_engine",
+    ),
+    (
+        "multi_apps/46407397-a7d5-4c6b-92c6-dbe038b1457b",
+        "not supported: getter googledrive_file",
+    ),
+    (
+        "chrome/7b6c7e24-c58a-49fc-a5bb-d57b80e5b4c3",
+        "not supported: getter cookie_data",
+    ),
+];
+
+/// Writes an xlsx of one column (None: an empty cell) with openpyxl from the scorer's
+/// environment.
+fn xlsx(path: &Path, cells: &[Option<&str>]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let code = "import json, sys, openpyxl\n\
+                wb = openpyxl.Workbook(); ws = wb.active\n\
+                for i, v in enumerate(json.loads(sys.argv[2])): ws.cell(row=i + 1, column=1, value=v)\n\
+                wb.save(sys.argv[1])";
+    let ok = Command::new(scorer_env().join("bin/python"))
+        .args([
+            "-c",
+            code,
+            path.to_str().unwrap(),
+            &json!(cells).to_string(),
+        ])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+/// Sets each imported task's oracle (the scripted agent) in place.
+fn script(tasks: &Path, oracles: &[(&str, Value)]) {
+    for (id, oracle) in oracles {
+        let path = tasks.join(format!("{id}.json"));
+        let mut t: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        t["oracle"] = oracle.clone();
+        std::fs::write(&path, t.to_string()).unwrap();
+    }
+}
+
+fn records(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn imported_tasks_run_to_the_agents_end_and_what_cannot_run_is_skipped_with_why() {
+    let sb = Sandbox::new();
+    let mut index = serde_json::Map::new();
+    for id in RUNNABLE
+        .iter()
+        .chain([&CALC])
+        .chain(NOT_HERE.iter().map(|(id, _)| id))
+    {
+        let (domain, id) = id.split_once('/').unwrap();
+        index
+            .entry(domain)
+            .or_insert_with(|| json!([]))
+            .as_array_mut()
+            .unwrap()
+            .push(id.into());
+    }
+    let index_file = sb.path().join("index.json");
+    std::fs::write(&index_file, Value::Object(index).to_string()).unwrap();
+    let tasks = sb.path().join("imported");
+    let cache = sb.path().join("OSWorld cache");
+    sb.pincer_ok(&[
+        "task",
+        "import-osworld",
+        repo()
+            .join("../shared/fixtures/osworld-2024/evaluation_examples")
+            .to_str()
+            .unwrap(),
+        "--index",
+        index_file.to_str().unwrap(),
+        "--out",
+        tasks.to_str().unwrap(),
+        "--assets",
+        cache.to_str().unwrap(),
+    ]);
+
+    // A stand-in for OSWorld's file host (no internet here): the Calc task's sheet, with
+    // blanks to fill from the cell above, and its gold, where OSWorld's cache keeps them.
+    let calc: Value =
+        serde_json::from_str(&std::fs::read_to_string(tasks.join(format!("{CALC}.json"))).unwrap())
+            .unwrap();
+    let sheet = calc["setup"]["desktop"][0]["asset"].as_str().unwrap();
+    xlsx(&cache.join(sheet), &[Some("A"), None, Some("B"), None]);
+    let gold = cache.join(format!(
+        "{}/Student_Level_Fill_Blank_gold.xlsx",
+        CALC.split_once('/').unwrap().1
+    ));
+    xlsx(&gold, &[Some("A"), Some("A"), Some("B"), Some("B")]);
+
+    let desktop = sb.desktop("osworld-run", "1920x1080", &[]);
+    // OSWorld's machine saves Office files in the format they came in without asking.
+    let profile = sb
+        .path()
+        .join("state/desktops/osworld-run/home/.config/libreoffice/4/user");
+    std::fs::create_dir_all(&profile).unwrap();
+    std::fs::write(
+        profile.join("registrymodifications.xcu"),
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+<item oor:path="/org.openoffice.Office.Common/Save/Document"><prop oor:name="WarnAlienFormat" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Misc"><prop oor:name="ShowTipOfTheDay" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Office.Common/Misc"><prop oor:name="FirstRun" oor:op="fuse"><value>false</value></prop></item>
+<item oor:path="/org.openoffice.Setup/Office"><prop oor:name="ooSetupInstCompleted" oor:op="fuse"><value>true</value></prop></item>
+</oor:items>
+"#,
+    )
+    .unwrap();
+
+    let table =
+        json!({"role": "table", "inside": {"role": "frame", "name_contains": "LibreOffice Calc"}});
+    let fill = |second: &str| {
+        json!([
+            {"do": "wait_for", "target": table, "timeout_ms": 90000},
+            {"do": "key", "key": "ctrl+home"},
+            {"do": "key", "key": "Down"},
+            {"do": "type", "text": "A\n"},
+            {"do": "key", "key": "Down"},
+            {"do": "type", "text": format!("{second}\n")},
+            {"do": "complete"}
+        ])
+    };
+    let run = |name: &str, oracles: &[(&str, Value)]| {
+        script(&tasks, oracles);
+        let out = sb.path().join(name);
+        let o = sb.pincer(&[
+            "run",
+            "--tasks",
+            tasks.to_str().unwrap(),
+            "--agent",
+            "oracle",
+            "--end",
+            "agent",
+            "--set",
+            &format!("desktop={}", desktop.name),
+            "--assets",
+            cache.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--no-report",
+        ]);
+        let said = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{said}");
+        (out, said)
+    };
+
+    // The scripted agent that solves: says infeasible where that is the answer, fills
+    // the sheet (OSWorld's postconfig then saves it).
+    let mut solve: Vec<(&str, Value)> = RUNNABLE
+        .iter()
+        .map(|id| {
+            (
+                *id,
+                json!([{"do": "infeasible", "reason": "this cannot be done here"}]),
+            )
+        })
+        .collect();
+    solve.push((CALC, fill("B")));
+    let (out, said) = run("solved", &solve);
+    assert!(
+        said.contains(&format!("skipping {} tasks", NOT_HERE.len())),
+        "{said}"
+    );
+    for (id, why) in NOT_HERE {
+        assert!(said.contains(&format!("{id}: {why}")), "{id}: {said}");
+    }
+    let skipped: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("skipped.json")).unwrap()).unwrap();
+    assert_eq!(
+        skipped.as_array().unwrap().len(),
+        NOT_HERE.len(),
+        "{skipped}"
+    );
+    let recs = records(&out);
+    eprintln!("{said}");
+    for r in &recs {
+        eprintln!(
+            "{} {} {} {}",
+            r["task"], r["termination"], r["score"], r["detail"]
+        );
+    }
+    assert_eq!(recs.len(), RUNNABLE.len() + 1, "{recs:?}");
+    for r in &recs {
+        assert_eq!(
+            (r["termination"].as_str(), r["score"].as_f64()),
+            (Some("success"), Some(1.0)),
+            "{r}"
+        );
+    }
+    let header: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(header["end"], "agent", "{header}");
+
+    // Near misses: saying done where the task is infeasible, a wrong value in the sheet.
+    let mut miss: Vec<(&str, Value)> = RUNNABLE
+        .iter()
+        .map(|id| (*id, json!([{"do": "complete"}])))
+        .collect();
+    miss.push((CALC, fill("A")));
+    let (out, _) = run("missed", &miss);
+    for r in records(&out) {
+        eprintln!(
+            "{} {} {} {}",
+            r["task"], r["termination"], r["score"], r["detail"]
+        );
+        assert_eq!(r["termination"], "false-completion", "{r}");
+        assert!(r["score"].as_f64().unwrap() < 1.0, "{r}");
+    }
+}

@@ -261,6 +261,9 @@ impl Agent for Oracle {
                         .collect(),
                 },
                 OracleStep::Complete => AgentAction::Complete,
+                OracleStep::Infeasible { reason } => AgentAction::Infeasible {
+                    reason: oracle::fill(reason, &self.vars),
+                },
             };
             self.next += 1;
             self.waiting_since = None;

@@ -121,6 +121,11 @@ pub(crate) struct RunArgs {
     /// `$PINCER_OSWORLD_CACHE`).
     #[arg(long, value_name = "DIR")]
     pub(super) assets: Option<PathBuf>,
+    /// Also run tasks that need the live web (imported OSWorld tasks that open pages);
+    /// the run's header then says it was not hermetic. Without it they are skipped, each
+    /// with why, as are tasks whose files are missing or that use what pincer lacks.
+    #[arg(long)]
+    pub(super) allow_network: bool,
     /// Do not write the HTML/Markdown report at the end.
     #[arg(long)]
     pub(super) no_report: bool,
@@ -213,8 +218,11 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| rundir::default_dir(&tasks_spec, &agent_spec));
     let options = options(&a, out.clone())?;
-    // Validate before starting anything.
-    run::prepare(&tasks, &pincer::peers::library(&options.assets))?;
+    // Validate before starting anything (what cannot run here is left out, and said, by
+    // the launch).
+    let (runnable, _) =
+        pincer::peers::runnable(tasks.clone(), &options.assets, options.allow_network);
+    run::prepare(&runnable, &pincer::peers::library(&options.assets))?;
     let (agent, agent_name) = agent_factory(&agent_spec, &a.agent_opts)?;
     if a.slurm || a.kubernetes {
         let Some(n) = a.shards.filter(|n| *n > 0) else {
@@ -313,6 +321,7 @@ pub(super) fn options(a: &RunArgs, out: PathBuf) -> anyhow::Result<RunOptions> {
             .assets
             .clone()
             .unwrap_or_else(pincer::peers::osworld::cache::default_dir),
+        allow_network: a.allow_network,
     })
 }
 
@@ -367,6 +376,9 @@ pub(crate) fn shard_args(a: &RunArgs, tasks: &str, out: &std::path::Path) -> Vec
     push("--out", out.display().to_string());
     if a.tools {
         v.push("--tools".into());
+    }
+    if a.allow_network {
+        v.push("--allow-network".into());
     }
     v.push("--resume".into());
     v.push("--no-report".into());

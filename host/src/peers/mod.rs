@@ -9,7 +9,9 @@ pub mod crab;
 pub mod osworld;
 
 use crate::eval::functions::Library;
-use std::path::Path;
+use crate::task::Task;
+use crate::task::steps::Step;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// pincer's checkpoint functions and the peers' own: `osworld`, whose gold files come from
@@ -20,4 +22,53 @@ pub fn library(assets: &Path) -> Library {
     let scorer = Arc::new(osworld::scorer::Scorer::new(osworld::scorer::default_env()));
     osworld::check::register(&mut lib, assets.to_owned(), scorer);
     lib
+}
+
+/// The files a task reads from the asset cache: its `put_asset` steps' and, for imported
+/// OSWorld tasks, the gold files its evaluator compares with.
+pub fn assets_of(task: &Task) -> Vec<PathBuf> {
+    let steps = task.setup.values().chain(task.finalize.values()).flatten();
+    let mut files: Vec<PathBuf> = steps
+        .filter_map(|s| match s {
+            Step::PutAsset { asset, .. } => Some(PathBuf::from(asset)),
+            _ => None,
+        })
+        .collect();
+    for c in task.checkpoints.iter().filter(|c| c.check == "osworld") {
+        files.extend(osworld::import::gold_files_of(&c.args));
+    }
+    files.sort();
+    files.dedup();
+    files
+}
+
+/// Splits `tasks` into those a run can start and those it cannot, each with why: a task
+/// using what pincer lacks, needing an account, needing the live web when the run allows
+/// no network (`network`), or missing files from the asset cache `assets` (it would fail
+/// half-way and be scored as the agent's failure).
+pub fn runnable(
+    tasks: Vec<Task>,
+    assets: &Path,
+    network: bool,
+) -> (Vec<Task>, Vec<(String, String)>) {
+    let mut run = Vec::new();
+    let mut skipped = Vec::new();
+    for t in tasks {
+        let why = t.requires.refusal(network).or_else(|| {
+            let files = assets_of(&t);
+            let missing = files.iter().filter(|f| !assets.join(f).is_file()).count();
+            (missing > 0).then(|| {
+                format!(
+                    "needs files: {missing} of its {} files are not in {} (fetch them with `pincer osworld fetch`)",
+                    files.len(),
+                    assets.display()
+                )
+            })
+        });
+        match why {
+            Some(why) => skipped.push((t.id, why)),
+            None => run.push(t),
+        }
+    }
+    (run, skipped)
 }

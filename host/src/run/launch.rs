@@ -288,6 +288,9 @@ pub struct RunOptions {
     /// The asset cache that tasks' `put_asset` steps read (`--assets`; OSWorld's file
     /// cache for imported OSWorld tasks, by default `~/.cache/pincer/osworld`).
     pub assets: PathBuf,
+    /// Run tasks that need the live web too (`--allow-network`); the run's header then
+    /// says it was not hermetic.
+    pub allow_network: bool,
 }
 
 impl RunOptions {
@@ -304,6 +307,7 @@ impl RunOptions {
             video: None,
             end: None,
             assets: crate::peers::osworld::cache::default_dir(),
+            allow_network: false,
         }
     }
 
@@ -324,6 +328,7 @@ impl RunOptions {
     pub fn identity(&self, agent: &str, tasks: &[Task]) -> Identity {
         Identity {
             end: self.end,
+            network: self.allow_network,
             ..Identity::new(
                 agent,
                 tasks,
@@ -380,10 +385,40 @@ impl Launch {
     /// Checks everything that can be checked before an environment starts (the tasks, the
     /// run directory, a shard's place), starts the environments, runs, and stops what it
     /// started, however the run ended. `progress` hears about environments starting.
-    pub async fn run(self, reg: &Registry, progress: Progress<'_>) -> Result<Finished, RunError> {
+    pub async fn run(
+        mut self,
+        reg: &Registry,
+        progress: Progress<'_>,
+    ) -> Result<Finished, RunError> {
+        self.options.check()?;
+        if self.options.allow_network && matches!(self.source, Source::Vm { .. }) {
+            return Err(RunError::BadOption(
+                "--allow-network with --vm: pincer's VMs reach no network but their agent's port; \
+                 run tasks that need the web on local desktops or registered environments"
+                    .into(),
+            ));
+        }
+        // Tasks that cannot run here are said and left out before anything starts.
+        let (tasks, skipped) = crate::peers::runnable(
+            std::mem::take(&mut self.tasks),
+            &self.options.assets,
+            self.options.allow_network,
+        );
+        self.tasks = tasks;
+        if !skipped.is_empty() {
+            progress(&format!(
+                "skipping {} tasks that cannot run here:",
+                skipped.len()
+            ));
+            for (id, why) in &skipped {
+                progress(&format!("  {id}: {why}"));
+            }
+        }
+        if self.tasks.is_empty() {
+            return Err(RunError::NothingToRun(skipped.len()));
+        }
         super::prepare(&self.tasks, &crate::peers::library(&self.options.assets))?;
         let opts = &self.options;
-        opts.check()?;
         if opts.shard.is_some() && !self.source.starts_environments() {
             return Err(RunError::ShardOnNamed);
         }
@@ -431,6 +466,9 @@ impl Launch {
         .await;
         let interrupted = envs.interrupted();
         envs.stop().await;
+        if !skipped.is_empty() {
+            crate::rundir::write_skipped(&out, shard.map(|s| s.index), &skipped)?;
+        }
         Ok(Finished {
             records: result?,
             interrupted,

@@ -43,6 +43,9 @@ pub enum RunError {
     /// A run option that cannot work.
     #[error("{0}")]
     BadOption(String),
+    /// Every task was left out as not runnable here (each said why).
+    #[error("none of the tasks can run here ({0} skipped, each with why above)")]
+    NothingToRun(usize),
     /// A shard on registered environments.
     #[error(
         "--shard with --set: every shard needs environments of its own, and --set names environments of one machine; let each shard start local desktops or --vm VMs"

@@ -41,6 +41,10 @@ pub struct Identity {
     /// from before it existed keep their identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end: Option<EndRule>,
+    /// Whether tasks that need the live web ran (`--allow-network`): such a run is not
+    /// hermetic. Written only when set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub network: bool,
 }
 
 impl Identity {
@@ -67,6 +71,7 @@ impl Identity {
             ),
             correction,
             end: None,
+            network: false,
         }
     }
 
@@ -120,6 +125,10 @@ impl Identity {
                 e.map_or("each task's end rule".into(), |e| format!("--end {e}"))
             };
             diffs.push(format!("{} (here: {})", e(self.end), e(other.end)));
+        }
+        if self.network != other.network {
+            let n = |on: bool| if on { "--allow-network" } else { "no network" };
+            diffs.push(format!("{} (here: {})", n(self.network), n(other.network)));
         }
         let (ours, theirs) = (&self.tasks_sha256, &other.tasks_sha256);
         if self.shards.is_some() && !ours.is_empty() && !theirs.is_empty() && ours != theirs {
@@ -249,6 +258,7 @@ mod tests {
             tasks_sha256: "aa".into(),
             correction: Correction::default(),
             end: None,
+            network: false,
         };
         assert_eq!(a.difference(&a.clone()), None);
         let retried = Identity {

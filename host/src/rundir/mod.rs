@@ -140,6 +140,21 @@ pub fn write_tasks(
     Ok(())
 }
 
+/// Writes `skipped.json` (into the shard's folder for a shard): the tasks a run left out
+/// because they cannot run here, each with why (`[{"task", "why"}]`).
+pub fn write_skipped(
+    out: &Path,
+    shard: Option<u32>,
+    skipped: &[(String, String)],
+) -> Result<(), DirError> {
+    let dir = shard.map_or_else(|| out.to_owned(), |i| shard::dir(out, i));
+    let list: Vec<serde_json::Value> = skipped
+        .iter()
+        .map(|(task, why)| serde_json::json!({"task": task, "why": why}))
+        .collect();
+    write_json(&dir.join("skipped.json"), &list)
+}
+
 /// This machine's name (for `started.json` and messages).
 pub fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

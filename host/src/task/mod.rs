@@ -68,6 +68,50 @@ pub struct Task {
     /// peer benchmark, and its original task as its authors wrote it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<serde_json::Value>,
+    /// What the task needs that a run may lack, as an importer found it: runs skip such a
+    /// task before it starts and say why; it is never scored.
+    #[serde(default, skip_serializing_if = "Requires::is_empty")]
+    pub requires: Requires,
+}
+
+/// What a task needs beyond an environment of its platform.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Requires {
+    /// Why it needs the live web (pages, downloads at run time): it runs only when the run
+    /// allows a network (`--allow-network`), which then is not hermetic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    /// Why it needs an account pincer cannot hold (Google Drive, a sign-in): never run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// What it uses that pincer does not implement (a step kind, getter or metric): never
+    /// run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsupported: Vec<String>,
+}
+
+impl Requires {
+    /// Nothing beyond the environment.
+    pub fn is_empty(&self) -> bool {
+        self.network.is_none() && self.account.is_none() && self.unsupported.is_empty()
+    }
+
+    /// Why a run cannot run the task, if it cannot; `network`: whether the run allows one.
+    pub fn refusal(&self, network: bool) -> Option<String> {
+        if !self.unsupported.is_empty() {
+            return Some(format!("not supported: {}", self.unsupported.join("; ")));
+        }
+        if let Some(why) = &self.account {
+            return Some(format!("needs an account: {why}"));
+        }
+        match &self.network {
+            Some(why) if !network => Some(format!(
+                "needs the live web ({why}); run with --allow-network to include it"
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// What kind of environment a role needs.

@@ -108,6 +108,11 @@ pub enum OracleStep {
     },
     /// Declare the task done.
     Complete,
+    /// Declare the task impossible (the right answer to OSWorld's infeasible tasks).
+    Infeasible {
+        /// Why, as the agent says it.
+        reason: String,
+    },
 }
 
 /// The `{{var}}` placeholders a text uses, in order.

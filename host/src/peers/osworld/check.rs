@@ -133,7 +133,7 @@ impl Get {
         let pairs = || -> Result<Vec<(String, String)>, String> {
             let paths = strings(g.fields.get("path"), "path")?;
             let dests = strings(g.fields.get("dest"), "dest")?;
-            let multi = g.fields.get("multi").and_then(Value::as_bool) == Some(true);
+            let multi = super::model::truthy(g.fields.get("multi"));
             if !multi && (paths.len() != 1 || dests.len() != 1) {
                 return Err("`path` and `dest` are lists without `multi`".into());
             }
@@ -145,7 +145,7 @@ impl Get {
         };
         match g.kind.as_str() {
             "vm_file" => {
-                if g.fields.get("time_suffix").and_then(Value::as_bool) == Some(true) {
+                if super::model::truthy(g.fields.get("time_suffix")) {
                     return Err("vm_file with `time_suffix` names its file by the clock at scoring time, which pincer does not reproduce".into());
                 }
                 let files = pairs()?
@@ -173,10 +173,11 @@ impl Get {
                 .cloned()
                 .map(Self::Rule)
                 .ok_or_else(|| "the rule getter has no `rules`".into()),
-            "vm_command_line" => {
-                let shell = g.fields.get("shell").and_then(Value::as_bool) == Some(true);
-                super::import::command(g.fields.get("command"), shell).map(Self::Command)
-            }
+            "vm_command_line" => super::import::command(
+                g.fields.get("command"),
+                super::model::truthy(g.fields.get("shell")),
+            )
+            .map(Self::Command),
             other => Err(format!(
                 "the getter {other} is not implemented in pincer yet"
             )),

@@ -18,7 +18,7 @@ use super::cache;
 use super::model::{ConfigStep, Getter, Index, OsTask};
 use super::pyautogui;
 use crate::task::steps::{Step, WindowAction};
-use crate::task::{Checkpoint, EndRule, EnvNeed, Limits, Task};
+use crate::task::{Checkpoint, EndRule, EnvNeed, Limits, Requires, Task};
 use pincer_shared::Platform;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -288,6 +288,17 @@ pub fn convert(domain: &str, t: &OsTask, original: serde_json::Value, cache: &Pa
         origin: Some(
             serde_json::json!({"benchmark": "osworld", "domain": domain, "task": original}),
         ),
+        requires: Requires {
+            network: match &needs {
+                Needs::Web { why } => Some(why.clone()),
+                _ => None,
+            },
+            account: match &needs {
+                Needs::Account { why } => Some(why.clone()),
+                _ => None,
+            },
+            unsupported: unsupported.clone(),
+        },
     };
     Imported {
         task,
@@ -330,6 +341,25 @@ fn gold_files(task: &str, g: &Getter) -> Vec<(PathBuf, String)> {
         .into_iter()
         .zip(list("dest"))
         .map(|(url, dest)| (cache::gold(task, &dest), url))
+        .collect()
+}
+
+/// The gold files (cache paths) of an `osworld` checkpoint's arguments.
+pub fn gold_files_of(args: &serde_json::Value) -> Vec<PathBuf> {
+    let (Some(task), Some(ev)) = (
+        args.get("task").and_then(|t| t.as_str()),
+        args.get("evaluator"),
+    ) else {
+        return Vec::new();
+    };
+    let Ok(ev) = serde_json::from_value::<super::model::Evaluator>(ev.clone()) else {
+        return Vec::new();
+    };
+    ev.getters()
+        .into_iter()
+        .filter(|g| g.kind == "cloud_file")
+        .flat_map(|g| gold_files(task, g))
+        .map(|(path, _)| path)
         .collect()
 }
 
@@ -404,7 +434,7 @@ fn map_step(
             }])
         }
         "activate_window" | "close_window" => {
-            if p.get("by_class").and_then(serde_json::Value::as_bool) == Some(true) {
+            if super::model::truthy(p.get("by_class")) {
                 return Err(
                     "finds the window by its class, which pincer's window steps do not".into(),
                 );
@@ -434,15 +464,10 @@ fn map_step(
     }
 }
 
-/// Whether a step's (or getter's) `shell` is set, as Python reads it: OSWorld's server
-/// hands the value to `subprocess`, so `"true"` (and any non-empty string) counts.
+/// Whether a step's (or getter's) `shell` is set, as Python reads it (OSWorld's server
+/// hands the value to `subprocess`, so `"true"` counts).
 pub(super) fn shell(p: &serde_json::Value) -> bool {
-    match p.get("shell") {
-        Some(serde_json::Value::Bool(b)) => *b,
-        Some(serde_json::Value::String(s)) => !s.is_empty(),
-        Some(serde_json::Value::Number(n)) => n.as_f64() != Some(0.0),
-        _ => false,
-    }
+    super::model::truthy(p.get("shell"))
 }
 
 /// The code of a `python -c CODE` command, if it is one.

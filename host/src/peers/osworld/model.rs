@@ -118,3 +118,17 @@ impl Getter {
 
 /// `test_all.json` and its kin: task ids by domain.
 pub type Index = BTreeMap<String, Vec<String>>;
+
+/// A flag as Python reads it (`if config.get("multi")`): OSWorld's files write `true` and
+/// also `"true"`, and any non-empty string, non-zero number or non-empty list counts.
+pub fn truthy(v: Option<&serde_json::Value>) -> bool {
+    use serde_json::Value;
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Number(n)) => n.as_f64() != Some(0.0),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+    }
+}
