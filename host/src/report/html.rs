@@ -166,11 +166,13 @@ fn summary(out: &mut String, run: &RunDir) {
         out.push_str("</div>");
     }
     let by_attempt = tables::by_attempt(run).map(|t| ("Success by attempt", t));
+    let by_score = tables::by_score(run).map(|t| ("Score by domain", t));
     for (title, t) in [
         ("By platform class", tables::by_class(run)),
         ("By termination", tables::by_termination(run)),
     ]
     .into_iter()
+    .chain(by_score)
     .chain(by_attempt)
     .chain([("Harness overhead per step", tables::overhead(run))])
     {

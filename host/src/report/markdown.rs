@@ -12,11 +12,13 @@ pub(crate) fn render(run: &RunDir) -> String {
         let _ = writeln!(out, "- **{k}**: {}", inline(&v));
     }
     let by_attempt = tables::by_attempt(run).map(|t| ("Success by attempt", t));
+    let by_score = tables::by_score(run).map(|t| ("Score by domain", t));
     for (title, table) in [
         ("By platform class", tables::by_class(run)),
         ("By termination", tables::by_termination(run)),
     ]
     .into_iter()
+    .chain(by_score)
     .chain(by_attempt)
     .chain([
         ("Task runs", tables::tasks(run)),

@@ -161,6 +161,61 @@ pub(crate) fn by_class(run: &RunDir) -> Table {
     }
 }
 
+/// Graded scores (a peer benchmark's own, as OSWorld's metrics give them) by the part of
+/// the task id before its first `/` (OSWorld's domain), "all" last; `None` when no run has
+/// one. The score is the peer's number: the mean over scored task runs, infrastructure
+/// failures left out as OSWorld's harness leaves out tasks that raised.
+pub(crate) fn by_score(run: &RunDir) -> Option<Table> {
+    let graded: Vec<(String, f64, bool)> = run
+        .runs
+        .iter()
+        .map(|r| &r.record)
+        .filter(|rec| !rec.termination.is_infrastructure())
+        .filter_map(|rec| {
+            let group = rec.task.split_once('/').map_or("", |(g, _)| g).to_owned();
+            rec.score
+                .map(|s| (group, s, rec.termination == Termination::Success))
+        })
+        .collect();
+    if graded.is_empty() {
+        return None;
+    }
+    let groups: BTreeSet<&str> = graded.iter().map(|(g, _, _)| g.as_str()).collect();
+    let row = |label: Cell, of: Vec<&(String, f64, bool)>| {
+        let n = of.len() as f64;
+        let mean = of.iter().map(|(_, s, _)| s).sum::<f64>() / n;
+        let full = of.iter().filter(|(_, _, ok)| *ok).count() as f64 / n;
+        vec![
+            label,
+            text(of.len().to_string()),
+            text(format!("{mean:.4}")),
+            text(pct(full)),
+        ]
+    };
+    let mut rows: Vec<Vec<Cell>> = groups
+        .iter()
+        .map(|g| {
+            let label = if g.is_empty() { "(no domain)" } else { g };
+            row(
+                text(label),
+                graded.iter().filter(|(x, _, _)| x == g).collect(),
+            )
+        })
+        .collect();
+    rows.push(row(Cell::Total("all".into()), graded.iter().collect()));
+    Some(Table {
+        head: vec!["domain", "scored runs", "score", "SR"],
+        numeric: vec![false, true, true, true],
+        rows,
+        note: Some(
+            "score: the mean of the runs' graded scores (OSWorld's metrics give fractions for \
+             PDFs, images, archives), as OSWorld reports its benchmark; SR: the share scored 1. \
+             Infrastructure failures are left out."
+                .to_owned(),
+        ),
+    })
+}
+
 /// Runs per termination reason, in report order.
 pub(crate) fn by_termination(run: &RunDir) -> Table {
     let n = run.runs.len();
@@ -257,6 +312,7 @@ pub(crate) fn tasks(run: &RunDir) -> Table {
                     Some(held) => format!("{held}/{}", rec.total),
                     None => "—".to_owned(),
                 }),
+                text(rec.score.map_or("—".to_owned(), |s| format!("{s:.4}"))),
                 // API tool calls apart: how the agent chose between the API and the GUI.
                 text(match rec.tool_calls {
                     0 => rec.actions.to_string(),
@@ -276,13 +332,14 @@ pub(crate) fn tasks(run: &RunDir) -> Table {
             "termination",
             "checkpoints",
             "held at end",
+            "score",
             "actions",
             "tokens",
             "wall time",
             "detail",
         ],
         numeric: vec![
-            false, true, false, false, true, true, true, true, true, false,
+            false, true, false, false, true, true, true, true, true, true, false,
         ],
         rows,
         note: None,

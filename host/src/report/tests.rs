@@ -336,6 +336,7 @@ fn markdown_has_the_numbers() {
             "success",
             "2/2",
             "2/2",
+            "—",
             "3 (1 tool)",
             "1.2k",
             "10.0 s",
@@ -343,8 +344,8 @@ fn markdown_has_the_numbers() {
         ]
     );
     let cross = md_row(&md, "cross-copy");
-    assert_eq!(cross[3..7], ["environment-error", "0/3", "—", "1"]);
-    assert!(cross[9].starts_with("environment 'phone' failed"));
+    assert_eq!(cross[3..8], ["environment-error", "0/3", "—", "—", "1"]);
+    assert!(cross[10].starts_with("environment 'phone' failed"));
 
     // Observing and evaluating are overhead; carrying out the input is not.
     let harness = md_row(&md, "**harness overhead (observe + evaluate)**");
@@ -526,4 +527,35 @@ fn runs_without_anything_still_report() {
     assert!(md.contains("0 task runs"), "{md}");
     let html = std::fs::read_to_string(paths.html).unwrap();
     assert!(html.contains("No task runs recorded."));
+}
+
+#[test]
+fn graded_runs_get_their_score_by_domain() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut results = JsonlWriter::append(&dir.path().join("results.jsonl")).unwrap();
+    let graded = |task: &str, t: Termination, score: f64| TaskRecord {
+        score: Some(score),
+        ..record(task, 0, PlatformClass::SingleDesktop, t, 1, 1)
+    };
+    for rec in [
+        graded("libreoffice_calc/a", Termination::Success, 1.0),
+        graded("libreoffice_calc/b", Termination::FalseCompletion, 0.5),
+        graded("os/c", Termination::FalseCompletion, 0.0),
+        // Left out, as OSWorld leaves out tasks whose evaluation raised.
+        graded("os/d", Termination::EvaluatorError, 0.0),
+    ] {
+        results.write(&rec).unwrap();
+    }
+    let paths = write(dir.path()).unwrap();
+    let md = std::fs::read_to_string(paths.markdown).unwrap();
+    let (_, section) = md.split_once("## Score by domain").expect("a score table");
+    assert_eq!(
+        md_row(section, "libreoffice_calc"),
+        ["libreoffice_calc", "2", "0.7500", "50.0%"]
+    );
+    assert_eq!(md_row(section, "os"), ["os", "1", "0.0000", "0.0%"]);
+    assert_eq!(md_row(section, "**all**")[1..], ["3", "0.5000", "33.3%"]);
+    // Runs without a graded score have no such table.
+    let (_dir, plain, _) = report();
+    assert!(!plain.contains("Score by domain"), "{plain}");
 }
