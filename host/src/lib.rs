@@ -31,3 +31,4 @@ pub mod rundir;
 pub mod task;
 pub mod video;
 pub mod vm;
+pub mod web;

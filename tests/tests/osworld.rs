@@ -394,3 +394,246 @@ fn imported_tasks_run_to_the_agents_end_and_what_cannot_run_is_skipped_with_why(
         assert!(r["score"].as_f64().unwrap() < 1.0, "{r}");
     }
 }
+
+/// A stand-in for OSWorld's file host (there is no internet here), on loopback: serves
+/// `files` by path with their length and byte ranges, and cuts the body of a path under
+/// `/flaky/` in half the first time it is asked for. Returns its port and the requests
+/// it saw (`METHOD PATH RANGE`).
+fn file_host(
+    files: std::collections::HashMap<String, Vec<u8>>,
+) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let mut words = head.split_whitespace();
+            let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+            let range = head
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("range: bytes=")
+                        .or(l.strip_prefix("Range: bytes="))
+                })
+                .and_then(|r| r.trim_end_matches('-').parse::<usize>().ok());
+            let first_flaky = path.starts_with("/flaky/")
+                && !log
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|l: &String| l.contains(path));
+            log.lock().unwrap().push(format!(
+                "{method} {path} {}",
+                range.map_or("-".into(), |r| r.to_string())
+            ));
+            let Some(body) = files.get(path) else {
+                let _ = conn.write_all(
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                continue;
+            };
+            let (status, from) = match range {
+                Some(from) if from < body.len() => ("206 Partial Content", from),
+                _ => ("200 OK", 0),
+            };
+            let mut reply = format!(
+                "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n",
+                body.len() - from
+            );
+            if from > 0 {
+                reply += &format!(
+                    "content-range: bytes {from}-{}/{}\r\n",
+                    body.len() - 1,
+                    body.len()
+                );
+            }
+            reply += "\r\n";
+            let _ = conn.write_all(reply.as_bytes());
+            if method == "GET" {
+                let end = if first_flaky {
+                    body.len() / 2
+                } else {
+                    body.len()
+                };
+                let _ = conn.write_all(&body[from..end]);
+            }
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn fetch_fills_osworlds_cache_resumes_and_refetches_files_of_the_wrong_size() {
+    let sb = Sandbox::new();
+    let sheet: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let gold: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+    let (port, seen) = file_host(
+        [
+            ("/files/sheet.xlsx".to_owned(), sheet.clone()),
+            ("/flaky/gold.xlsx".to_owned(), gold.clone()),
+        ]
+        .into(),
+    );
+    let host = format!("http://127.0.0.1:{port}");
+    let folder = sb.path().join("OSWorld tasks");
+    let task = |id: &str, download: &str, gold_url: &str| {
+        json!({
+            "id": id, "instruction": "Fill the blanks.",
+            "config": [{"type": "download", "parameters": {"files": [
+                {"url": download, "path": "/home/user/sheet.xlsx"}]}}],
+            "evaluator": {"func": "compare_table",
+                "result": {"type": "vm_file", "path": "/home/user/sheet.xlsx", "dest": "sheet.xlsx"},
+                "expected": {"type": "cloud_file", "path": gold_url, "dest": "gold.xlsx"}}
+        })
+    };
+    std::fs::create_dir_all(folder.join("examples/libreoffice_calc")).unwrap();
+    for (id, t) in [
+        (
+            "t-one",
+            task(
+                "t-one",
+                &format!("{host}/files/sheet.xlsx"),
+                &format!("{host}/flaky/gold.xlsx"),
+            ),
+        ),
+        (
+            "t-two",
+            task(
+                "t-two",
+                &format!("{host}/files/sheet.xlsx"),
+                &format!("{host}/flaky/gold.xlsx"),
+            ),
+        ),
+    ] {
+        std::fs::write(
+            folder.join(format!("examples/libreoffice_calc/{id}.json")),
+            t.to_string(),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        folder.join("test_all.json"),
+        json!({"libreoffice_calc": ["t-one", "t-two"]}).to_string(),
+    )
+    .unwrap();
+    let cache = sb.path().join("cache ü");
+    let fetch = || {
+        sb.pincer(&[
+            "osworld",
+            "fetch",
+            folder.to_str().unwrap(),
+            "--assets",
+            cache.to_str().unwrap(),
+            "--parallel",
+            "3",
+        ])
+    };
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+
+    // Four files (two tasks, each with its setup file and its gold), in OSWorld's layout.
+    let o = fetch();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("4 fetched"), "{}", text(&o));
+    let sheet_name = |id: &str| {
+        format!(
+            "{id}/{}_sheet.xlsx",
+            pincer::peers::osworld::cache::uuid5_url(&format!("{host}/files/sheet.xlsx"))
+        )
+    };
+    for id in ["t-one", "t-two"] {
+        assert_eq!(std::fs::read(cache.join(sheet_name(id))).unwrap(), sheet);
+        assert_eq!(
+            std::fs::read(cache.join(format!("{id}/gold.xlsx"))).unwrap(),
+            gold
+        );
+    }
+    // The gold was cut off on its first download and continued, not started over.
+    let log = seen.lock().unwrap().clone();
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("GET /flaky/gold.xlsx ") && !l.ends_with(" -")),
+        "no ranged request after the cut: {log:?}"
+    );
+
+    // Whole files are not fetched again, and nothing is asked of the host.
+    let before = seen.lock().unwrap().len();
+    let o = fetch();
+    assert!(
+        text(&o).contains("0 fetched") && text(&o).contains("4 already there"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(seen.lock().unwrap().len(), before);
+
+    // A file of the wrong size is refused and fetched again; so is one in a cache pincer
+    // did not fill (no record of its size) when the host announces another length.
+    std::fs::write(cache.join("t-one/gold.xlsx"), b"cut").unwrap();
+    std::fs::remove_file(cache.join(".pincer-fetch.json")).unwrap();
+    std::fs::write(cache.join(sheet_name("t-two")), b"short").unwrap();
+    let o = fetch();
+    assert!(
+        text(&o).contains("2 fetched") && text(&o).contains("2 already there"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(std::fs::read(cache.join("t-one/gold.xlsx")).unwrap(), gold);
+    assert_eq!(
+        std::fs::read(cache.join(sheet_name("t-two"))).unwrap(),
+        sheet
+    );
+
+    // A file the host does not have fails the fetch, naming it; nothing half-made stays.
+    let t = task(
+        "t-three",
+        &format!("{host}/files/missing.xlsx"),
+        &format!("{host}/flaky/gold.xlsx"),
+    );
+    std::fs::write(
+        folder.join("examples/libreoffice_calc/t-three.json"),
+        t.to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        folder.join("test_all.json"),
+        json!({"libreoffice_calc": ["t-one", "t-two", "t-three"]}).to_string(),
+    )
+    .unwrap();
+    let o = fetch();
+    assert!(!o.status.success());
+    let said = text(&o);
+    assert!(
+        said.contains("missing.xlsx") && said.contains("404"),
+        "{said}"
+    );
+    assert!(
+        said.contains("run the same command again to resume"),
+        "{said}"
+    );
+
+    // The import now finds the first two tasks' files.
+    let report = sb.pincer_ok(&[
+        "task",
+        "import-osworld",
+        folder.to_str().unwrap(),
+        "--assets",
+        cache.to_str().unwrap(),
+    ]);
+    let all = report.lines().find(|l| l.starts_with("all")).unwrap();
+    let cols: Vec<&str> = all.split_whitespace().collect();
+    assert_eq!(cols[1..5], ["3", "0", "2", "1"], "{report}");
+}

@@ -211,7 +211,7 @@ async fn run(command: Command, reg: Registry) -> anyhow::Result<()> {
         Command::Image(c) => image::run(c).await,
         Command::Vm(c) => vm::run(c, &reg).await,
         Command::Android(c) => android::run(c, &reg).await,
-        Command::Osworld(c) => osworld::run(c),
+        Command::Osworld(c) => osworld::run(c).await,
         Command::Screenshot(a) => observe::screenshot(a, &reg).await,
         Command::Video(a) => observe::video(a, &reg).await,
         Command::Tree(a) => observe::tree(a, &reg).await,

@@ -18,6 +18,23 @@ pub(crate) enum OsworldCmd {
         #[arg(long, value_name = "DIR")]
         env: Option<PathBuf>,
     },
+    /// Download the files OSWorld's tasks name (setup files, gold files) into the file
+    /// cache, in OSWorld's own layout: several at once, resumable (`.part` files continue
+    /// where they stopped), each checked against the length the host announces; a cached
+    /// file of the wrong size is fetched again.
+    Fetch {
+        /// OSWorld's `evaluation_examples` folder.
+        dir: PathBuf,
+        /// The index of tasks, in `DIR` or a path.
+        #[arg(long, default_value = "test_all.json")]
+        index: PathBuf,
+        /// The file cache [default: $PINCER_OSWORLD_CACHE, else ~/.cache/pincer/osworld].
+        #[arg(long, value_name = "CACHE")]
+        assets: Option<PathBuf>,
+        /// Downloads at once.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+        parallel: u32,
+    },
     /// Say what the scorer can run: its environment, its sandbox, each library the metrics
     /// need and which metrics (and, with --tasks, which imported tasks) a missing one blocks.
     Doctor {
@@ -30,8 +47,48 @@ pub(crate) enum OsworldCmd {
     },
 }
 
-pub(crate) fn run(cmd: OsworldCmd) -> anyhow::Result<()> {
+pub(crate) async fn run(cmd: OsworldCmd) -> anyhow::Result<()> {
     match cmd {
+        OsworldCmd::Fetch {
+            dir,
+            index,
+            assets,
+            parallel,
+        } => {
+            use pincer::peers::osworld::{cache, fetch, import};
+            let assets = assets.unwrap_or_else(cache::default_dir);
+            let all = import::import_dir(&dir, &index, &assets)?;
+            let files = import::files(&all);
+            eprintln!(
+                "{} files for {} tasks into {} ({parallel} at a time)",
+                files.len(),
+                all.len(),
+                assets.display()
+            );
+            let done = fetch::fetch(&files, &assets, parallel as usize, &|m| eprintln!("{m}"))
+                .await
+                .map_err(anyhow::Error::msg)?;
+            let secs = done.elapsed.as_secs_f64();
+            println!(
+                "{} fetched ({}, {:.1} s, {}/s), {} already there, {} failed",
+                done.fetched,
+                fetch::human(done.bytes),
+                secs,
+                fetch::human((done.bytes as f64 / secs.max(1e-3)) as u64),
+                done.present,
+                done.failed.len()
+            );
+            if !done.failed.is_empty() {
+                for (path, why) in &done.failed {
+                    eprintln!("  {}: {why}", path.display());
+                }
+                anyhow::bail!(
+                    "{} files could not be fetched; run the same command again to resume",
+                    done.failed.len()
+                );
+            }
+            Ok(())
+        }
         OsworldCmd::Setup { python, env } => {
             let env = env.unwrap_or_else(scorer::default_env);
             let t = std::time::Instant::now();

@@ -11,7 +11,6 @@ use super::{Provider, Secret, Settings};
 use crate::agent::{AgentError, Exchange, ToolSpec};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The first wait before retrying; doubled each time.
@@ -60,28 +59,10 @@ impl std::fmt::Debug for Backend {
     }
 }
 
-/// TLS with ring (the workspace's provider) and the system's trust store.
-fn tls() -> Result<rustls::ClientConfig, AgentError> {
-    use rustls_platform_verifier::BuilderVerifierExt as _;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .and_then(|b| b.with_platform_verifier())
-        .map_err(|e| AgentError::Setup(format!("cannot set up TLS for the model API: {e}")))?
-        .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(cfg)
-}
-
 impl Backend {
     pub(crate) fn new(s: &Settings, key: Option<Secret>) -> Result<Self, AgentError> {
-        let client = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls()?)
-            .timeout(s.timeout)
-            .connect_timeout(s.timeout.min(Duration::from_secs(15)))
-            .user_agent(concat!("pincer/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| AgentError::Setup(format!("cannot make the HTTP client: {e}")))?;
+        let client = crate::web::client(Some(s.timeout), s.timeout.min(Duration::from_secs(15)))
+            .map_err(|e| AgentError::Setup(format!("the model API's client: {e}")))?;
         Ok(Self {
             provider: s.provider,
             model: s.model.clone(),

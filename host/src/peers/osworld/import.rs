@@ -141,6 +141,21 @@ pub fn import_dir(dir: &Path, index: &Path, cache: &Path) -> Result<Vec<Imported
     Ok(out)
 }
 
+/// Every file the tasks need from OSWorld's file host (path in the cache, URL), once each.
+pub fn files(all: &[Imported]) -> Vec<(PathBuf, String)> {
+    let mut files: Vec<(PathBuf, String)> = all
+        .iter()
+        .filter_map(|i| match &i.needs {
+            Needs::Files { files, .. } => Some(files.iter().cloned()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    files.sort();
+    files.dedup_by(|a, b| a.0 == b.0);
+    files
+}
+
 /// Maps a guest path of OSWorld's machine to the desktop user's.
 pub(super) fn home(path: &str) -> String {
     match path.strip_prefix("/home/user") {
