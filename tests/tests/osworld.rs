@@ -90,7 +90,7 @@ fn pincer_scores_end_states_exactly_as_osworlds_own_code() {
     let mut lab = Lab::start();
     let folder = sb.path().join("osworld examples");
     let prepared = lab.ask(json!({"op": "prepare", "out": folder,
-        "fixture": repo().join("../shared/fixtures/osworld-2024/evaluation_examples")}));
+        "fixture": repo().join("fixtures/osworld-2024/evaluation_examples")}));
     let cases = prepared["cases"].as_array().expect("cases").clone();
     let tasks = sb.path().join("tasks");
     let assets = sb.path().join("cache é");
@@ -251,7 +251,7 @@ fn imported_tasks_run_to_the_agents_end_and_what_cannot_run_is_skipped_with_why(
         "task",
         "import-osworld",
         repo()
-            .join("../shared/fixtures/osworld-2024/evaluation_examples")
+            .join("fixtures/osworld-2024/evaluation_examples")
             .to_str()
             .unwrap(),
         "--index",

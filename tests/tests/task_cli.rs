@@ -492,3 +492,65 @@ fn check_repeats_setups_and_names_the_rounds_that_failed() {
     );
     assert!(e.contains("--repeat"), "{e}");
 }
+
+#[test]
+fn import_osworld_reports_and_writes_the_vendored_369_tasks() {
+    let sb = Sandbox::new();
+    let dir = repo().join("fixtures/osworld-2024/evaluation_examples");
+    let out = sb.path().join("osworld");
+    let empty_cache = sb.path().join("no files yet");
+    let report = sb.pincer_ok(&[
+        "task",
+        "import-osworld",
+        dir.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--assets",
+        empty_cache.to_str().unwrap(),
+    ]);
+    // imported, offline, files present, files missing, web, account, not supported.
+    let all: Vec<&str> = report
+        .lines()
+        .find(|l| l.starts_with("all"))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    assert_eq!(
+        all,
+        ["all", "369", "39", "0", "193", "57", "8", "72"],
+        "{report}"
+    );
+    assert!(report.contains("369 tasks written to"), "{report}");
+    // Ids repeat across domains (11 chrome and thunderbird tasks share theirs): a task is
+    // its domain and id, so all 369 are written.
+    let written: usize = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_dir())
+        .map(|d| std::fs::read_dir(d.path()).unwrap().count())
+        .sum();
+    assert_eq!(written, 369);
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join(".osworld-import.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["tasks"].as_array().unwrap().len(), 369);
+    // What pincer supports validates; what it does not is named, not failed.
+    let v = sb.pincer_ok(&["task", "validate", "--tasks", out.to_str().unwrap()]);
+    assert!(
+        v.contains("tasks are valid;") && v.contains("use what pincer does not support"),
+        "{v}"
+    );
+    // A malformed task file is named with its field.
+    let bad = sb.path().join("bad");
+    std::fs::create_dir_all(bad.join("examples/os")).unwrap();
+    std::fs::write(bad.join("test_all.json"), r#"{"os": ["x"]}"#).unwrap();
+    std::fs::write(
+        bad.join("examples/os/x.json"),
+        r#"{"id": "x", "evaluator": {}}"#,
+    )
+    .unwrap();
+    let e = pincer_err(&sb, &["task", "import-osworld", bad.to_str().unwrap()]);
+    assert!(
+        e.contains("examples/os/x.json") && e.contains("at `evaluator`: missing field `func`"),
+        "{e}"
+    );
+}

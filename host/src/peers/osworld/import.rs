@@ -130,11 +130,12 @@ pub fn import_dir(dir: &Path, index: &Path, cache: &Path) -> Result<Vec<Imported
         for id in ids {
             let path = dir.join("examples").join(domain).join(format!("{id}.json"));
             let raw: serde_json::Value = read_json(&path)?;
-            let task: OsTask =
-                serde_json::from_value(raw.clone()).map_err(|e| ImportError::Malformed {
+            let task: OsTask = serde_path_to_error::deserialize(raw.clone()).map_err(|e| {
+                ImportError::Malformed {
                     path: path.clone(),
-                    message: e.to_string(),
-                })?;
+                    message: format!("at `{}`: {}", e.path(), e.inner()),
+                }
+            })?;
             out.push(convert(domain, &task, raw, cache));
         }
     }
