@@ -18,7 +18,8 @@
 #                    bytes a second, the evaluator, a VM, the
 #                    Android shim on a stand-in phone, the bundled suite sharded over a
 #                    local three-node Slurm cluster against one machine, what the
-#                    Python interface and the MCP server add per step
+#                    Python interface and the MCP server add per step, OSWorld's import,
+#                    fetch and scoring
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -219,6 +220,20 @@ case "${1:-}" in
     "$P" env remove standin-phone >/dev/null 2>&1 || true
     "$P" env add standin-phone "$addr" --platform android --token-file "$shim_dir/token" --trust
     "$P" bench --env standin-phone "${@:2}"
+    log "OSWorld: importing its 369 tasks, fetching from a loopback stand-in of its file host, and scoring a final state (pincer's getters + desktop-env's compare_table in the sandboxed worker)"
+    "$P" osworld setup --python /usr/bin/python3 >/dev/null
+    osw="$PINCER_STATE_DIR/osworld-bench"
+    rm -rf "$osw"
+    "$P" task import-osworld fixtures/osworld-2024/evaluation_examples --out "$osw/all" | tail -n 2
+    python3 tests/osworld/fetch_bench.py "$P" "$osw/fetch" 20 5000000
+    scorer=$("$P" osworld doctor | sed -n 's/^scorer environment: //p')
+    printf '%s\n' \
+      "{\"op\":\"prepare\",\"out\":\"$osw/lab\",\"fixture\":\"$PWD/fixtures/osworld-2024/evaluation_examples\"}" \
+      "{\"op\":\"make\",\"case\":\"table-same\",\"home\":\"$PINCER_STATE_DIR/desktops/bench/home\",\"assets\":\"$osw/cache\"}" \
+      | "$scorer/bin/python" tests/osworld/lab.py >/dev/null
+    "$P" task import-osworld "$osw/lab" --out "$osw/tasks" --assets "$osw/cache" >/dev/null
+    "$P" task check --bind desktop=bench --tasks "$osw/tasks" --assets "$osw/cache" --no-setup \
+      --repeat 50 libreoffice_calc/4172ea6e-6b77-4edb-a9cc-c0014bd1603b | tail -n 1
     log "the bundled suite with the oracle: one machine, then 3 shards on a local Slurm cluster"
     runs="$PINCER_STATE_DIR/runs-$(date +%s)"
     start=$(date +%s.%N)

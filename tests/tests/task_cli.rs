@@ -458,6 +458,7 @@ fn check_repeats_setups_and_names_the_rounds_that_failed() {
     let out = sb.pincer_ok(&["task", "check", "steady", "--tasks", tasks, "--repeat", "3"]);
     assert_eq!(out.matches("  ok  ").count(), 3, "{out}");
     assert!(out.contains("3 of 3 set-ups good"), "{out}");
+    assert!(out.contains("checkpoints read: first "), "{out}");
     assert!(out.contains("0/1 checkpoints pass"), "{out}");
 
     // A setup that works once only: rounds 2 and 3 fail and are named.
