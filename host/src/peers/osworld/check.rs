@@ -431,8 +431,9 @@ impl Check for OsWorld {
         Ok(Verdict::scored(
             scored.score,
             format!(
-                "OSWorld's {} scored {}{how}",
+                "OSWorld's {} (desktop-env {}) scored {}{how}",
                 names.join(" + "),
+                super::metric::DESKTOP_ENV,
                 scored.score
             ),
         ))
