@@ -100,6 +100,14 @@ class Controller:
         except OSError:
             return None
 
+    def execute_python_command(self, command):
+        """PythonController.execute_python_command: the command's output, as the guest
+        prints it (getters ask where a file lives, such as VLC's vlcrc)."""
+        out = subprocess.run([sys.executable, "-c", command], capture_output=True, text=True,
+                             env={**os.environ, "HOME": HOME["dir"]})
+        return {"status": "success", "output": out.stdout, "error": out.stderr,
+                "returncode": out.returncode}
+
 
 class Setup:
     """The lab scores end states: what a task's postconfig would do (save the file) is
@@ -143,7 +151,7 @@ class Metrics:
 
 class Getters:
     def __getattr__(self, name):
-        for mod in ("file", "misc", "general"):
+        for mod in ("file", "misc", "general", "vlc"):
             m = importlib.import_module("desktop_env.evaluators.getters." + mod)
             if hasattr(m, name):
                 return getattr(m, name)
@@ -161,6 +169,7 @@ def score(evaluator, task_id, assets, port, env_class):
         env.setup_controller = Setup()
         env.enable_proxy = False
         env.vm_ip = "127.0.0.1"
+        env.vm_platform = "Linux"
         env.server_port = port
         env.action_history = ["DONE"]
         env._set_evaluator_info({"evaluator": evaluator})
@@ -335,6 +344,9 @@ SYNTHETIC = dict([
     synthetic("lab-gimp", "check_config_status",
               {"type": "vm_file", "path": "/home/user/.config/GIMP/2.10/sessionrc", "dest": "sessionrc"},
               rule({"key": ["session-info", "toolbox"], "value": "yes"})),
+    synthetic("lab-stderr", "check_include_exclude",
+              {"type": "vm_command_error", "command": "cat ~/err.txt 1>&2", "shell": True},
+              rule({"include": [], "exclude": ["Error:"]})),
     synthetic("lab-or", ["exact_match", "exact_match"],
               [cmd("cat ~/one.txt"), cmd("cat ~/two.txt")],
               [rule({"expected": "yes\n"}), rule({"expected": "yes\n"})], conj="or"),
@@ -345,7 +357,10 @@ SYNTHETIC = dict([
                 "dest": "pic_gold.gif"}, rule({"expected": "yes\n"})]),
 ])
 
-REAL = [CALC, DOCS, SLIDES, TEXT, CSV, DOC_TABLE, SETTINGS, YAML, PREFS, IMAGES, ARCHIVE,
+BGCONE = "vlc/215dfd39-f493-4bc3-a027-8a97d72c61bf"
+MAX_VOLUME = "vlc/9195653c-f4aa-453d-aa95-787f6ccfaae9"
+
+REAL = [BGCONE, MAX_VOLUME, CALC, DOCS, SLIDES, TEXT, CSV, DOC_TABLE, SETTINGS, YAML, PREFS, IMAGES, ARCHIVE,
         PDF_DOC, STRUCTURE, EXISTS, WHICH]
 
 
@@ -466,6 +481,15 @@ CASES = {
                         {"poem_gold.txt": lambda: b"one\ntwo\n3\nfour\n"}),
     "gimp-config": case("pincer_lab/lab-gimp", {".config/GIMP/2.10/sessionrc": lambda: b"# GIMP sessionrc\n(session-info toolbox yes)\n"}),
     "gimp-config-no": case("pincer_lab/lab-gimp", {".config/GIMP/2.10/sessionrc": lambda: b"(session-info toolbox no)\n"}),
+    # vlc_config (7 tasks) and vm_command_error
+    "vlc-bgcone-off": case(BGCONE, {".config/vlc/vlcrc": lambda: b"[qt]\nqt-bgcone=0\n"}),
+    # OSWorld reads a commented-out setting as set.
+    "vlc-bgcone-commented": case(BGCONE, {".config/vlc/vlcrc": lambda: b"[qt]\n#qt-bgcone=0\n"}),
+    "vlc-no-config": case(BGCONE),
+    "vlc-max-volume": case(MAX_VOLUME, {".config/vlc/vlcrc": lambda: b"[qt]\nqt-max-volume=200\n"}),
+    "vlc-max-volume-low": case(MAX_VOLUME, {".config/vlc/vlcrc": lambda: b"[qt]\nqt-max-volume=125\n"}),
+    "stderr-clean": case("pincer_lab/lab-stderr", {"err.txt": lambda: b"warning: slow\n"}),
+    "stderr-error": case("pincer_lab/lab-stderr", {"err.txt": lambda: b"Error: no module\n"}),
     "or-second": case("pincer_lab/lab-or", {"one.txt": lambda: b"no\n", "two.txt": lambda: b"yes\n"}),
     "or-neither": case("pincer_lab/lab-or", {"one.txt": lambda: b"no\n", "two.txt": lambda: b"nah\n"}),
     "and-graded": case("pincer_lab/lab-and-graded", {"pic.gif": lambda: image(8), "one.txt": lambda: b"yes\n"},

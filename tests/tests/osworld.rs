@@ -637,3 +637,91 @@ fn fetch_fills_osworlds_cache_resumes_and_refetches_files_of_the_wrong_size() {
     let cols: Vec<&str> = all.split_whitespace().collect();
     assert_eq!(cols[1..5], ["3", "0", "2", "1"], "{report}");
 }
+
+/// The processes under `pid` (children, their children, ...).
+fn descendants(pid: u32) -> Vec<u32> {
+    let parent = |p: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        // pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let all: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(all.iter().filter(|&&c| parent(c) == Some(p)));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+#[test]
+fn a_scorer_worker_that_dies_or_hangs_is_an_error_and_the_next_score_starts_a_new_one() {
+    use pincer::peers::osworld::scorer::{Call, Request, Scorer, ScorerError};
+    let scorer = Scorer::new(scorer_env()).with_call_timeout(std::time::Duration::from_secs(3));
+    let req = Request {
+        metrics: vec![("general".into(), "exact_match".into())],
+        single: true,
+        conj: "and".into(),
+        calls: vec![Call {
+            result: "yes\n".into(),
+            expected: json!({"expected": "yes\n"}),
+            has_expected: true,
+            options: serde_json::Map::new(),
+        }],
+    };
+    assert_eq!(scorer.score(&req).unwrap().score, 1.0);
+    // The worker runs under bubblewrap, a child of this process; python under it.
+    let python = || -> Vec<u32> {
+        descendants(std::process::id())
+            .into_iter()
+            .filter(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("pincer's OSWorld scorer"))
+            })
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|c| c.starts_with("python"))
+            })
+            .collect()
+    };
+    let signal = |sig: &str| {
+        let pids = python();
+        assert_eq!(pids.len(), 1, "one worker: {pids:?}");
+        let ok = Command::new("kill")
+            .args([sig, &pids[0].to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+
+    // Killed: that score is an error (never a score), the next one is answered.
+    signal("-KILL");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let e = scorer.score(&req).unwrap_err();
+    assert!(matches!(e, ScorerError::Died(_)), "{e}");
+    assert_eq!(scorer.score(&req).unwrap().score, 1.0);
+
+    // Hung (stopped): killed at the limit, and the next score starts a new worker.
+    signal("-STOP");
+    let t = std::time::Instant::now();
+    let e = scorer.score(&req).unwrap_err();
+    assert!(matches!(e, ScorerError::Timeout(_)), "{e}");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(scorer.score(&req).unwrap().score, 1.0);
+    assert_eq!(python().len(), 1, "the hung worker is gone");
+}

@@ -2,7 +2,8 @@
 //! `DesktopEnv.evaluate()` (desktop-env 1.0.2) scores it. pincer's getters run in Rust over
 //! the guest protocol and return what OSWorld's return — `vm_file` the path of the fetched
 //! file (`None` when it is missing), `cloud_file` the gold file from the cache, `rule` the
-//! rules, `vm_command_line` the command's stdout with its newline — and the
+//! rules, `vm_command_line` the command's stdout with its newline (`vm_command_error` its
+//! stderr), `vlc_config` VLC's configuration file — and the
 //! [`Scorer`](super::scorer::Scorer) calls OSWorld's metric functions on them and combines
 //! them (`and`: 0 if any is 0, else the mean; `or`: 1 if any is 1, else the highest).
 //!
@@ -65,9 +66,14 @@ enum Get {
     },
     /// The task's rules.
     Rule(Value),
-    /// A command's stdout.
-    Command(Vec<String>),
+    /// A command's stdout (`vm_command_line`), or its stderr (`vm_command_error`).
+    Command { argv: Vec<String>, stderr: bool },
+    /// VLC's configuration file, by its `dest` (a missing file fails, as in OSWorld).
+    VlcConfig { dest: String },
 }
+
+/// Where VLC keeps its configuration on Linux (OSWorld's `vlc_config` getter).
+const VLCRC: &str = "~/.config/vlc/vlcrc";
 
 #[derive(Debug)]
 struct Metric {
@@ -173,11 +179,17 @@ impl Get {
                 .cloned()
                 .map(Self::Rule)
                 .ok_or_else(|| "the rule getter has no `rules`".into()),
-            "vm_command_line" => super::import::command(
+            "vm_command_line" | "vm_command_error" => super::import::command(
                 g.fields.get("command"),
                 super::model::truthy(g.fields.get("shell")),
             )
-            .map(Self::Command),
+            .map(|argv| Self::Command {
+                argv,
+                stderr: g.kind == "vm_command_error",
+            }),
+            "vlc_config" => Ok(Self::VlcConfig {
+                dest: dest(g.str("dest").ok_or("vlc_config has no `dest`")?)?,
+            }),
             other => Err(format!(
                 "the getter {other} is not implemented in pincer yet"
             )),
@@ -193,10 +205,14 @@ impl Get {
                     max_len: MAX_INLINE_FILE,
                 })
                 .collect(),
-            Self::Command(argv) => vec![Probe::Command {
+            Self::Command { argv, .. } => vec![Probe::Command {
                 argv: argv.clone(),
                 timeout_ms: COMMAND_MS,
                 max_output: COMMAND_OUTPUT,
+            }],
+            Self::VlcConfig { .. } => vec![Probe::ReadFile {
+                path: VLCRC.into(),
+                max_len: MAX_INLINE_FILE,
             }],
             Self::CloudFile { .. } | Self::Rule(_) => Vec::new(),
         }
@@ -263,13 +279,31 @@ impl Get {
                 Ok(pick(paths, gives))
             }
             Self::Rule(rules) => Ok(rules.clone()),
-            Self::Command(argv) => {
+            Self::Command { argv, stderr } => {
                 let probe = format!("run {}", argv.join(" "));
                 match replies.first().map(|r| reply(r, &probe)).transpose()? {
-                    // OSWorld's server answers with stdout whatever the exit status.
-                    Some(ProbeReply::Command(out)) => Ok(Value::String(
-                        String::from_utf8_lossy(&out.stdout).into_owned(),
-                    )),
+                    // OSWorld's server answers with the output whatever the exit status.
+                    Some(ProbeReply::Command(out)) => {
+                        let stream = if *stderr { &out.stderr } else { &out.stdout };
+                        Ok(Value::String(String::from_utf8_lossy(stream).into_owned()))
+                    }
+                    Some(other) => Err(unexpected(&probe, other)),
+                    None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
+                }
+            }
+            Self::VlcConfig { dest } => {
+                let probe = format!("read {VLCRC}");
+                match replies.first().map(|r| reply(r, &probe)).transpose()? {
+                    Some(ProbeReply::File(Some(f))) if f.total_size == f.bytes.len() as u64 => {
+                        write(dest, &f.bytes)?;
+                        Ok(Value::String(ws.inside_path(dest)))
+                    }
+                    Some(ProbeReply::File(Some(_))) => Err(EvalError::Scorer(format!(
+                        "{VLCRC} is larger than a probe carries"
+                    ))),
+                    Some(ProbeReply::File(None)) => Err(EvalError::Scorer(format!(
+                        "{VLCRC} does not exist (OSWorld's vlc_config getter fails then too)"
+                    ))),
                     Some(other) => Err(unexpected(&probe, other)),
                     None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
                 }

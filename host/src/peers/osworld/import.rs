@@ -28,7 +28,14 @@ use std::path::{Path, PathBuf};
 pub const STEP_LIMIT: u32 = 15;
 
 /// The getters pincer implements, returning what OSWorld's return.
-pub const GETTERS: &[&str] = &["vm_file", "cloud_file", "rule", "vm_command_line"];
+pub const GETTERS: &[&str] = &[
+    "vm_file",
+    "cloud_file",
+    "rule",
+    "vm_command_line",
+    "vm_command_error",
+    "vlc_config",
+];
 
 /// What a task needs to run here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

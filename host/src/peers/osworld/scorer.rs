@@ -35,7 +35,7 @@ const STAMP: &str = "pincer-scorer.json";
 /// How long the worker may take to start (its imports).
 const START: Duration = Duration::from_secs(120);
 
-/// How long one task's scoring may take before the worker is killed.
+/// How long one task's scoring may take before the worker is killed, by default.
 pub const CALL: Duration = Duration::from_secs(300);
 
 /// The worker's address space.
@@ -78,8 +78,8 @@ pub enum ScorerError {
     #[error("OSWorld's scorer died: {0}")]
     Died(String),
     /// The worker took too long (it was killed; the next call starts a new one).
-    #[error("OSWorld's scorer took longer than {0} s and was killed")]
-    Timeout(u64),
+    #[error("OSWorld's scorer took longer than {0:.1} s and was killed")]
+    Timeout(f64),
     /// A metric raised: OSWorld's harness would not have scored the task either.
     #[error("OSWorld's metric raised {error}\n{traceback}")]
     Metric {
@@ -171,6 +171,7 @@ impl Drop for Workspace {
 #[derive(Debug)]
 pub struct Scorer {
     env: PathBuf,
+    call: Duration,
     scratch: PathBuf,
     next: AtomicU64,
     worker: Mutex<Option<Worker>>,
@@ -214,10 +215,17 @@ impl Scorer {
         ));
         Self {
             env,
+            call: CALL,
             scratch,
             next: AtomicU64::new(0),
             worker: Mutex::new(None),
         }
+    }
+
+    /// The same scorer with another limit on one task's scoring.
+    pub fn with_call_timeout(mut self, call: Duration) -> Self {
+        self.call = call;
+        self
     }
 
     /// A fresh directory for one task's files.
@@ -238,8 +246,8 @@ impl Scorer {
         })
     }
 
-    /// Scores one task. A worker that dies or exceeds [`CALL`] is killed and the next
-    /// call starts another.
+    /// Scores one task. A worker that dies or exceeds its time ([`CALL`] unless set) is
+    /// killed and the next call starts another.
     pub fn score(&self, req: &Request) -> Result<Scored, ScorerError> {
         let mut slot = self
             .worker
@@ -257,11 +265,11 @@ impl Scorer {
             *slot = None;
             return Err(ScorerError::Died(format!("{e}; {tail}")));
         }
-        let answer = match worker.lines.recv_timeout(CALL) {
+        let answer = match worker.lines.recv_timeout(self.call) {
             Ok(a) => a,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 *slot = None;
-                return Err(ScorerError::Timeout(CALL.as_secs()));
+                return Err(ScorerError::Timeout(self.call.as_secs_f64()));
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 let tail = worker.stderr_tail();
