@@ -552,10 +552,11 @@ pub fn setup(env: &Path, python: &Path, progress: &dyn Fn(&str)) -> Result<bool,
             &format!("creating a Python environment with {}", python.display()),
             Command::new(python).args(["-m", "venv"]).arg(&tmp),
         )
-        .map_err(|e| {
-            ScorerError::Setup(format!(
-                "{e}\n(Debian and Ubuntu: apt install python3-venv; or give --python)"
-            ))
+        .map_err(|e| match e {
+            ScorerError::Setup(m) => ScorerError::Setup(format!(
+                "{m}\n(Debian and Ubuntu: apt install python3-venv; or give --python)"
+            )),
+            e => e,
         })?;
         let pip = |cmd: &mut Command| {
             cmd.args([
