@@ -7,7 +7,9 @@ is not a plain pyautogui call with literal arguments is refused with ``ActionRef
 (a ``ValueError``) saying what is accepted. pincer action dicts are accepted too.
 
 Tasks are pincer's: ``reset(task_config)`` takes a pincer task id, or a dict whose ``id``
-names one (OSWorld's own task JSONs, with their Python evaluators, are not run).
+names one (OSWorld's own task JSONs, with their Python evaluators, are not run here:
+``pincer task import-osworld`` imports them and ``pincer run --end agent`` scores them
+with OSWorld's own code).
 ``evaluate()`` scores the state the agent left with the task's checkpoints: 1.0 if the
 task run succeeded, else 0.0. Every episode is a pincer task run, recorded in the run
 directory with its trajectory and the report.
