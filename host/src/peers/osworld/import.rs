@@ -526,7 +526,7 @@ pub(super) fn command(cmd: Option<&serde_json::Value>, shell: bool) -> Result<Ve
                 "cd ~ && exec \"$@\"".into(),
                 "sh".into(),
             ];
-            argv.extend(s.split_whitespace().map(home));
+            argv.extend(shlex_split(s)?.iter().map(|a| home(a)));
             argv
         }
         // Python's subprocess with a list and shell=True: the first item is the script,
@@ -556,6 +556,67 @@ pub(super) fn command(cmd: Option<&serde_json::Value>, shell: bool) -> Result<Ve
         return Err("an empty command".into());
     }
     Ok(argv)
+}
+
+/// Python's `shlex.split` (POSIX mode), as OSWorld's server splits a command string that is
+/// not run by a shell: words split on spaces, tabs and newlines; `'...'` literal; `"..."`
+/// with `\"` and `\\` escaped; `\` outside quotes escapes the next character.
+fn shlex_split(s: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    let unclosed = || format!("the command {s:?} has an unclosed quotation");
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' | '\r' | '\n' => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next().ok_or_else(unclosed)? {
+                        '\'' => break,
+                        x => word.push(x),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next().ok_or_else(unclosed)? {
+                        '"' => break,
+                        '\\' => match chars.next().ok_or_else(unclosed)? {
+                            x @ ('"' | '\\') => word.push(x),
+                            x => {
+                                word.push('\\');
+                                word.push(x);
+                            }
+                        },
+                        x => word.push(x),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                let x = chars
+                    .next()
+                    .ok_or_else(|| format!("the command {s:?} ends in an escape"))?;
+                word.push(x);
+            }
+            x => {
+                in_word = true;
+                word.push(x);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    Ok(words)
 }
 
 fn strings(a: &[serde_json::Value]) -> Result<Vec<String>, String> {
@@ -671,5 +732,29 @@ impl Summary {
         }
         row(&mut out, "all", &self.total);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What Python's `shlex.split` gives for the same strings.
+    #[test]
+    fn command_strings_split_as_pythons_shlex() {
+        let split = |s: &str| shlex_split(s).unwrap();
+        assert_eq!(split("which spotify"), ["which", "spotify"]);
+        assert_eq!(split("  a\tb\n c "), ["a", "b", "c"]);
+        assert_eq!(
+            split(r#"echo 'a  b' "c \" d" e\ f"#),
+            ["echo", "a  b", "c \" d", "e f"]
+        );
+        assert_eq!(split(r#"x"y"'z'"#), ["xyz"]);
+        assert_eq!(split(r#""a\nb""#), ["a\\nb"]);
+        assert_eq!(split("''"), [""]);
+        assert!(shlex_split("echo 'open").unwrap_err().contains("unclosed"));
+        // Run from the home, paths under /home/user moved there.
+        let argv = command(Some(&serde_json::json!("ls '/home/user/My Files'")), false).unwrap();
+        assert_eq!(argv[4..], ["ls", "~/My Files"]);
     }
 }
