@@ -725,3 +725,74 @@ fn a_scorer_worker_that_dies_or_hangs_is_an_error_and_the_next_score_starts_a_ne
     assert_eq!(scorer.score(&req).unwrap().score, 1.0);
     assert_eq!(python().len(), 1, "the hung worker is gone");
 }
+
+#[test]
+fn tasks_that_need_the_web_run_only_with_allow_network_which_the_run_records() {
+    let sb = Sandbox::new();
+    let folder = sb.path().join("web task");
+    std::fs::create_dir_all(folder.join("examples/os")).unwrap();
+    let task = json!({
+        "id": "web-1",
+        "instruction": "Say done.",
+        "config": [{"type": "execute", "parameters": {
+            "command": ["sh", "-c", "pip install --dry-run nothing >/dev/null 2>&1 || true"]}}],
+        "evaluator": {"func": "exact_match",
+            "result": {"type": "vm_command_line", "command": "echo hi", "shell": true},
+            "expected": {"type": "rule", "rules": {"expected": "hi\n"}}}
+    });
+    std::fs::write(folder.join("examples/os/web-1.json"), task.to_string()).unwrap();
+    std::fs::write(
+        folder.join("test_all.json"),
+        json!({"os": ["web-1"]}).to_string(),
+    )
+    .unwrap();
+    let tasks = sb.path().join("tasks");
+    sb.pincer_ok(&[
+        "task",
+        "import-osworld",
+        folder.to_str().unwrap(),
+        "--out",
+        tasks.to_str().unwrap(),
+    ]);
+    script(&tasks, &[("os/web-1", json!([{"do": "complete"}]))]);
+    let run = |out: &str, extra: &[&str]| {
+        let out = sb.path().join(out);
+        let mut args = vec![
+            "run",
+            "--tasks",
+            tasks.to_str().unwrap(),
+            "--agent",
+            "oracle",
+            "--size",
+            "800x600",
+            "--no-report",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        (sb.pincer(&args), out)
+    };
+    let (o, _) = run("closed", &[]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{said}");
+    assert!(
+        said.contains("os/web-1: needs the live web (setup step 0 installs packages from the network); run with --allow-network"),
+        "{said}"
+    );
+    assert!(said.contains("none of the tasks can run here"), "{said}");
+
+    let (o, out) = run("open", &["--allow-network"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rec = &records(&out)[0];
+    assert_eq!(
+        (rec["termination"].as_str(), rec["score"].as_f64()),
+        (Some("success"), Some(1.0)),
+        "{rec}"
+    );
+    let header: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(
+        header["network"], true,
+        "the run says it was not hermetic: {header}"
+    );
+}
