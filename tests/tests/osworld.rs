@@ -796,3 +796,62 @@ fn tasks_that_need_the_web_run_only_with_allow_network_which_the_run_records() {
         "the run says it was not hermetic: {header}"
     );
 }
+
+/// OSWorld's window steps: by class (`wmctrl -x`), and a missing window only logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_steps_find_windows_by_class_and_optional_ones_pass_when_missing() {
+    use pincer::task::steps::{Step, WindowAction};
+    use pincer_shared::probe::{Probe, ProbeReply};
+    let sb = Sandbox::new();
+    let desktop = sb.desktop("osworld-windows", "800x600", &[]);
+    let env = desktop.connect().await;
+    let zenity = || async {
+        match env.probe(Probe::Windows).await.unwrap() {
+            ProbeReply::Windows(ws) => ws
+                .into_iter()
+                .find(|w| w.class.as_deref() == Some("Zenity")),
+            _ => None,
+        }
+    };
+    env.launch(
+        vec![
+            "zenity".into(),
+            "--info".into(),
+            "--title".into(),
+            "Note".into(),
+        ],
+        vec![],
+    )
+    .await
+    .unwrap();
+    let t = std::time::Instant::now();
+    while zenity().await.is_none() {
+        assert!(t.elapsed().as_secs() < 60, "zenity's window never showed");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let window = |name: &str, by_class: bool, optional: bool| Step::Window {
+        title_contains: name.into(),
+        op: WindowAction::Close,
+        by_class,
+        optional,
+    };
+    // Its title is "Note"; its class, as wmctrl -x writes it, "zenity.Zenity".
+    window("ZENITY.zen", true, false)
+        .run(&env, None)
+        .await
+        .unwrap();
+    let t = std::time::Instant::now();
+    while zenity().await.is_some() {
+        assert!(t.elapsed().as_secs() < 30, "closed by class");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Gone now: a required step fails naming it, an optional one passes.
+    let t = std::time::Instant::now();
+    window("zenity", true, true).run(&env, None).await.unwrap();
+    assert!(t.elapsed().as_secs() < 5, "{:?}", t.elapsed());
+    let e = window("Note", false, false)
+        .run(&env, None)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("Note"), "{e}");
+}

@@ -78,10 +78,18 @@ pub enum Step {
     },
     /// Change the first window whose title contains this text.
     Window {
-        /// Part of the title.
+        /// Part of the title (with `by_class`: of the window's class, `instance.class` as
+        /// X11's `WM_CLASS` gives it, ignoring case, as `wmctrl -x` matches).
         title_contains: String,
         /// activate, maximize, restore, minimize or close.
         op: WindowAction,
+        /// Match the window's class instead of its title.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        by_class: bool,
+        /// A window that is not there is no failure (OSWorld's `activate_window` and
+        /// `close_window` only log it): the step waits 2 s instead of 10 and moves on.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        optional: bool,
     },
     /// Wait.
     Sleep {
@@ -252,8 +260,16 @@ impl Step {
             Self::WaitWindow { title_contains, .. } => {
                 format!("wait for window '{title_contains}'")
             }
-            Self::Window { title_contains, op } => {
-                format!("{op:?} window '{title_contains}'").to_lowercase()
+            Self::Window {
+                title_contains,
+                op,
+                by_class,
+                ..
+            } => {
+                let what = if *by_class { "of class" } else { "" };
+                format!("{op:?} window {what} '{title_contains}'")
+                    .to_lowercase()
+                    .replace("  ", " ")
             }
             Self::Sleep { ms } => format!("sleep {ms} ms"),
             Self::SetClipboard { .. } => "set clipboard".into(),
@@ -507,15 +523,28 @@ impl Step {
                 )
                 .await?;
             }
-            Self::Window { title_contains, op } => {
+            Self::Window {
+                title_contains,
+                op,
+                by_class,
+                optional,
+            } => {
                 // Apps replace windows as they start (LibreOffice's first window gives way
                 // to the document's, under the same title): a window that is gone by the
                 // time the operation reaches it is looked up again, within the wait.
-                let timeout = Duration::from_secs(10);
+                let timeout = Duration::from_secs(if *optional { 2 } else { 10 });
                 let start = Instant::now();
+                let by = if *by_class {
+                    Match::Class(title_contains)
+                } else {
+                    Match::Title(title_contains)
+                };
                 loop {
                     let left = timeout.saturating_sub(start.elapsed());
-                    let w = wait_window(env, title_contains, left).await?;
+                    let w = match find_window(env, &by, left).await {
+                        Err(StepError::NoWindow { .. }) if *optional => break,
+                        found => found?,
+                    };
                     let req = Request::Setup(Setup::Window {
                         id: w.id,
                         op: (*op).into(),
@@ -527,6 +556,9 @@ impl Step {
                         {
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
+                        // The guest could not do it to that window: tolerated like a
+                        // missing one. A failing connection is never tolerated.
+                        Err(e) if *optional && e.wire().is_some() => break,
                         done => break done.map(drop)?,
                     }
                 }
@@ -656,16 +688,49 @@ pub async fn wait_window(
     title: &str,
     timeout: Duration,
 ) -> Result<WindowInfo, StepError> {
+    find_window(env, &Match::Title(title), timeout).await
+}
+
+/// How a window step names its window.
+enum Match<'a> {
+    /// Part of the title.
+    Title(&'a str),
+    /// Part of `instance.class`, ignoring case.
+    Class(&'a str),
+}
+
+impl Match<'_> {
+    fn matches(&self, w: &WindowInfo) -> bool {
+        match self {
+            Self::Title(t) => w.title.contains(t),
+            Self::Class(c) => format!(
+                "{}.{}",
+                w.instance.as_deref().unwrap_or(""),
+                w.class.as_deref().unwrap_or("")
+            )
+            .to_lowercase()
+            .contains(&c.to_lowercase()),
+        }
+    }
+}
+
+/// The topmost window `by` names, waiting up to `timeout` for one.
+async fn find_window(
+    env: &Environment,
+    by: &Match<'_>,
+    timeout: Duration,
+) -> Result<WindowInfo, StepError> {
     let start = Instant::now();
     loop {
         if let ProbeReply::Windows(ws) = env.probe(Probe::Windows).await?
-            && let Some(w) = ws.into_iter().rev().find(|w| w.title.contains(title))
+            && let Some(w) = ws.into_iter().rev().find(|w| by.matches(w))
         {
             return Ok(w);
         }
         if start.elapsed() > timeout {
+            let (Match::Title(t) | Match::Class(t)) = by;
             return Err(StepError::NoWindow {
-                title: title.to_owned(),
+                title: (*t).to_owned(),
                 after: timeout,
             });
         }

@@ -456,12 +456,9 @@ fn map_step(
                 check: false,
             }])
         }
+        // OSWorld only logs a window it cannot find; `strict` (an exact title) is read as
+        // a part of it.
         "activate_window" | "close_window" => {
-            if super::model::truthy(p.get("by_class")) {
-                return Err(
-                    "finds the window by its class, which pincer's window steps do not".into(),
-                );
-            }
             let title = str_of("window_name").ok_or("no `window_name`")?;
             Ok(vec![Step::Window {
                 title_contains: title.to_owned(),
@@ -470,6 +467,8 @@ fn map_step(
                 } else {
                     WindowAction::Activate
                 },
+                by_class: super::model::truthy(p.get("by_class")),
+                optional: true,
             }])
         }
         "sleep" => {
