@@ -1189,6 +1189,42 @@ fn one_answer_cases() -> Vec<Case> {
     ]
 }
 
+/// A run whose agent ended by saying the task cannot be done (OSWorld's right answer to its
+/// infeasible tasks).
+fn gave_up() -> AgentLog {
+    AgentLog {
+        events: vec![
+            typed("desktop", "settings"),
+            AgentEvent::Infeasible {
+                reason: "there is no such setting".into(),
+            },
+        ],
+    }
+}
+
+fn gave_up_cases() -> Vec<Case> {
+    vec![pass(
+        "agent_said_infeasible",
+        json!({}),
+        &["the agent called the task infeasible: there is no such setting"],
+    )]
+}
+
+/// Saying it and then doing something else is not the agent's last word.
+fn gave_up_then_answered() -> AgentLog {
+    let mut log = gave_up();
+    log.events.push(answered("42"));
+    log
+}
+
+fn gave_up_then_answered_cases() -> Vec<Case> {
+    vec![fail(
+        "agent_said_infeasible",
+        json!({}),
+        &["the agent did not end by calling the task infeasible"],
+    )]
+}
+
 fn empty_log_cases() -> Vec<Case> {
     vec![
         fail(
@@ -1262,6 +1298,14 @@ async fn agent_log_functions_judge_what_the_agent_did() {
     };
     judge(&none, None, &one_answer_cases(), &one).await;
     judge(&none, None, &empty_log_cases(), &AgentLog::default()).await;
+    judge(&none, None, &gave_up_cases(), &gave_up()).await;
+    judge(
+        &none,
+        None,
+        &gave_up_then_answered_cases(),
+        &gave_up_then_answered(),
+    )
+    .await;
 }
 
 /// Document and media functions whose passing and failing cases live in
@@ -1289,6 +1333,8 @@ fn every_linux_function_has_a_passing_and_a_failing_case() {
         busy_log_cases(),
         one_answer_cases(),
         empty_log_cases(),
+        gave_up_cases(),
+        gave_up_then_answered_cases(),
     ]
     .concat();
     let lib = Library::standard();
