@@ -49,6 +49,22 @@ pub fn dial_in_host(
     (listener, host, token_file)
 }
 
+/// The records of the run in `out`, its own and its shards', as JSON in file order. A
+/// missing file gives none and a torn last line (a run killed mid-write) is left out, so
+/// tests count what a reader of the run would see.
+pub fn results(out: &Path) -> Vec<serde_json::Value> {
+    pincer::rundir::shard::results_files(out)
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// A workspace binary (`pincer`, `pincer-agent`) next to the test executable's profile dir.
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");

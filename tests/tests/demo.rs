@@ -6,10 +6,9 @@
 use pincer::eval::functions::Library;
 use pincer::eval::graph::Graph;
 use pincer::task::{self, Task};
-use pincer_tests::Sandbox;
+use pincer_tests::{Sandbox, results};
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::Path;
 
 fn demo() -> Vec<Task> {
     task::load_path("demo")
@@ -17,14 +16,6 @@ fn demo() -> Vec<Task> {
         .tasks
         .into_iter()
         .map(|(t, _)| t)
-        .collect()
-}
-
-fn results(out: &Path) -> Vec<Value> {
-    std::fs::read_to_string(out.join("results.jsonl"))
-        .expect("results.jsonl")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect()
 }
 

@@ -5,7 +5,7 @@
 //! someone at a VNC viewer would through the screen. And `pincer desktop vnc` serves a
 //! desktop to that person.
 
-use pincer_tests::{ProcessEntry, Sandbox, bin, processes};
+use pincer_tests::{ProcessEntry, Sandbox, bin, processes, results};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt as _;
@@ -121,15 +121,6 @@ impl Person {
         }
         assert!(status.success(), "{status}:\n{}", self.seen);
     }
-}
-
-/// The records of a run directory's results.jsonl.
-fn results(out: &Path) -> Vec<Value> {
-    std::fs::read_to_string(out.join("results.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// (task, termination) of each record.

@@ -6,7 +6,7 @@
 //!
 //! Needs the scorer's environment (`pincer osworld setup`; `./run.sh test` makes it).
 
-use pincer_tests::Sandbox;
+use pincer_tests::{Sandbox, results};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -218,14 +218,6 @@ fn script(tasks: &Path, oracles: &[(&str, Value)]) {
     }
 }
 
-fn records(out: &Path) -> Vec<Value> {
-    std::fs::read_to_string(out.join("results.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 #[test]
 fn imported_tasks_run_to_the_agents_end_and_what_cannot_run_is_skipped_with_why() {
     let sb = Sandbox::new();
@@ -358,7 +350,7 @@ fn imported_tasks_run_to_the_agents_end_and_what_cannot_run_is_skipped_with_why(
         NOT_HERE.len(),
         "{skipped}"
     );
-    let recs = records(&out);
+    let recs = results(&out);
     eprintln!("{said}");
     for r in &recs {
         eprintln!(
@@ -385,7 +377,7 @@ fn imported_tasks_run_to_the_agents_end_and_what_cannot_run_is_skipped_with_why(
         .collect();
     miss.push((CALC, fill("A")));
     let (out, _) = run("missed", &miss);
-    for r in records(&out) {
+    for r in results(&out) {
         eprintln!(
             "{} {} {} {}",
             r["task"], r["termination"], r["score"], r["detail"]
@@ -638,18 +630,20 @@ fn fetch_fills_osworlds_cache_resumes_and_refetches_files_of_the_wrong_size() {
     assert_eq!(cols[1..5], ["3", "0", "2", "1"], "{report}");
 }
 
+/// The parent of process `p`, if it still exists.
+fn parent_of(p: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+    // pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// The processes under `pid` (children, their children, ...).
 fn descendants(pid: u32) -> Vec<u32> {
-    let parent = |p: u32| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
-        // pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
-        stat.rsplit_once(')')?
-            .1
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    };
     let all: Vec<u32> = std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
@@ -658,7 +652,7 @@ fn descendants(pid: u32) -> Vec<u32> {
     let mut i = 0;
     while i < found.len() {
         let p = found[i];
-        found.extend(all.iter().filter(|&&c| parent(c) == Some(p)));
+        found.extend(all.iter().filter(|&&c| parent_of(c) == Some(p)));
         i += 1;
     }
     found.remove(0);
@@ -683,10 +677,18 @@ fn a_scorer_worker_that_dies_or_hangs_is_an_error_and_the_next_score_starts_a_ne
         }],
     };
     assert_eq!(scorer.score(&req).unwrap().score, 1.0);
-    // The worker runs under bubblewrap, a child of this process; python under it.
+    // The worker runs under bubblewrap, a child of this process; python under it. Other
+    // tests of this binary run `pincer` subprocesses with workers of their own: only the
+    // bubblewrap children of this process belong to this test's `Scorer`.
     let python = || -> Vec<u32> {
         descendants(std::process::id())
             .into_iter()
+            .filter(|&p| parent_of(p) == Some(std::process::id()))
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|c| c.trim() == "bwrap")
+            })
+            .flat_map(descendants)
             .filter(|p| {
                 std::fs::read(format!("/proc/{p}/cmdline"))
                     .is_ok_and(|c| String::from_utf8_lossy(&c).contains("pincer's OSWorld scorer"))
@@ -785,7 +787,7 @@ fn tasks_that_need_the_web_run_only_with_allow_network_which_the_run_records() {
 
     let (o, out) = run("open", &["--allow-network"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let rec = &records(&out)[0];
+    let rec = &results(&out)[0];
     assert_eq!(
         (rec["termination"].as_str(), rec["score"].as_f64()),
         (Some("success"), Some(1.0)),

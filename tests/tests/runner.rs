@@ -2,19 +2,11 @@
 //! after the runner was killed, an environment dying mid-task, and an agent restart the
 //! host rides out.
 
-use pincer_tests::{DesktopFootprint, Sandbox, bin, terminal_suite as suite};
+use pincer_tests::{DesktopFootprint, Sandbox, bin, results, terminal_suite as suite};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn results(out: &Path) -> Vec<Value> {
-    std::fs::read_to_string(out.join("results.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
 
 /// `pincer run` arguments for the oracle on the suite in `tasks`, writing to `out`, then
 /// `extra`.

@@ -6,7 +6,7 @@
 //! in the container image built from the `debian-12-minimal` recipe.
 
 use pincer_tests::slurm::Cluster;
-use pincer_tests::{Sandbox, bin, terminal_suite};
+use pincer_tests::{Sandbox, bin, results, terminal_suite};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -50,23 +50,9 @@ fn run_args<'a>(out: &'a Path, tasks: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
-/// Every record of a run directory, from every results file.
-fn records(out: &Path) -> Vec<Value> {
-    pincer::rundir::shard::results_files(out)
-        .iter()
-        .flat_map(|f| {
-            std::fs::read_to_string(f)
-                .unwrap()
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 /// What a run scored per task run: (termination, passed, total).
 fn scores(out: &Path) -> BTreeMap<(String, u64), (String, u64, u64)> {
-    records(out)
+    results(out)
         .into_iter()
         .map(|r| {
             (
@@ -168,7 +154,7 @@ fn shards_started_by_hand_share_one_run_and_refuse_another() {
     resume.extend(["--shard", "1/2", "--resume", "--no-report"]);
     let o = sb.pincer(&resume);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(records(&out).len(), 3);
+    assert_eq!(results(&out).len(), 3);
 }
 
 #[test]
@@ -195,7 +181,7 @@ fn a_shard_is_run_by_one_process_at_a_time() {
         "{e}"
     );
     assert!(first.wait().unwrap().success());
-    assert_eq!(records(&out).len(), 1);
+    assert_eq!(results(&out).len(), 1);
 }
 
 /// `pincer run ... --slurm` with the cluster's configuration.
@@ -245,7 +231,7 @@ fn wait_for(path: &Path, secs: u64) -> bool {
 /// if `successes`), whatever was interrupted on the way.
 fn assert_each_task_run_once(out: &Path, n: usize, successes: bool) {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for r in records(out) {
+    for r in results(out) {
         *seen
             .entry(r["task"].as_str().unwrap().to_owned())
             .or_default() += 1;
@@ -275,7 +261,7 @@ fn a_run_sharded_over_three_slurm_nodes_scores_like_one_machine() {
     let t = text(&o);
     assert!(o.status.success(), "{t}\n{}", c.logs());
     assert_eq!(scores(&sharded), baseline, "{t}");
-    assert_eq!(records(&sharded).len(), TASKS.len(), "each task run once");
+    assert_eq!(results(&sharded).len(), TASKS.len(), "each task run once");
     // One array task per node, each shard two task runs, and the numbers of the overhead.
     let mut nodes: Vec<String> = (0..3)
         .map(|k| {
@@ -616,7 +602,7 @@ fn cluster_nodes_serve_desktops_that_dial_one_central_runner() {
     let s = scores(&run);
     assert_eq!(s.len(), 3, "{t}");
     assert!(s.values().all(|(term, _, _)| term == "success"), "{s:?}");
-    let sets: std::collections::BTreeSet<String> = records(&run)
+    let sets: std::collections::BTreeSet<String> = results(&run)
         .iter()
         .map(|r| r["env_set"].as_str().unwrap().to_owned())
         .collect();
