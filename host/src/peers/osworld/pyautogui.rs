@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 enum Value {
     Str(String),
     Num(f64),
+    /// `["shift", "ctrl", "e"]` (or a tuple): pyautogui's `hotkey` and `press` take one.
+    List(Vec<Self>),
 }
 
 /// One call: its name and its positional and keyword arguments.
@@ -36,7 +38,7 @@ pub fn steps(code: &str) -> Result<Vec<Step>, String> {
             continue;
         }
         let call = parse_call(stmt).ok_or_else(|| format!("not a plain call: `{stmt}`"))?;
-        out.push(step(&call).map_err(|e| format!("`{stmt}`: {e}"))?);
+        out.extend(step(&call).map_err(|e| format!("`{stmt}`: {e}"))?);
     }
     Ok(out)
 }
@@ -124,10 +126,31 @@ fn parse_call(s: &str) -> Option<Call> {
     })
 }
 
-/// A string or number literal at the start of `s`, and what follows it.
+/// A string, number or list literal at the start of `s`, and what follows it.
 fn literal(s: &str) -> Option<(Value, &str)> {
     let mut chars = s.char_indices();
     let (_, first) = chars.next()?;
+    if let Some(close) = match first {
+        '[' => Some(']'),
+        '(' => Some(')'),
+        _ => None,
+    } {
+        let mut items = Vec::new();
+        let mut rest = s[1..].trim_start();
+        loop {
+            if let Some(after) = rest.strip_prefix(close) {
+                return Some((Value::List(items), after));
+            }
+            let (item, after) = literal(rest)?;
+            items.push(item);
+            rest = after.trim_start();
+            rest = match rest.strip_prefix(',') {
+                Some(r) => r.trim_start(),
+                None if rest.starts_with(close) => rest,
+                None => return None,
+            };
+        }
+    }
     if first == '\'' || first == '"' {
         let mut text = String::new();
         let mut escaped = false;
@@ -178,34 +201,59 @@ fn text(v: Option<&Value>) -> Option<&str> {
     }
 }
 
-fn step(c: &Call) -> Result<Step, String> {
+/// Key names given as strings, or as one list of strings (`hotkey(["ctrl", "s"])`,
+/// `press(["enter"])`, which pyautogui accepts as it accepts separate arguments).
+fn key_names<'a>(args: &'a [Value], what: &str) -> Result<Vec<&'a str>, String> {
+    let items = match args {
+        [Value::List(items)] => items.as_slice(),
+        _ => args,
+    };
+    items
+        .iter()
+        .map(|a| match a {
+            Value::Str(s) => Ok(s.as_str()),
+            _ => Err(format!("{what} takes key names")),
+        })
+        .collect()
+}
+
+fn step(c: &Call) -> Result<Vec<Step>, String> {
     let arg = |i: usize, name: &str| c.args.get(i).or_else(|| c.kwargs.get(name));
+    let one = |s: Step| Ok(vec![s]);
     match c.name.as_str() {
         "time.sleep" => {
             let s = num(arg(0, "secs")).ok_or("time.sleep takes a number")?;
-            Ok(Step::Sleep {
+            one(Step::Sleep {
                 ms: (s.max(0.0) * 1000.0).round() as u64,
             })
         }
         "pyautogui.hotkey" => {
-            let keys: Vec<String> = c
-                .args
-                .iter()
-                .map(|a| match a {
-                    Value::Str(s) => key(s),
-                    Value::Num(_) => Err("hotkey takes key names".to_owned()),
-                })
-                .collect::<Result<_, _>>()?;
+            let keys = key_names(&c.args, "hotkey")?
+                .into_iter()
+                .map(key)
+                .collect::<Result<Vec<_>, _>>()?;
             if keys.is_empty() {
                 return Err("hotkey without keys".into());
             }
-            Ok(Step::Press {
+            one(Step::Press {
                 keys: keys.join("+"),
             })
         }
-        "pyautogui.press" => Ok(Step::Press {
-            keys: key(text(arg(0, "keys")).ok_or("press takes a key name")?)?,
-        }),
+        // Each key in turn, `presses` times over, as pyautogui presses them.
+        "pyautogui.press" => {
+            let given = arg(0, "keys").ok_or("press takes a key name")?;
+            let keys = key_names(std::slice::from_ref(given), "press")?
+                .into_iter()
+                .map(key)
+                .collect::<Result<Vec<_>, _>>()?;
+            let presses = num(c.kwargs.get("presses")).unwrap_or(1.0).max(0.0) as usize;
+            if keys.is_empty() || presses == 0 {
+                return Err("press without keys".into());
+            }
+            Ok((0..presses)
+                .flat_map(|_| keys.iter().map(|k| Step::Press { keys: k.clone() }))
+                .collect())
+        }
         "pyautogui.click" | "pyautogui.doubleClick" => {
             let (Some(x), Some(y)) = (num(arg(0, "x")), num(arg(1, "y"))) else {
                 return Err("a click without a position is not supported".into());
@@ -215,20 +263,20 @@ fn step(c: &Call) -> Result<Step, String> {
             } else {
                 num(c.kwargs.get("clicks")).unwrap_or(1.0)
             };
-            Ok(Step::Click {
+            one(Step::Click {
                 x: x.round() as i32,
                 y: y.round() as i32,
                 button: text(c.kwargs.get("button")).map(str::to_owned),
                 count: (clicks != 1.0).then_some(clicks as u8),
             })
         }
-        "pyautogui.write" | "pyautogui.typewrite" => Ok(Step::TypeText {
+        "pyautogui.write" | "pyautogui.typewrite" => one(Step::TypeText {
             text: text(arg(0, "message"))
                 .ok_or("write takes a string")?
                 .to_owned(),
         }),
         // pyautogui scrolls up for positive clicks; pincer's positive notches go down.
-        "pyautogui.scroll" => Ok(Step::Scroll {
+        "pyautogui.scroll" => one(Step::Scroll {
             dy: -(num(arg(0, "clicks"))
                 .ok_or("scroll takes a number")?
                 .round() as i32),
@@ -283,6 +331,21 @@ mod tests {
                 Step::Scroll { dy: 5 },
             ]
         );
+        let listed = steps(
+            "pyautogui.hotkey([\"shift\", \"ctrl\", \"e\"]); pyautogui.press([\"down\", \"enter\"], presses=2)",
+        )
+        .unwrap();
+        let press = |k: &str| Step::Press { keys: k.into() };
+        assert_eq!(
+            listed,
+            vec![
+                press("shift+ctrl+e"),
+                press("down"),
+                press("enter"),
+                press("down"),
+                press("enter"),
+            ]
+        );
         let alt = steps("pyautogui.hotkey('alt', 'f10')").unwrap();
         assert_eq!(
             alt,
@@ -306,6 +369,8 @@ mod tests {
                 "'nokey' has no pincer name",
             ),
             ("pyautogui.press(open('f').read())", "not a plain call"),
+            ("pyautogui.hotkey(['ctrl', 1])", "hotkey takes key names"),
+            ("pyautogui.press(['enter'", "not a plain call"),
         ] {
             let e = steps(code).unwrap_err();
             assert!(e.contains(says), "{code}: {e}");
