@@ -4,12 +4,13 @@ them with OSWorld's own code, so the test can compare with what pincer scores.
 
 OSWorld's own code means DesktopEnv.evaluate() and _set_evaluator_info() taken from the
 pinned desktop-env's desktop_env.py unchanged (compiled from its source; the class itself
-cannot be imported without torch and a VM provider), its getters get_vm_file,
-get_cloud_file, get_rule and get_vm_command_line from its getters package, and its
-metrics. What stands in for OSWorld's VM: a controller whose get_file reads the desktop's
-home for /home/user (pincer's mapping), and an HTTP server on loopback answering /execute
-as OSWorld's VM server does (its code for that route, in the desktop's home), so
-get_vm_command_line runs unchanged. It runs with the scorer environment's Python, outside
+cannot be imported without torch and a VM provider), its getters from its getters
+package, its SetupController for the postconfig commands whose output the cache_file
+getter reads, and its metrics. What stands in for OSWorld's VM: a controller whose get_file
+reads the desktop's home for /home/user (pincer's mapping), whose get_vm_directory_tree and
+get_vm_wallpaper do what OSWorld's server does for those routes, and an HTTP server on
+loopback answering /execute as OSWorld's VM server does (its code for that route, in the
+desktop's home), so get_vm_command_line runs unchanged. It runs with the scorer environment's Python, outside
 the sandbox: it is test tooling over files the test made.
 
 JSON lines on stdin and stdout: {"op": "prepare", "out": DIR, "fixture": DIR} writes an
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import types
 import typing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -100,6 +102,43 @@ class Controller:
         except OSError:
             return None
 
+    def get_vm_directory_tree(self, path):
+        """PythonController.get_vm_directory_tree over the server's /list_directory route
+        (get_directory_tree): the tree, or None when the path is not a directory."""
+        def _list_dir_contents(directory):
+            tree = {'type': 'directory', 'name': os.path.basename(directory), 'children': []}
+            try:
+                for entry in os.listdir(directory):
+                    full_path = os.path.join(directory, entry)
+                    if os.path.isdir(full_path):
+                        tree['children'].append(_list_dir_contents(full_path))
+                    else:
+                        tree['children'].append({'type': 'file', 'name': entry})
+            except OSError as e:
+                tree = {'error': str(e)}
+            return tree
+
+        start_path = guest_path(path)
+        if not os.path.isdir(start_path):
+            return None
+        return _list_dir_contents(start_path)
+
+    def get_vm_wallpaper(self):
+        """PythonController.get_vm_wallpaper over the server's /wallpaper route
+        (get_wallpaper_linux, send_file): the file's bytes, or None."""
+        try:
+            output = subprocess.check_output(
+                ["gsettings", "get", "org.gnome.desktop.background", "picture-uri"],
+                stderr=subprocess.PIPE)
+            path = output.decode('utf-8').strip().replace('file://', '').replace("'", "")
+        except subprocess.CalledProcessError:
+            return None
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
     def execute_python_command(self, command):
         """PythonController.execute_python_command: the command's output, as the guest
         prints it (getters ask where a file lives, such as VLC's vlcrc)."""
@@ -112,10 +151,23 @@ class Controller:
 class Setup:
     """The lab scores end states: what a task's postconfig would do (save the file) is
     already in the end state the lab made, as pincer's finalize steps are not run by
-    `task check --no-setup` either."""
+    `task check --no-setup` either. Commands whose output the task keeps for cache_file
+    are the exception (pincer runs them when it judges): OSWorld's own SetupController
+    runs those against the lab's /execute and writes their output into the cache."""
+
+    def __init__(self, port, cache):
+        worker._stub(("playwright.sync_api", "pydrive.auth", "pydrive.drive",
+                      "requests_toolbelt.multipart.encoder"))
+        dotenv = types.ModuleType("dotenv")
+        dotenv.load_dotenv = lambda *a, **k: False
+        sys.modules.setdefault("dotenv", dotenv)
+        from desktop_env.controllers.setup import SetupController
+        self.controller = SetupController("127.0.0.1", server_port=port, cache_dir=cache)
 
     def setup(self, config, use_proxy=False):
-        return True
+        kept = [c for c in config if c["type"] in ("execute", "command")
+                and ("stdout" in c["parameters"] or "stderr" in c["parameters"])]
+        return self.controller.setup(kept) if kept else True
 
 
 def osworld_env_class():
@@ -151,7 +203,7 @@ class Metrics:
 
 class Getters:
     def __getattr__(self, name):
-        for mod in ("file", "misc", "general", "vlc"):
+        for mod in ("file", "misc", "general", "vlc", "gimp", "info"):
             m = importlib.import_module("desktop_env.evaluators.getters." + mod)
             if hasattr(m, name):
                 return getattr(m, name)
@@ -166,7 +218,7 @@ def score(evaluator, task_id, assets, port, env_class):
         if os.path.isdir(src):
             shutil.copytree(src, cache, dirs_exist_ok=True)
         env.controller = Controller()
-        env.setup_controller = Setup()
+        env.setup_controller = Setup(port, cache)
         env.enable_proxy = False
         env.vm_ip = "127.0.0.1"
         env.vm_platform = "Linux"
@@ -360,12 +412,27 @@ SYNTHETIC = dict([
 BGCONE = "vlc/215dfd39-f493-4bc3-a027-8a97d72c61bf"
 MAX_VOLUME = "vlc/9195653c-f4aa-453d-aa95-787f6ccfaae9"
 
-REAL = [BGCONE, MAX_VOLUME, CALC, DOCS, SLIDES, TEXT, CSV, DOC_TABLE, SETTINGS, YAML, PREFS, IMAGES, ARCHIVE,
+# cache_file over postconfig output (9 tasks), gimp_config_file (5), list_directory,
+# default_video_player, vm_wallpaper.
+LOCAL_FOLDERS = "thunderbird/2ad9387a-65d8-4e33-ad5b-7580065a27ca"
+EMAILS_BAK = "thunderbird/06fe7178-4491-4589-810f-2e2bc9502122"
+GIMP_THEME = "gimp/7767eef2-56a3-4cea-8c9f-48c070c7d65b"
+MOVED_JPGS = "os/23393935-50c7-4a86-aeea-2b78fd089c5c"
+VIDEO_PLAYER = "multi_apps/937087b6-f668-4ba6-9110-60682ee33441"
+WALLPAPER = "multi_apps/c2751594-0cd5-4088-be1b-b5f2f9ec97c4"
+FOLDERS = ".thunderbird/t5q2a5hp.default-release/Mail/Local Folders/"
+WELCOME = "\u6b61\u8fce\u4f7f\u7528\u65b0\u7684 Outlook.com \u5e33\u6236"
+VLC_DESKTOP = b"[Desktop Entry]\nType=Application\nName=VLC\nExec=vlc %U\nMimeType=video/mp4;\n"
+
+REAL = [LOCAL_FOLDERS, EMAILS_BAK, GIMP_THEME, MOVED_JPGS, VIDEO_PLAYER, WALLPAPER,
+        BGCONE, MAX_VOLUME, CALC, DOCS, SLIDES, TEXT, CSV, DOC_TABLE, SETTINGS, YAML, PREFS, IMAGES, ARCHIVE,
         PDF_DOC, STRUCTURE, EXISTS, WHICH]
 
 
-def case(task, guest=None, gold=None):
-    return {"task": task, "guest": guest or {}, "gold": gold or {}}
+def case(task, guest=None, gold=None, dconf=None):
+    """A task's end state: files in the home and the cache, and GSettings values (dconf
+    paths to keys to GVariant text, `{home}` standing for the home)."""
+    return {"task": task, "guest": guest or {}, "gold": gold or {}, "dconf": dconf or {}}
 
 
 def lab_id(t):
@@ -492,6 +559,37 @@ CASES = {
     "stderr-error": case("pincer_lab/lab-stderr", {"err.txt": lambda: b"Error: no module\n"}),
     "or-second": case("pincer_lab/lab-or", {"one.txt": lambda: b"no\n", "two.txt": lambda: b"yes\n"}),
     "or-neither": case("pincer_lab/lab-or", {"one.txt": lambda: b"no\n", "two.txt": lambda: b"nah\n"}),
+    # cache_file: OSWorld keeps a postconfig command's output; pincer runs it at judgement.
+    "kept-folders": case(LOCAL_FOLDERS, {FOLDERS + n: lambda: b"" for n in
+                                         ("COMPANY.msf", "COMPANY/Inbox", "UNIVERSITY.msf", "UNIVERSITY/Inbox")}),
+    "kept-folders-one-missing": case(LOCAL_FOLDERS, {FOLDERS + n: lambda: b"" for n in
+                                                     ("COMPANY.msf", "COMPANY/Inbox")}),
+    "kept-non-ascii-names": case(EMAILS_BAK, {"emails.bak/" + n: lambda: b"From: a\n" for n in
+                                              (WELCOME + ".eml", "A Test E-mail.eml")}),
+    "kept-no-folder": case(EMAILS_BAK),
+    # gimp_config_file: None for a missing file.
+    "gimp-theme-light": case(GIMP_THEME, {".config/GIMP/2.10/gimprc": lambda: b'(theme "Light")\n'}),
+    "gimp-theme-dark": case(GIMP_THEME, {".config/GIMP/2.10/gimprc": lambda: b'(theme "Dark")\n'}),
+    "gimp-no-gimprc": case(GIMP_THEME),
+    # list_directory: a folder's tree; None when it is not there.
+    "jpgs-moved": case(MOVED_JPGS, {"Desktop/cpjpg/" + n: lambda: b"jpg" for n in
+                                    ("emnlp2023.jpg", "hk_group_photo.jpg", "hong-kong-china.jpg",
+                                     "monk252520thailand252520wat252520arun252520scaled25255B225255D.jpg")}),
+    "jpgs-one-short": case(MOVED_JPGS, {"Desktop/cpjpg/" + n: lambda: b"jpg" for n in
+                                        ("emnlp2023.jpg", "hk_group_photo.jpg", "hong-kong-china.jpg")}),
+    "jpgs-no-folder": case(MOVED_JPGS),
+    # default_video_player: what xdg-mime names most often.
+    "video-player-vlc": case(VIDEO_PLAYER, {
+        ".config/mimeapps.list": lambda: b"[Default Applications]\nvideo/mp4=vlc.desktop\nvideo/webm=vlc.desktop\n",
+        ".local/share/applications/vlc.desktop": lambda: VLC_DESKTOP}),
+    "video-player-none": case(VIDEO_PLAYER),
+    # vm_wallpaper: the file GNOME's picture-uri names (graded by compare_images).
+    "wallpaper-same": case(WALLPAPER, {"Pictures/wall.png": lambda: image(fmt="PNG", mode="RGB")},
+                           {"gold_background.png": lambda: image(fmt="PNG", mode="RGB")},
+                           {"org/gnome/desktop/background": {"picture-uri": "'file://{home}/Pictures/wall.png'"}}),
+    "wallpaper-shifted": case(WALLPAPER, {"Pictures/wall.png": lambda: image(8, fmt="PNG", mode="RGB")},
+                              {"gold_background.png": lambda: image(fmt="PNG", mode="RGB")},
+                              {"org/gnome/desktop/background": {"picture-uri": "'file://{home}/Pictures/wall.png'"}}),
     "and-graded": case("pincer_lab/lab-and-graded", {"pic.gif": lambda: image(8), "one.txt": lambda: b"yes\n"},
                        {"pic_gold.gif": lambda: image()}),
 }
@@ -528,6 +626,17 @@ def make(c, home, assets):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         open(path, "wb").write(make_bytes())
         WRITTEN.append(path)
+    if c["dconf"]:
+        # GSettings reads the user's dconf database from the file, without the bus.
+        with tempfile.TemporaryDirectory() as keyfiles:
+            with open(os.path.join(keyfiles, "lab"), "w") as f:
+                for path, keys in c["dconf"].items():
+                    f.write(f"[{path}]\n")
+                    f.writelines(f"{k}={v.format(home=home)}\n" for k, v in keys.items())
+            db = os.path.join(home, ".config", "dconf", "user")
+            os.makedirs(os.path.dirname(db), exist_ok=True)
+            subprocess.run(["dconf", "compile", db, keyfiles], check=True)
+            WRITTEN.append(db)
     for dest, make_bytes in c["gold"].items():
         path = os.path.join(assets, lab_id(c["task"]), dest)
         os.makedirs(os.path.dirname(path), exist_ok=True)

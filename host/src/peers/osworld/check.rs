@@ -3,7 +3,12 @@
 //! the guest protocol and return what OSWorld's return — `vm_file` the path of the fetched
 //! file (`None` when it is missing), `cloud_file` the gold file from the cache, `rule` the
 //! rules, `vm_command_line` the command's stdout with its newline (`vm_command_error` its
-//! stderr), `vlc_config` VLC's configuration file — and the
+//! stderr), `vlc_config` VLC's configuration file, `gimp_config_file` GIMP's (`None` when
+//! missing or empty), `cache_file` what a postconfig command printed (the command runs when
+//! the final state is judged, see [`Kept`]), `vm_wallpaper` the GNOME wallpaper's file (an
+//! empty file when there is none), `list_directory` a folder's tree as OSWorld's server
+//! builds it, `default_video_player` the application `xdg-mime` names most often for
+//! video types, `vscode_config` the file VS Code's command wrote — and the
 //! [`Scorer`](super::scorer::Scorer) calls OSWorld's metric functions on them and combines
 //! them (`and`: 0 if any is 0, else the mean; `or`: 1 if any is 1, else the highest).
 //!
@@ -18,8 +23,9 @@ use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexp
 use pincer_shared::limits::MAX_INLINE_FILE;
 use pincer_shared::probe::{Probe, ProbeReply};
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -37,6 +43,23 @@ struct Args {
     /// OSWorld's evaluator as its task file writes it, without `postconfig`.
     #[schemars(with = "serde_json::Value")]
     evaluator: Value,
+    /// The output postconfig commands keep for the `cache_file` getter, by file name.
+    #[serde(default)]
+    kept: BTreeMap<String, Kept>,
+}
+
+/// A postconfig command whose output OSWorld keeps in the task's cache folder (`stdout` or
+/// `stderr` of an `execute` step) for the `cache_file` getter. pincer runs it when the final
+/// state is judged, after every finalize step; the importer keeps only commands that no
+/// state-changing step follows, so it reads the state OSWorld's would.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Kept {
+    /// The command, as pincer runs it in the guest.
+    pub argv: Vec<String>,
+    /// Its stderr rather than its stdout.
+    #[serde(default)]
+    pub stderr: bool,
 }
 
 /// Adds `osworld` to `lib`: gold files come from the cache at `assets`, metrics run in
@@ -66,14 +89,144 @@ enum Get {
     },
     /// The task's rules.
     Rule(Value),
-    /// A command's stdout (`vm_command_line`), or its stderr (`vm_command_error`).
-    Command { argv: Vec<String>, stderr: bool },
-    /// VLC's configuration file, by its `dest` (a missing file fails, as in OSWorld).
-    VlcConfig { dest: String },
+    /// A command's stdout (`vm_command_line`), or its stderr (`vm_command_error`); with a
+    /// `file`, written there and its path given (`cache_file` of a kept output).
+    Command {
+        argv: Vec<String>,
+        stderr: bool,
+        file: Option<String>,
+    },
+    /// A guest file at a fixed place, by its `dest`: a missing one fails (`vlc_config`) or
+    /// gives `None`, as an empty one does (`gimp_config_file`).
+    Config {
+        path: String,
+        dest: String,
+        missing_is_none: bool,
+    },
+    /// The GNOME wallpaper's file, by its `dest` (empty when there is none, as in OSWorld).
+    Wallpaper { dest: String },
+    /// A folder's tree (`list_directory`).
+    Tree { path: String },
+    /// The application named most often by `xdg-mime query default video/<type>`.
+    VideoPlayer,
 }
 
 /// Where VLC keeps its configuration on Linux (OSWorld's `vlc_config` getter).
 const VLCRC: &str = "~/.config/vlc/vlcrc";
+
+/// Where GIMP 2.10 keeps its configuration files (OSWorld's `gimp_config_file` getter).
+const GIMP_CONFIG: &str = "~/.config/GIMP/2.10";
+
+/// Prints the wallpaper's file, as OSWorld's server serves it: GNOME's `picture-uri`
+/// without `file://` and quotes; nothing (exit 1) when it cannot.
+const WALLPAPER: &str = "f=$(gsettings get org.gnome.desktop.background picture-uri) || exit 1; f=$(printf %s \"$f\" | sed -e 's|file://||g' -e \"s/'//g\"); exec cat -- \"$f\"";
+
+/// Prints a folder's tree as OSWorld's server (`/list_directory`) builds it, as JSON
+/// (`os.listdir` order, `{"error": ...}` for a folder it cannot read).
+const TREE: &str = r#"import json, os, sys
+def walk(d):
+    t = {"type": "directory", "name": os.path.basename(d), "children": []}
+    try:
+        for e in os.listdir(d):
+            p = os.path.join(d, e)
+            t["children"].append(walk(p) if os.path.isdir(p) else {"type": "file", "name": e})
+    except OSError as e:
+        t = {"error": str(e)}
+    return t
+d = os.path.expanduser(sys.argv[1])
+if not os.path.isdir(d):
+    sys.exit("The provided path is not a directory")
+print(json.dumps(walk(d)))"#;
+
+/// The video types OSWorld's `default_video_player` getter asks `xdg-mime` about, in its
+/// order (with its repeats: the order decides ties).
+const VIDEO_TYPES: &[&str] = &[
+    "3gp",
+    "3gp",
+    "3gpp",
+    "3gpp",
+    "3gpp2",
+    "3gpp2",
+    "avi",
+    "avi",
+    "divx",
+    "divx",
+    "dv",
+    "dv",
+    "fli",
+    "fli",
+    "flv",
+    "flv",
+    "mp2t",
+    "mp2t",
+    "mp4",
+    "mp4",
+    "mp4v-es",
+    "mp4v-es",
+    "mpeg",
+    "mpeg",
+    "mpeg-system",
+    "mpeg-system",
+    "msvideo",
+    "msvideo",
+    "ogg",
+    "ogg",
+    "quicktime",
+    "quicktime",
+    "vnd.divx",
+    "vnd.divx",
+    "vnd.mpegurl",
+    "vnd.mpegurl",
+    "vnd.rn-realvideo",
+    "vnd.rn-realvideo",
+    "webm",
+    "webm",
+    "x-anim",
+    "x-anim",
+    "x-avi",
+    "x-avi",
+    "x-flc",
+    "x-flc",
+    "x-fli",
+    "x-fli",
+    "x-flv",
+    "x-flv",
+    "x-m4v",
+    "x-m4v",
+    "x-matroska",
+    "x-matroska",
+    "x-mpeg",
+    "x-mpeg",
+    "x-mpeg-system",
+    "x-mpeg-system",
+    "x-mpeg2",
+    "x-mpeg2",
+    "x-ms-asf",
+    "x-ms-asf",
+    "x-ms-asf-plugin",
+    "x-ms-asf-plugin",
+    "x-ms-asx",
+    "x-ms-asx",
+    "x-ms-wm",
+    "x-ms-wm",
+    "x-ms-wmv",
+    "x-ms-wmv",
+    "x-ms-wmx",
+    "x-ms-wmx",
+    "x-ms-wvx",
+    "x-ms-wvx",
+    "x-msvideo",
+    "x-msvideo",
+    "x-nsv",
+    "x-nsv",
+    "x-ogm",
+    "x-ogm",
+    "x-ogm+ogg",
+    "x-theora",
+    "x-theora",
+    "x-theora+ogg",
+    "x-theora+ogg",
+];
 
 #[derive(Debug)]
 struct Metric {
@@ -111,7 +264,7 @@ fn strings(v: Option<&Value>, what: &str) -> Result<Vec<String>, String> {
 }
 
 /// A file name the task gives (`dest`): relative, without `..`.
-fn dest(d: &str) -> Result<String, String> {
+pub(super) fn dest(d: &str) -> Result<String, String> {
     let p = Path::new(d);
     if d.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
         return Err(format!("the file name {d:?} is not a plain relative name"));
@@ -135,7 +288,12 @@ fn gives(g: &Getter) -> Result<Vec<usize>, String> {
 }
 
 impl Get {
-    fn build(g: &Getter, task: &str, assets: &Path) -> Result<Self, String> {
+    fn build(
+        g: &Getter,
+        task: &str,
+        assets: &Path,
+        kept: &BTreeMap<String, Kept>,
+    ) -> Result<Self, String> {
         let pairs = || -> Result<Vec<(String, String)>, String> {
             let paths = strings(g.fields.get("path"), "path")?;
             let dests = strings(g.fields.get("dest"), "dest")?;
@@ -150,6 +308,14 @@ impl Get {
                 .collect()
         };
         match g.kind.as_str() {
+            // The importer puts the command's input at the end of finalize.
+            "vscode_config" => Ok(Self::VmFile {
+                files: vec![(
+                    super::import::home(g.str("path").ok_or("vscode_config has no `path`")?),
+                    dest(g.str("dest").ok_or("vscode_config has no `dest`")?)?,
+                )],
+                gives: vec![0],
+            }),
             "vm_file" => {
                 if super::model::truthy(g.fields.get("time_suffix")) {
                     return Err("vm_file with `time_suffix` names its file by the clock at scoring time, which pincer does not reproduce".into());
@@ -186,10 +352,42 @@ impl Get {
             .map(|argv| Self::Command {
                 argv,
                 stderr: g.kind == "vm_command_error",
+                file: None,
             }),
-            "vlc_config" => Ok(Self::VlcConfig {
+            "cache_file" => {
+                let name = dest(g.str("path").ok_or("cache_file has no `path`")?)?;
+                let k = kept.get(&name).ok_or(format!(
+                    "cache_file reads {name}, which no postconfig command of the task writes"
+                ))?;
+                Ok(Self::Command {
+                    argv: k.argv.clone(),
+                    stderr: k.stderr,
+                    file: Some(name),
+                })
+            }
+            "vlc_config" => Ok(Self::Config {
+                path: VLCRC.into(),
                 dest: dest(g.str("dest").ok_or("vlc_config has no `dest`")?)?,
+                missing_is_none: false,
             }),
+            "gimp_config_file" => {
+                let name = dest(
+                    g.str("file_name")
+                        .ok_or("gimp_config_file has no `file_name`")?,
+                )?;
+                Ok(Self::Config {
+                    path: format!("{GIMP_CONFIG}/{name}"),
+                    dest: dest(g.str("dest").ok_or("gimp_config_file has no `dest`")?)?,
+                    missing_is_none: true,
+                })
+            }
+            "vm_wallpaper" => Ok(Self::Wallpaper {
+                dest: dest(g.str("dest").ok_or("vm_wallpaper has no `dest`")?)?,
+            }),
+            "list_directory" => Ok(Self::Tree {
+                path: super::import::home(g.str("path").ok_or("list_directory has no `path`")?),
+            }),
+            "default_video_player" => Ok(Self::VideoPlayer),
             other => Err(format!(
                 "the getter {other} is not implemented in pincer yet"
             )),
@@ -205,15 +403,27 @@ impl Get {
                     max_len: MAX_INLINE_FILE,
                 })
                 .collect(),
-            Self::Command { argv, .. } => vec![Probe::Command {
-                argv: argv.clone(),
-                timeout_ms: COMMAND_MS,
-                max_output: COMMAND_OUTPUT,
-            }],
-            Self::VlcConfig { .. } => vec![Probe::ReadFile {
-                path: VLCRC.into(),
+            Self::Command { argv, .. } => vec![command(argv.clone())],
+            Self::Config { path, .. } => vec![Probe::ReadFile {
+                path: path.clone(),
                 max_len: MAX_INLINE_FILE,
             }],
+            Self::Wallpaper { .. } => vec![command(sh(WALLPAPER, &[]))],
+            Self::Tree { path } => vec![command(sh(
+                "cd ~ && exec python3 -c \"$0\" \"$1\"",
+                &[TREE, path],
+            ))],
+            Self::VideoPlayer => VIDEO_TYPES
+                .iter()
+                .map(|t| {
+                    command(vec![
+                        "xdg-mime".into(),
+                        "query".into(),
+                        "default".into(),
+                        format!("video/{t}"),
+                    ])
+                })
+                .collect(),
             Self::CloudFile { .. } | Self::Rule(_) => Vec::new(),
         }
     }
@@ -279,36 +489,124 @@ impl Get {
                 Ok(pick(paths, gives))
             }
             Self::Rule(rules) => Ok(rules.clone()),
-            Self::Command { argv, stderr } => {
-                let probe = format!("run {}", argv.join(" "));
-                match replies.first().map(|r| reply(r, &probe)).transpose()? {
-                    // OSWorld's server answers with the output whatever the exit status.
-                    Some(ProbeReply::Command(out)) => {
-                        let stream = if *stderr { &out.stderr } else { &out.stdout };
-                        Ok(Value::String(String::from_utf8_lossy(stream).into_owned()))
+            Self::Command { argv, stderr, file } => {
+                let out = output(replies.first().copied(), argv)?;
+                let stream = if *stderr { &out.stderr } else { &out.stdout };
+                // OSWorld's server answers with the output whatever the exit status, as
+                // text; a kept output is that text in a file.
+                let text = String::from_utf8_lossy(stream).into_owned();
+                match file {
+                    None => Ok(Value::String(text)),
+                    Some(name) => {
+                        write(name, text.as_bytes())?;
+                        Ok(Value::String(ws.inside_path(name)))
                     }
-                    Some(other) => Err(unexpected(&probe, other)),
-                    None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
                 }
             }
-            Self::VlcConfig { dest } => {
-                let probe = format!("read {VLCRC}");
+            Self::Config {
+                path,
+                dest,
+                missing_is_none,
+            } => {
+                let probe = format!("read {path}");
                 match replies.first().map(|r| reply(r, &probe)).transpose()? {
-                    Some(ProbeReply::File(Some(f))) if f.total_size == f.bytes.len() as u64 => {
+                    Some(ProbeReply::File(Some(f))) if f.total_size > f.bytes.len() as u64 => Err(
+                        EvalError::Scorer(format!("{path} is larger than a probe carries")),
+                    ),
+                    Some(ProbeReply::File(Some(f))) if f.bytes.is_empty() && *missing_is_none => {
+                        Ok(Value::Null)
+                    }
+                    Some(ProbeReply::File(Some(f))) => {
                         write(dest, &f.bytes)?;
                         Ok(Value::String(ws.inside_path(dest)))
                     }
-                    Some(ProbeReply::File(Some(_))) => Err(EvalError::Scorer(format!(
-                        "{VLCRC} is larger than a probe carries"
-                    ))),
+                    Some(ProbeReply::File(None)) if *missing_is_none => Ok(Value::Null),
                     Some(ProbeReply::File(None)) => Err(EvalError::Scorer(format!(
-                        "{VLCRC} does not exist (OSWorld's vlc_config getter fails then too)"
+                        "{path} does not exist (OSWorld's getter fails then too)"
                     ))),
                     Some(other) => Err(unexpected(&probe, other)),
                     None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
                 }
             }
+            Self::Wallpaper { dest } => {
+                let out = output(replies.first().copied(), &sh(WALLPAPER, &[]))?;
+                let bytes: &[u8] = if out.status.success() {
+                    &out.stdout
+                } else {
+                    &[]
+                };
+                if out.truncated {
+                    return Err(EvalError::Scorer(format!(
+                        "the wallpaper is larger than {COMMAND_OUTPUT} bytes"
+                    )));
+                }
+                write(dest, bytes)?;
+                Ok(Value::String(ws.inside_path(dest)))
+            }
+            Self::Tree { path } => {
+                let out = output(replies.first().copied(), &[format!("list {path}")])?;
+                if !out.status.success() {
+                    return Ok(Value::Null);
+                }
+                serde_json::from_slice(&out.stdout)
+                    .map_err(|e| EvalError::Scorer(format!("the tree of {path} is not JSON ({e})")))
+            }
+            Self::VideoPlayer => {
+                let mut apps: Vec<(String, usize)> = Vec::new();
+                for (t, r) in VIDEO_TYPES.iter().zip(replies) {
+                    let out = output(Some(*r), &[format!("xdg-mime query default video/{t}")])?;
+                    let app = String::from_utf8_lossy(&out.stdout).into_owned();
+                    if app.is_empty() {
+                        continue;
+                    }
+                    match apps.iter_mut().find(|(a, _)| *a == app) {
+                        Some((_, n)) => *n += 1,
+                        None => apps.push((app, 1)),
+                    }
+                }
+                // Counter.most_common(1): the highest count, the first seen among equals.
+                let best = apps
+                    .iter()
+                    .fold(None::<&(String, usize)>, |best, a| match best {
+                        Some(b) if b.1 >= a.1 => Some(b),
+                        _ => Some(a),
+                    });
+                Ok(Value::String(
+                    best.map_or_else(|| "unknown".to_owned(), |(a, _)| a.clone()),
+                ))
+            }
         }
+    }
+}
+
+/// A command probe with the getters' time and output limits.
+fn command(argv: Vec<String>) -> Probe {
+    Probe::Command {
+        argv,
+        timeout_ms: COMMAND_MS,
+        max_output: COMMAND_OUTPUT,
+    }
+}
+
+/// `sh -c script` with `args` as its `$0`, `$1`, ...
+fn sh(script: &str, args: &[&str]) -> Vec<String> {
+    ["sh", "-c", script]
+        .iter()
+        .chain(args)
+        .map(|a| (*a).to_owned())
+        .collect()
+}
+
+/// The output of a command probe's reply.
+fn output<'a>(
+    r: Option<&'a ProbeResult>,
+    argv: &[String],
+) -> Result<&'a pincer_shared::setup::ExecOutput, EvalError> {
+    let probe = format!("run {}", argv.join(" "));
+    match r.map(|r| reply(r, &probe)).transpose()? {
+        Some(ProbeReply::Command(out)) => Ok(out),
+        Some(other) => Err(unexpected(&probe, other)),
+        None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
     }
 }
 
@@ -373,9 +671,9 @@ impl OsWorld {
             metrics.push(Metric {
                 module,
                 name: name.to_owned(),
-                result: Get::build(result, &a.task, assets)?,
+                result: Get::build(result, &a.task, assets, &a.kept)?,
                 expected: expected
-                    .map(|g| Get::build(g, &a.task, assets))
+                    .map(|g| Get::build(g, &a.task, assets, &a.kept))
                     .transpose()?,
                 options,
             });

@@ -15,6 +15,7 @@
 //! commands).
 
 use super::cache;
+use super::check::Kept;
 use super::model::{ConfigStep, Getter, Index, OsTask};
 use super::pyautogui;
 use crate::task::steps::{Step, WindowAction};
@@ -35,6 +36,12 @@ pub const GETTERS: &[&str] = &[
     "vm_command_line",
     "vm_command_error",
     "vlc_config",
+    "gimp_config_file",
+    "cache_file",
+    "vm_wallpaper",
+    "list_directory",
+    "default_video_player",
+    "vscode_config",
 ];
 
 /// What a task needs to run here.
@@ -198,11 +205,29 @@ pub fn convert(domain: &str, t: &OsTask, original: serde_json::Value, cache: &Pa
     let mut account = None;
     let mut setup = Vec::new();
     let mut finalize = Vec::new();
+    let mut kept = BTreeMap::new();
     for (phase, list, into) in [
         ("setup", &t.config, &mut setup),
         ("postconfig", &t.evaluator.postconfig, &mut finalize),
     ] {
         for (i, s) in list.iter().enumerate() {
+            if phase == "postconfig" {
+                match keeps_output(s) {
+                    Some(Ok(outputs)) => {
+                        kept.extend(outputs);
+                        continue;
+                    }
+                    Some(Err(why)) => {
+                        unsupported.push(format!("{phase} step {i} ({}): {why}", s.kind));
+                        continue;
+                    }
+                    None if !kept.is_empty() && s.kind != "sleep" => unsupported.push(format!(
+                        "{phase} step {i} ({}) runs after a command whose output the task keeps: pincer runs such commands when the final state is judged, after every other step",
+                        s.kind
+                    )),
+                    None => {}
+                }
+            }
             if ACCOUNT_STEPS.contains(&s.kind.as_str()) {
                 account.get_or_insert(format!("{phase} step {i} is {}", s.kind));
             }
@@ -230,6 +255,29 @@ pub fn convert(domain: &str, t: &OsTask, original: serde_json::Value, cache: &Pa
             for (path, url) in gold_files(&t.id, g) {
                 files.push((path, url));
             }
+        } else if g.kind == "vscode_config" {
+            // OSWorld's getter runs the extension's command (ctrl+shift+p, its name,
+            // enter), waits a second and reads the file it wrote: the input goes last in
+            // finalize, the file is read as `vm_file` reads it.
+            match g.str("vscode_extension_command") {
+                Some(cmd) => finalize.extend([
+                    Step::Press {
+                        keys: "ctrl+shift+p".into(),
+                    },
+                    Step::TypeText { text: cmd.into() },
+                    Step::Press {
+                        keys: "enter".into(),
+                    },
+                    Step::Sleep { ms: 1000 },
+                ]),
+                None => unsupported
+                    .push("getter vscode_config has no `vscode_extension_command`".into()),
+            }
+        } else if g.kind == "cache_file" && !g.str("path").is_some_and(|p| kept.contains_key(p)) {
+            unsupported.push(format!(
+                "getter cache_file reads {}, which no postconfig command of the task writes",
+                g.str("path").unwrap_or("nothing")
+            ));
         }
         if !GETTERS.contains(&g.kind.as_str()) {
             unsupported.push(format!(
@@ -280,7 +328,11 @@ pub fn convert(domain: &str, t: &OsTask, original: serde_json::Value, cache: &Pa
             id: "score".into(),
             env: Some("desktop".into()),
             check: "osworld".into(),
-            args: serde_json::json!({"task": t.id, "evaluator": evaluator}),
+            args: if kept.is_empty() {
+                serde_json::json!({"task": t.id, "evaluator": evaluator})
+            } else {
+                serde_json::json!({"task": t.id, "evaluator": evaluator, "kept": kept})
+            },
             after: Vec::new(),
             final_only: true,
         }
@@ -438,20 +490,13 @@ fn map_step(
         }
         "execute" | "command" => {
             if p.get("stdout").is_some() || p.get("stderr").is_some() {
-                return Err("keeps a command's output for the cache_file getter, which pincer does not implement yet".into());
+                return Err("keeps a command's output during setup, which pincer does not keep (only postconfig outputs, for cache_file)".into());
             }
             if let Some(code) = python_code(p.get("command")) {
                 return pyautogui::steps(&code);
             }
-            let argv = command(p.get("command"), shell(p))?;
-            if argv.iter().any(|a| a == "sudo" || a.contains("sudo ")) {
-                return Err(
-                    "runs sudo, which needs OSWorld's machine (user `user` with its password)"
-                        .into(),
-                );
-            }
             Ok(vec![Step::Exec {
-                argv,
+                argv: guest_command(p)?,
                 timeout_ms: Some(120_000),
                 check: false,
             }])
@@ -484,6 +529,46 @@ fn map_step(
             "the step kind {other} is not implemented in pincer yet"
         )),
     }
+}
+
+/// The command of an `execute`/`command` step as pincer runs it in the guest.
+fn guest_command(p: &serde_json::Value) -> Result<Vec<String>, String> {
+    let argv = command(p.get("command"), shell(p))?;
+    if argv.iter().any(|a| a == "sudo" || a.contains("sudo ")) {
+        return Err(
+            "runs sudo, which needs OSWorld's machine (user `user` with its password)".into(),
+        );
+    }
+    Ok(argv)
+}
+
+/// The outputs a postconfig `execute`/`command` step keeps for `cache_file` (its `stdout`
+/// and `stderr` file names), if it keeps any.
+fn keeps_output(s: &ConfigStep) -> Option<Result<Vec<(String, Kept)>, String>> {
+    let p = &s.parameters;
+    if !matches!(s.kind.as_str(), "execute" | "command")
+        || (p.get("stdout").is_none() && p.get("stderr").is_none())
+    {
+        return None;
+    }
+    let kept = || {
+        let argv = guest_command(p)?;
+        [("stdout", false), ("stderr", true)]
+            .into_iter()
+            .filter_map(|(k, stderr)| p.get(k).map(|v| (k, v, stderr)))
+            .map(|(k, v, stderr)| {
+                let name = v.as_str().ok_or(format!("`{k}` is not a file name"))?;
+                Ok((
+                    super::check::dest(name)?,
+                    Kept {
+                        argv: argv.clone(),
+                        stderr,
+                    },
+                ))
+            })
+            .collect()
+    };
+    Some(kept())
 }
 
 /// Whether a step's (or getter's) `shell` is set, as Python reads it (OSWorld's server
@@ -755,5 +840,99 @@ mod tests {
         // Run from the home, paths under /home/user moved there.
         let argv = command(Some(&serde_json::json!("ls '/home/user/My Files'")), false).unwrap();
         assert_eq!(argv[4..], ["ls", "~/My Files"]);
+    }
+
+    fn import(evaluator: serde_json::Value) -> Imported {
+        let task = serde_json::json!({"id": "t1", "instruction": "x", "config": [],
+            "evaluator": evaluator});
+        let t: OsTask = serde_json::from_value(task.clone()).unwrap();
+        convert("os", &t, task, Path::new("/nonexistent"))
+    }
+
+    #[test]
+    fn kept_outputs_become_commands_run_at_judgement_when_nothing_changes_after_them() {
+        let ls = serde_json::json!({"type": "execute", "parameters": {
+            "command": ["ls", "-R", "/home/user/Local Folders"], "stdout": "ls.out"}});
+        let read = serde_json::json!({"func": "check_list",
+            "result": {"type": "cache_file", "path": "ls.out"},
+            "expected": {"type": "rule", "rules": {"expect": ["a"]}}});
+        let mut ev = read.clone();
+        ev["postconfig"] = serde_json::json!([
+            {"type": "execute", "parameters": {"command": ["python", "-c", "import pyautogui; pyautogui.hotkey('ctrl', 's')"]}},
+            ls,
+            {"type": "sleep", "parameters": {"seconds": 1}},
+        ]);
+        let got = import(ev);
+        assert!(got.unsupported.is_empty(), "{:?}", got.unsupported);
+        // The save stays in finalize; the kept command is the check's, not a step.
+        let finalize = &got.task.finalize["desktop"];
+        assert_eq!(finalize.len(), 2, "{finalize:?}");
+        let kept = &got.task.checkpoints[0].args["kept"]["ls.out"];
+        assert_eq!(
+            kept["argv"].as_array().unwrap()[4..],
+            [
+                serde_json::json!("ls"),
+                "-R".into(),
+                "~/Local Folders".into()
+            ]
+        );
+        assert_eq!(kept["stderr"], false);
+
+        // A step that changes state after it: OSWorld's command would not see that change.
+        let mut ev = read.clone();
+        ev["postconfig"] = serde_json::json!([ls, {"type": "execute", "parameters": {
+            "command": ["rm", "-r", "/home/user/Local Folders"]}}]);
+        let got = import(ev);
+        assert!(
+            got.unsupported
+                .iter()
+                .any(|u| u.contains("runs after a command whose output")),
+            "{:?}",
+            got.unsupported
+        );
+        // Nothing writes the file the getter reads; a kept name that climbs out.
+        assert!(
+            import(read)
+                .unsupported
+                .iter()
+                .any(|u| u.contains("which no postconfig command"))
+        );
+        let mut ev = serde_json::json!({"func": "check_list",
+            "result": {"type": "cache_file", "path": "../x"},
+            "expected": {"type": "rule", "rules": {"expect": ["a"]}}});
+        ev["postconfig"] = serde_json::json!([{"type": "execute", "parameters": {
+            "command": "ls", "stdout": "../x"}}]);
+        assert!(
+            import(ev)
+                .unsupported
+                .iter()
+                .any(|u| u.contains("not a plain relative name"))
+        );
+    }
+
+    #[test]
+    fn vscode_config_runs_its_command_last_in_finalize() {
+        let got = import(serde_json::json!({"func": "compare_config",
+            "result": {"type": "vscode_config", "vscode_extension_command": "OpenProject",
+                       "path": "/home/user/OpenProject.txt", "dest": "OpenProject.txt"},
+            "expected": {"type": "rule", "rules": {"expected": "x"}},
+            "postconfig": [{"type": "sleep", "parameters": {"seconds": 0.5}}]}));
+        assert!(got.unsupported.is_empty(), "{:?}", got.unsupported);
+        assert_eq!(
+            got.task.finalize["desktop"],
+            vec![
+                Step::Sleep { ms: 500 },
+                Step::Press {
+                    keys: "ctrl+shift+p".into()
+                },
+                Step::TypeText {
+                    text: "OpenProject".into()
+                },
+                Step::Press {
+                    keys: "enter".into()
+                },
+                Step::Sleep { ms: 1000 },
+            ]
+        );
     }
 }
