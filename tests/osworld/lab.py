@@ -5,7 +5,8 @@ them with OSWorld's own code, so the test can compare with what pincer scores.
 OSWorld's own code means DesktopEnv.evaluate() and _set_evaluator_info() taken from the
 pinned desktop-env's desktop_env.py unchanged (compiled from its source; the class itself
 cannot be imported without torch and a VM provider), its getters from its getters
-package, its SetupController for the postconfig commands whose output the cache_file
+package (Chrome's profile getters included, which pincer also runs in OSWorld's code but
+on the files it fetched), its SetupController for the postconfig commands whose output the cache_file
 getter reads, and its metrics. What stands in for OSWorld's VM: a controller whose get_file
 reads the desktop's home for /home/user (pincer's mapping), whose get_vm_directory_tree and
 get_vm_wallpaper do what OSWorld's server does for those routes, and an HTTP server on
@@ -30,6 +31,7 @@ import json
 import os
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -203,7 +205,7 @@ class Metrics:
 
 class Getters:
     def __getattr__(self, name):
-        for mod in ("file", "misc", "general", "vlc", "gimp", "info"):
+        for mod in ("file", "misc", "general", "vlc", "gimp", "info", "chrome"):
             m = importlib.import_module("desktop_env.evaluators.getters." + mod)
             if hasattr(m, name):
                 return getattr(m, name)
@@ -424,7 +426,59 @@ FOLDERS = ".thunderbird/t5q2a5hp.default-release/Mail/Local Folders/"
 WELCOME = "\u6b61\u8fce\u4f7f\u7528\u65b0\u7684 Outlook.com \u5e33\u6236"
 VLC_DESKTOP = b"[Desktop Entry]\nType=Application\nName=VLC\nExec=vlc %U\nMimeType=video/mp4;\n"
 
-REAL = [LOCAL_FOLDERS, EMAILS_BAK, GIMP_THEME, MOVED_JPGS, VIDEO_PLAYER, WALLPAPER,
+# Chrome's profile getters, run in OSWorld's own code on the files pincer fetched.
+SEARCH_ENGINE = "chrome/bb5e4c0d-f964-439c-97b6-bdb9747de3f4"
+DO_NOT_TRACK = "chrome/030eeff7-b492-4218-b312-701ec99ee0cc"
+FONT_SIZE = "chrome/af630914-714e-4a24-a7bb-f9af687d3b91"
+EXPERIMENTS = "chrome/480bcfea-d68f-4aaa-a0a9-2589ef319381"
+HISTORY = "chrome/44ee5668-ecd5-4366-a6ce-c1c9b8d4e938"
+PROFILE_NAME = "chrome/2ae9ba84-3a0d-4d4c-8338-3a1478dc5fe3"
+ENHANCED = "chrome/9656a811-9b5b-4ddf-99c7-5117bcef0626"
+STARTUP = "chrome/3299584d-8f11-4457-bf4c-ce98f7600250"
+DATA_DELETE = "chrome/99146c54-4f37-4ab8-9327-5f3291665e1e"
+UNPACKED = "chrome/6766f2b8-8a72-417f-a9e5-56fcaa735837"
+INSTALLED = "multi_apps/873cafdd-a581-47f6-8b33-b9696ddb7b05"
+BOOKMARKS = "chrome/2ad9387a-65d8-4e33-ad5b-7580065a27ca"
+COOKIES = "chrome/7b6c7e24-c58a-49fc-a5bb-d57b80e5b4c3"
+CHROME = ".config/google-chrome/"
+
+
+def prefs(data):
+    return lambda: json.dumps(data).encode()
+
+
+def sqlite(create, insert, rows):
+    """A SQLite database (Chrome's History or Cookies) as bytes."""
+    def make():
+        with tempfile.TemporaryDirectory() as d:
+            db = os.path.join(d, "db")
+            conn = sqlite3.connect(db)
+            conn.execute(create)
+            conn.executemany(insert, rows)
+            conn.commit()
+            conn.close()
+            return open(db, "rb").read()
+    return make
+
+
+def history(urls):
+    return sqlite("CREATE TABLE urls (id INTEGER PRIMARY KEY, url TEXT, title TEXT, last_visit_time INTEGER)",
+                  "INSERT INTO urls (url, title, last_visit_time) VALUES (?, ?, 13300000000000000)",
+                  [(u, u) for u in urls])
+
+
+def cookies(hosts):
+    return sqlite("CREATE TABLE cookies (creation_utc INTEGER, host_key TEXT, name TEXT)",
+                  "INSERT INTO cookies VALUES (13300000000000000, ?, 'id')", [(h,) for h in hosts])
+
+
+def extensions(*found):
+    return prefs({"extensions": {"settings": {f"id{i}": {"path": path, "manifest": {"name": name}}
+                                              for i, (path, name) in enumerate(found)}}})
+
+
+REAL = [SEARCH_ENGINE, DO_NOT_TRACK, FONT_SIZE, EXPERIMENTS, HISTORY, PROFILE_NAME, ENHANCED,
+        STARTUP, DATA_DELETE, UNPACKED, INSTALLED, BOOKMARKS, COOKIES, LOCAL_FOLDERS, EMAILS_BAK, GIMP_THEME, MOVED_JPGS, VIDEO_PLAYER, WALLPAPER,
         BGCONE, MAX_VOLUME, CALC, DOCS, SLIDES, TEXT, CSV, DOC_TABLE, SETTINGS, YAML, PREFS, IMAGES, ARCHIVE,
         PDF_DOC, STRUCTURE, EXISTS, WHICH]
 
@@ -590,6 +644,42 @@ CASES = {
     "wallpaper-shifted": case(WALLPAPER, {"Pictures/wall.png": lambda: image(8, fmt="PNG", mode="RGB")},
                               {"gold_background.png": lambda: image(fmt="PNG", mode="RGB")},
                               {"org/gnome/desktop/background": {"picture-uri": "'file://{home}/Pictures/wall.png'"}}),
+    # Chrome's profile: a value, another, and no profile at all (the getters' defaults).
+    "search-engine-bing": case(SEARCH_ENGINE, {CHROME + "Default/Preferences": prefs(
+        {"default_search_provider_data": {"template_url_data": {"short_name": "Bing"}}})}),
+    "search-engine-google": case(SEARCH_ENGINE, {CHROME + "Default/Preferences": prefs(
+        {"default_search_provider_data": {"template_url_data": {"short_name": "Google"}}})}),
+    "search-engine-no-profile": case(SEARCH_ENGINE),
+    "do-not-track-on": case(DO_NOT_TRACK, {CHROME + "Default/Preferences": prefs({"enable_do_not_track": True})}),
+    "do-not-track-broken": case(DO_NOT_TRACK, {CHROME + "Default/Preferences": lambda: b'{"enable_do_not_track": tr'}),
+    "font-size-20": case(FONT_SIZE, {CHROME + "Default/Preferences": prefs(
+        {"webkit": {"webprefs": {"default_font_size": 20}}})}),
+    "font-size-default": case(FONT_SIZE, {CHROME + "Default/Preferences": prefs({})}),
+    "experiments-on": case(EXPERIMENTS, {CHROME + "Local State": prefs({"browser": {"enabled_labs_experiments": [
+        "chrome-refresh-2023@1", "chrome-webui-refresh-2023@1"]}})}),
+    "experiments-one": case(EXPERIMENTS, {CHROME + "Local State": prefs({"browser": {"enabled_labs_experiments": [
+        "chrome-refresh-2023@1"]}})}),
+    "history-cleared": case(HISTORY, {CHROME + "Default/History": history(["https://example.com/"])}),
+    "history-kept": case(HISTORY, {CHROME + "Default/History": history(["https://www.youtube.com/watch?v=1"])}),
+    "profile-thomas": case(PROFILE_NAME, {CHROME + "Default/Preferences": prefs({"profile": {"name": "Thomas"}})}),
+    "profile-person-1": case(PROFILE_NAME, {CHROME + "Default/Preferences": prefs({"profile": {"name": "Person 1"}})}),
+    "enhanced-on": case(ENHANCED, {CHROME + "Default/Preferences": prefs({"safebrowsing": {"enhanced": True}})}),
+    "enhanced-no-profile": case(ENHANCED),
+    "startup-fresh": case(STARTUP, {CHROME + "Default/Preferences": prefs({})}),
+    "startup-restore": case(STARTUP, {CHROME + "Default/Preferences": prefs({"session": {"restore_on_startup": 1}})}),
+    "data-delete-set": case(DATA_DELETE, {CHROME + "Default/Preferences": prefs(
+        {"profile": {"default_content_setting_values": {"cookies": 4}}})}),
+    "data-delete-unset": case(DATA_DELETE, {CHROME + "Default/Preferences": prefs({"profile": {}})}),
+    "unpacked-loaded": case(UNPACKED, {CHROME + "Default/Preferences": extensions(
+        ("/home/user/Desktop/helloExtension", "Hello"))}),
+    "unpacked-elsewhere": case(UNPACKED, {CHROME + "Default/Preferences": extensions(("/tmp/hello", "Hello"))}),
+    "installed-some": case(INSTALLED, {CHROME + "Default/Preferences": extensions(
+        ("/x", "Zoom Chrome Extension"), ("/y", "Momentum"))}),
+    "bookmarks-favorites": case(BOOKMARKS, {CHROME + "Default/Bookmarks": prefs(
+        {"roots": {"bookmark_bar": {"children": [{"type": "folder", "name": "Favorites", "children": []}]}}})}),
+    "bookmarks-none": case(BOOKMARKS),
+    "cookies-deleted": case(COOKIES, {CHROME + "Default/Cookies": cookies([".example.org"])}),
+    "cookies-kept": case(COOKIES, {CHROME + "Default/Cookies": cookies([".amazon.com", ".example.org"])}),
     "and-graded": case("pincer_lab/lab-and-graded", {"pic.gif": lambda: image(8), "one.txt": lambda: b"yes\n"},
                        {"pic_gold.gif": lambda: image()}),
 }
@@ -651,6 +741,7 @@ def evaluator_of(task, fixture_out):
 
 def main():
     worker._stub(worker.STUBS)
+    worker._stub(worker.GETTER_STUBS)
     worker._packages()
     worker._offline_tldextract()
     env_class = osworld_env_class()

@@ -674,6 +674,8 @@ fn a_scorer_worker_that_dies_or_hangs_is_an_error_and_the_next_score_starts_a_ne
             expected: json!({"expected": "yes\n"}),
             has_expected: true,
             options: serde_json::Map::new(),
+            result_getter: None,
+            expected_getter: None,
         }],
     };
     assert_eq!(scorer.score(&req).unwrap().score, 1.0);

@@ -198,6 +198,8 @@ fn doctor(env: PathBuf, tasks: Option<PathBuf>) -> anyhow::Result<()> {
             expected: serde_json::json!({"expected": "a\n"}),
             has_expected: true,
             options: serde_json::Map::new(),
+            result_getter: None,
+            expected_getter: None,
         }],
     };
     match s.score(&req) {

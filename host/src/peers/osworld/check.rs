@@ -8,7 +8,9 @@
 //! the final state is judged, see [`Kept`]), `vm_wallpaper` the GNOME wallpaper's file (an
 //! empty file when there is none), `list_directory` a folder's tree as OSWorld's server
 //! builds it, `default_video_player` the application `xdg-mime` names most often for
-//! video types, `vscode_config` the file VS Code's command wrote — and the
+//! video types, `vscode_config` the file VS Code's command wrote; Chrome's profile getters
+//! ([`REPLAYED`]) are OSWorld's own, called in the worker on the profile files fetched
+//! here — and the
 //! [`Scorer`](super::scorer::Scorer) calls OSWorld's metric functions on them and combines
 //! them (`and`: 0 if any is 0, else the mean; `or`: 1 if any is 1, else the highest).
 //!
@@ -17,7 +19,7 @@
 //! than a probe can carry is an evaluator error, never the agent's failure.
 
 use super::model::{Evaluator, Getter, OneOrMany};
-use super::scorer::{Call, Request, Scorer, Workspace};
+use super::scorer::{Call, Replay, Request, Scorer, Workspace};
 use crate::eval::functions::{LINUX, Library, Reads};
 use crate::eval::{AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected};
 use pincer_shared::limits::MAX_INLINE_FILE;
@@ -109,7 +111,42 @@ enum Get {
     Tree { path: String },
     /// The application named most often by `xdg-mime query default video/<type>`.
     VideoPlayer,
+    /// OSWorld's own getter, called in the worker on the guest files it reads (fetched
+    /// here): the Chrome profile getters of [`REPLAYED`].
+    Replay {
+        name: String,
+        config: Value,
+        files: &'static [&'static str],
+    },
 }
+
+/// Where the worker finds the guest files a replayed getter reads, in the workspace.
+const REPLAY_HOME: &str = ".pincer-guest-home";
+
+/// Chrome's profile files (google-chrome on x86-64 Linux, as OSWorld's getters read them).
+const PREFERENCES: &[&str] = &[".config/google-chrome/Default/Preferences"];
+const LOCAL_STATE: &[&str] = &[".config/google-chrome/Local State"];
+
+/// The getters pincer calls in OSWorld's own code (module `chrome`), with the guest files,
+/// under the home, that each reads: each asks the guest where one profile file is, reads it
+/// and picks a value out of it (a default when it is missing or malformed). These are the
+/// ones the 2024 tasks use; the fidelity suite checks each entry against the getter run on
+/// the desktop's own files.
+pub const REPLAYED: &[(&str, &[&str])] = &[
+    ("default_search_engine", PREFERENCES),
+    ("profile_name", PREFERENCES),
+    ("chrome_font_size", PREFERENCES),
+    ("enable_do_not_track", PREFERENCES),
+    ("enable_enhanced_safety_browsing", PREFERENCES),
+    ("new_startup_page", PREFERENCES),
+    ("data_delete_automacally", PREFERENCES),
+    ("find_unpacked_extension_path", PREFERENCES),
+    ("find_installed_extension_name", PREFERENCES),
+    ("enabled_experiments", LOCAL_STATE),
+    ("bookmarks", &[".config/google-chrome/Default/Bookmarks"]),
+    ("history", &[".config/google-chrome/Default/History"]),
+    ("cookie_data", &[".config/google-chrome/Default/Cookies"]),
+];
 
 /// Where VLC keeps its configuration on Linux (OSWorld's `vlc_config` getter).
 const VLCRC: &str = "~/.config/vlc/vlcrc";
@@ -388,6 +425,14 @@ impl Get {
                 path: super::import::home(g.str("path").ok_or("list_directory has no `path`")?),
             }),
             "default_video_player" => Ok(Self::VideoPlayer),
+            name if REPLAYED.iter().any(|(n, _)| *n == name) => Ok(Self::Replay {
+                name: name.to_owned(),
+                config: serde_json::to_value(&g.fields).unwrap_or_default(),
+                files: REPLAYED
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or(&[], |(_, f)| *f),
+            }),
             other => Err(format!(
                 "the getter {other} is not implemented in pincer yet"
             )),
@@ -413,6 +458,13 @@ impl Get {
                 "cd ~ && exec python3 -c \"$0\" \"$1\"",
                 &[TREE, path],
             ))],
+            Self::Replay { files, .. } => files
+                .iter()
+                .map(|rel| Probe::ReadFile {
+                    path: format!("~/{rel}"),
+                    max_len: MAX_INLINE_FILE,
+                })
+                .collect(),
             Self::VideoPlayer => VIDEO_TYPES
                 .iter()
                 .map(|t| {
@@ -551,6 +603,26 @@ impl Get {
                 serde_json::from_slice(&out.stdout)
                     .map_err(|e| EvalError::Scorer(format!("the tree of {path} is not JSON ({e})")))
             }
+            Self::Replay { files, .. } => {
+                for (rel, r) in files.iter().zip(replies) {
+                    let probe = format!("read ~/{rel}");
+                    match reply(r, &probe)? {
+                        ProbeReply::File(None) => {}
+                        ProbeReply::File(Some(f)) if f.total_size > f.bytes.len() as u64 => {
+                            return Err(EvalError::Scorer(format!(
+                                "~/{rel} is {} bytes, more than a probe carries ({MAX_INLINE_FILE})",
+                                f.total_size
+                            )));
+                        }
+                        ProbeReply::File(Some(f)) => {
+                            write(&format!("{REPLAY_HOME}/{rel}"), &f.bytes)?
+                        }
+                        other => return Err(unexpected(&probe, other)),
+                    }
+                }
+                // The worker calls the getter (`Get::replay`).
+                Ok(Value::Null)
+            }
             Self::VideoPlayer => {
                 let mut apps: Vec<(String, usize)> = Vec::new();
                 for (t, r) in VIDEO_TYPES.iter().zip(replies) {
@@ -575,6 +647,22 @@ impl Get {
                     best.map_or_else(|| "unknown".to_owned(), |(a, _)| a.clone()),
                 ))
             }
+        }
+    }
+}
+
+impl Get {
+    /// OSWorld's getter for the worker to call, for a replayed one.
+    fn replay(&self, ws: &Workspace) -> Option<Replay> {
+        match self {
+            Self::Replay { name, config, .. } => Some(Replay {
+                module: "chrome".into(),
+                name: name.clone(),
+                config: config.clone(),
+                home: ws.inside_path(REPLAY_HOME),
+                cache: ws.inside_path(""),
+            }),
+            _ => None,
         }
     }
 }
@@ -731,6 +819,8 @@ impl Check for OsWorld {
                 has_expected: expected.is_some(),
                 expected: expected.unwrap_or(Value::Null),
                 options: m.options.clone(),
+                result_getter: m.result.replay(&ws),
+                expected_getter: m.expected.as_ref().and_then(|g| g.replay(&ws)),
             });
         }
         let req = Request {

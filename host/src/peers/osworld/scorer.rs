@@ -114,6 +114,29 @@ pub struct Call {
     pub has_expected: bool,
     /// Keyword options.
     pub options: serde_json::Map<String, serde_json::Value>,
+    /// OSWorld's own getter to call for `result` instead (the value is then unused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_getter: Option<Replay>,
+    /// The same for `expected`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_getter: Option<Replay>,
+}
+
+/// One of OSWorld's own getters, called in the worker on guest files pincer fetched: the
+/// Chrome profile getters, which ask the guest where a profile file is, read it and pick
+/// a value out of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Replay {
+    /// Its module under `desktop_env.evaluators.getters`.
+    pub module: String,
+    /// Its name without `get_`.
+    pub name: String,
+    /// Its config as the task writes it.
+    pub config: serde_json::Value,
+    /// The fetched files, inside the sandbox, at their paths under the guest's home.
+    pub home: String,
+    /// OSWorld's cache folder for the task, inside the sandbox (some getters copy there).
+    pub cache: String,
 }
 
 /// What the worker answered.

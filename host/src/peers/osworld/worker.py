@@ -6,7 +6,10 @@ line on stdin, one reply per line on the stdout it had at start. Everything else
 prints goes to a buffer returned with the reply (metrics print their arguments).
 
 A request: {"id": N, "metrics": [[module, name], ...], "single": bool, "conj": "and"|"or",
-"calls": [{"result": VALUE, "expected": VALUE, "has_expected": bool, "options": {...}}]}.
+"calls": [{"result": VALUE, "expected": VALUE, "has_expected": bool, "options": {...},
+"result_getter": GETTER, "expected_getter": GETTER}]}, where a GETTER (optional) is one
+of OSWorld's own getters to call for the value: {"module": M, "name": N, "config": {...},
+"home": DIR, "cache": DIR}, run on the guest files pincer fetched into DIR.
 A reply: {"id": N, "score": float, "scores": [float, ...], "output": str} or
 {"id": N, "error": str, "traceback": str, "output": str}.
 """
@@ -26,6 +29,10 @@ import types
 # Placeholders satisfy the import; pincer refuses, before calling, any metric that needs
 # one (a placeholder cannot be trusted to fail loudly: several metrics catch everything).
 STUBS = ("easyocr", "borb.pdf", "cv2", "acoustid", "librosa", "fastdtw")
+
+# What the getters package imports for the getters pincer does not call in the worker
+# (Chrome's live pages through playwright, Google Drive).
+GETTER_STUBS = ("playwright.sync_api", "pydrive.auth", "pydrive.drive")
 
 
 class MissingLibrary(BaseException):
@@ -100,6 +107,47 @@ def _offline_tldextract():
     tldextract.extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 
 
+class _Guest:
+    """OSWorld's controller as its profile getters use it, over the files pincer fetched
+    (at their paths under `home`, which stands for the guest's /home/user)."""
+
+    def __init__(self, home):
+        self.home = home
+
+    def execute_python_command(self, command):
+        # The getters ask where a file lives: `import os; print(os.path.join(
+        # os.getenv('HOME'), ...))`, code of the pinned package, answered for /home/user.
+        buf = io.StringIO()
+        saved = os.environ.get("HOME")
+        os.environ["HOME"] = "/home/user"
+        try:
+            with contextlib.redirect_stdout(buf):
+                exec(command, {})
+        finally:
+            os.environ["HOME"] = saved or ""
+        return {"status": "success", "output": buf.getvalue(), "error": "", "returncode": 0}
+
+    def get_file(self, path):  # PythonController.get_file: bytes, or None when missing
+        if path != "/home/user" and not path.startswith("/home/user/"):
+            return None
+        try:
+            with open(self.home + path[len("/home/user"):], "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+
+def _value(c, key):
+    g = c.get(key + "_getter")
+    if g is None:
+        return c[key]
+    fn = getattr(importlib.import_module("desktop_env.evaluators.getters." + g["module"]),
+                 "get_" + g["name"])
+    env = types.SimpleNamespace(vm_platform="Linux", controller=_Guest(g["home"]),
+                                cache_dir=g["cache"])
+    return fn(env, g["config"])
+
+
 def _number(value):
     # Metrics return float, int, bool, numpy numbers or None (OSWorld's result.txt then
     # reads "None", which its summary counts as 0).
@@ -118,9 +166,10 @@ def evaluate(req):
     calls = req["calls"]
 
     def call(fn, c):
+        result = _value(c, "result")
         if c["has_expected"]:
-            return fn(c["result"], c["expected"], **c["options"])
-        return fn(c["result"], **c["options"])
+            return fn(result, _value(c, "expected"), **c["options"])
+        return fn(result, **c["options"])
 
     if req["single"]:
         m = _number(call(fns[0], calls[0]))
@@ -144,6 +193,7 @@ def main():
     # Nothing a metric prints may reach the protocol stream.
     sys.stdout = sys.stderr
     _stub(STUBS)
+    _stub(GETTER_STUBS)
     _packages()
     _offline_tldextract()
     version = importlib.metadata.version("desktop-env")
