@@ -447,6 +447,30 @@ def prefs(data):
     return lambda: json.dumps(data).encode()
 
 
+SONGS = [("Cheng Xiang", "Missing You"), ("Han Baoyi", "Tears of Dancing Girl"),
+         ("Huang An", "I Know Missing is Painful"), ("Chen Shaohua", "Red Daughter"),
+         ("Zhou Xuan", "Nights in Shanghai")]
+
+
+def mp3(artist, title):
+    """A file with an ID3 tag (mutagen writes the tag; `None` leaves the file untagged)."""
+    def make():
+        from mutagen.easyid3 import EasyID3
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "song.mp3")
+            open(path, "wb").write(b"\xff\xfb\x90\x00" + bytes(413))
+            if title is not None:
+                tag = EasyID3()
+                tag["artist"], tag["title"] = artist, title
+                tag.save(path)
+            return open(path, "rb").read()
+    return make
+
+
+def songs(**changed):
+    return {f"Music/{a} - {t}.mp3": mp3(a, changed.get(t, t)) for a, t in SONGS}
+
+
 def sqlite(create, insert, rows):
     """A SQLite database (Chrome's History or Cookies) as bytes."""
     def make():
@@ -477,7 +501,8 @@ def extensions(*found):
                                               for i, (path, name) in enumerate(found)}}})
 
 
-REAL = [SEARCH_ENGINE, DO_NOT_TRACK, FONT_SIZE, EXPERIMENTS, HISTORY, PROFILE_NAME, ENHANCED,
+MP3_META = "multi_apps/3f05f3b9-29ba-4b6b-95aa-2204697ffc06"
+REAL = [MP3_META, SEARCH_ENGINE, DO_NOT_TRACK, FONT_SIZE, EXPERIMENTS, HISTORY, PROFILE_NAME, ENHANCED,
         STARTUP, DATA_DELETE, UNPACKED, INSTALLED, BOOKMARKS, COOKIES, LOCAL_FOLDERS, EMAILS_BAK, GIMP_THEME, MOVED_JPGS, VIDEO_PLAYER, WALLPAPER,
         BGCONE, MAX_VOLUME, CALC, DOCS, SLIDES, TEXT, CSV, DOC_TABLE, SETTINGS, YAML, PREFS, IMAGES, ARCHIVE,
         PDF_DOC, STRUCTURE, EXISTS, WHICH]
@@ -680,6 +705,10 @@ CASES = {
     "bookmarks-none": case(BOOKMARKS),
     "cookies-deleted": case(COOKIES, {CHROME + "Default/Cookies": cookies([".example.org"])}),
     "cookies-kept": case(COOKIES, {CHROME + "Default/Cookies": cookies([".amazon.com", ".example.org"])}),
+    # check_mp3_meta (1 task, five metrics under "and"): ID3 tags.
+    "mp3-tagged": case(MP3_META, songs()),
+    "mp3-one-title-wrong": case(MP3_META, songs(**{"Red Daughter": "Red Daughters"})),
+    "mp3-one-untagged": case(MP3_META, songs(**{"Missing You": None})),
     "and-graded": case("pincer_lab/lab-and-graded", {"pic.gif": lambda: image(8), "one.txt": lambda: b"yes\n"},
                        {"pic_gold.gif": lambda: image()}),
 }
