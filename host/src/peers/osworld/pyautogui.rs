@@ -2,7 +2,8 @@
 //! pyautogui.hotkey('ctrl', 's'); time.sleep(0.5)"`) turned into pincer's input steps, never
 //! executed: a statement is parsed, not evaluated, and anything but a call of the handful
 //! of functions the tasks use, with literal arguments, is refused naming it. The 369 tasks
-//! use `hotkey`, `press`, `click`, `doubleClick`, `write`, `scroll` and `time.sleep`.
+//! use `hotkey`, `press`, `click`, `doubleClick`, `write`, `scroll`, `time.sleep` and
+//! `mouseDown(); mouseUp()` (a click where the last one was).
 
 use crate::task::steps::Step;
 use pincer_shared::key::Key;
@@ -28,6 +29,9 @@ struct Call {
 /// The steps `code` stands for, or what in it cannot be run as input.
 pub fn steps(code: &str) -> Result<Vec<Step>, String> {
     let mut out = Vec::new();
+    // Where the last click left the pointer, and whether a button is held.
+    let mut at: Option<(i32, i32)> = None;
+    let mut down = false;
     for stmt in statements(code) {
         let stmt = stmt.trim();
         if stmt.is_empty()
@@ -38,7 +42,48 @@ pub fn steps(code: &str) -> Result<Vec<Step>, String> {
             continue;
         }
         let call = parse_call(stmt).ok_or_else(|| format!("not a plain call: `{stmt}`"))?;
-        out.extend(step(&call).map_err(|e| format!("`{stmt}`: {e}"))?);
+        // `mouseDown(); mouseUp()` where the pointer is: a click at the last click's place.
+        let bare = call.args.is_empty() && call.kwargs.is_empty();
+        match call.name.as_str() {
+            "pyautogui.mouseDown" | "pyautogui.mouseUp" if !bare => {
+                return Err(format!(
+                    "`{stmt}`: a press with a position or a button is not supported"
+                ));
+            }
+            "pyautogui.mouseDown" if !down => {
+                down = true;
+                continue;
+            }
+            "pyautogui.mouseUp" if down => {
+                down = false;
+                let (x, y) = at.ok_or(format!(
+                    "`{stmt}`: a press where the pointer is, and no click before it says where"
+                ))?;
+                out.push(Step::Click {
+                    x,
+                    y,
+                    button: None,
+                    count: None,
+                });
+                continue;
+            }
+            "pyautogui.mouseUp" => return Err(format!("`{stmt}`: mouseUp without mouseDown")),
+            _ if down => {
+                return Err(format!(
+                    "`{stmt}` between mouseDown and mouseUp: a drag is not supported"
+                ));
+            }
+            _ => {}
+        }
+        for s in step(&call).map_err(|e| format!("`{stmt}`: {e}"))? {
+            if let Step::Click { x, y, .. } = s {
+                at = Some((x, y));
+            }
+            out.push(s);
+        }
+    }
+    if down {
+        return Err("mouseDown without mouseUp: a drag is not supported".into());
     }
     Ok(out)
 }
@@ -346,6 +391,18 @@ mod tests {
                 press("enter"),
             ]
         );
+        // Impress's setups click into a slide twice, then press where the pointer is.
+        let pressed = steps("import pyautogui; import time;  time.sleep(4); pyautogui.doubleClick(x=200, y=650); time.sleep(0.5);pyautogui.mouseDown(); pyautogui.mouseUp(); time.sleep(0.5);").unwrap();
+        assert_eq!(
+            pressed[3],
+            Step::Click {
+                x: 200,
+                y: 650,
+                button: None,
+                count: None
+            }
+        );
+        assert_eq!(pressed.len(), 5, "{pressed:?}");
         let alt = steps("pyautogui.hotkey('alt', 'f10')").unwrap();
         assert_eq!(
             alt,
@@ -370,6 +427,20 @@ mod tests {
             ),
             ("pyautogui.press(open('f').read())", "not a plain call"),
             ("pyautogui.hotkey(['ctrl', 1])", "hotkey takes key names"),
+            (
+                "pyautogui.mouseDown(); pyautogui.mouseUp()",
+                "no click before it",
+            ),
+            (
+                "pyautogui.click(1, 2); pyautogui.mouseDown()",
+                "mouseDown without mouseUp",
+            ),
+            (
+                "pyautogui.click(1, 2); pyautogui.mouseDown(); pyautogui.moveTo(5, 5)",
+                "a drag is not supported",
+            ),
+            ("pyautogui.mouseUp()", "mouseUp without mouseDown"),
+            ("pyautogui.mouseDown(button='right')", "not supported"),
             ("pyautogui.press(['enter'", "not a plain call"),
         ] {
             let e = steps(code).unwrap_err();
