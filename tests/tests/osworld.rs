@@ -175,16 +175,16 @@ const NOT_HERE: &[(&str, &str)] = &[
         "needs files: 1 of its 1 files are not in",
     ),
     (
-        "chrome/bb5e4c0d-f964-439c-97b6-bdb9747de3f4",
-        "not supported: getter default_search_engine",
+        "vlc/59f21cfb-0120-4326-b255-a5b827b38967",
+        "not supported: getter vlc_playing_info",
     ),
     (
         "multi_apps/46407397-a7d5-4c6b-92c6-dbe038b1457b",
         "not supported: getter googledrive_file",
     ),
     (
-        "chrome/7b6c7e24-c58a-49fc-a5bb-d57b80e5b4c3",
-        "not supported: getter cookie_data",
+        "os/13584542-872b-42d8-b299-866967b5c3ef",
+        "not supported: getter vm_terminal_output",
     ),
 ];
 
