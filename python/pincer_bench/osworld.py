@@ -7,19 +7,19 @@ is not a plain pyautogui call with literal arguments is refused with ``ActionRef
 (a ``ValueError``) saying what is accepted. pincer action dicts are accepted too.
 
 Tasks are pincer's: ``reset(task_config)`` takes a pincer task id, or a dict whose ``id``
-names one (OSWorld's own task JSONs, with their Python evaluators, are not run here:
-``pincer task import-osworld`` imports them and ``pincer run --end agent`` scores them
-with OSWorld's own code).
-``evaluate()`` scores the state the agent left with the task's checkpoints: 1.0 if the
-task run succeeded, else 0.0. Every episode is a pincer task run, recorded in the run
-directory with its trajectory and the report.
+names one. OSWorld's own tasks run once imported (``pincer task import-osworld DIR --out
+TASKS``; ``DesktopEnv(TASKS, assets=CACHE)``): then ``task_config`` may be OSWorld's own
+task JSON, whose ``id`` (a UUID) finds ``<domain>/<id>``, and ``evaluate()`` is OSWorld's
+score, computed by OSWorld's own metric code after the task's postconfig. For pincer's
+tasks ``evaluate()`` is 1.0 if the task run succeeded, else 0.0. Every episode is a pincer
+task run, recorded in the run directory with its trajectory and the report.
 
 Where it differs from OSWorld: a step is observed as soon as its actions are carried out
 and evaluated (no ``pause`` after every action; ``WAIT`` waits ``pause`` seconds); the
 episode ends as pincer's runner ends it (every checkpoint holding ends it before ``DONE``);
 ``accessibility_tree`` is pincer's indented text (role, name, bounds), not OSWorld's XML;
-``FAIL`` scores 0 (pincer's bundled tasks are all feasible); one string of several calls
-is several of pincer's steps.
+``FAIL`` scores 0 on a feasible task (1 on an imported infeasible one, as in OSWorld); one
+string of several calls is several of pincer's steps.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ class DesktopEnv:
         out: Optional[str] = None,
         envs: Optional[str] = None,
         vm: Optional[str] = None,
+        assets: Optional[str] = None,
+        allow_network: bool = False,
         **_ignored: Any,
     ):
         if action_space != "pyautogui":
@@ -75,6 +77,8 @@ class DesktopEnv:
             agent="python:osworld",
             envs=envs,
             vm=vm,
+            assets=assets,
+            allow_network=allow_network,
         )
         self.action_space = action_space
         self.screen_size = screen_size
@@ -100,11 +104,12 @@ class DesktopEnv:
         if task_config is None:
             task_id = self.session.task_ids()[0]
         elif isinstance(task_config, str):
-            task_id = task_config
+            task_id = self._imported(task_config)
         else:
             task_id = task_config.get("id")
             if not isinstance(task_id, str):
                 raise ValueError("task_config needs an 'id' naming a pincer task")
+            task_id = self._imported(task_id)
         self._task = self.session.task(task_id)
         roles = [r for r, p in self._task["roles"].items() if p == "linux"]
         if len(roles) != 1:
@@ -117,6 +122,24 @@ class DesktopEnv:
         now = self.session.begin(task_id, seed or 0)
         self._last, self._checkpoints = now["observation"], now["checkpoints"]
         return self._observation(self._last)
+
+    def _imported(self, task_id: str) -> str:
+        """A pincer task id for ``task_id``: itself, or the one imported OSWorld task
+        ``<domain>/<task_id>`` (OSWorld's task files name a task by its UUID alone; 11
+        UUIDs are used in two domains, and then the caller names the domain)."""
+        left_out = dict(self.session.left_out())
+        known = self.session.task_ids() + list(left_out)
+        found = [task_id] if task_id in known else sorted(
+            t for t in known if "/" in t and t.split("/", 1)[1] == task_id
+        )
+        if len(found) > 1:
+            raise ValueError(
+                f"task {task_id} is in several domains ({', '.join(found)}): "
+                "give task_config['id'] as '<domain>/<id>'"
+            )
+        if found and found[0] in left_out:
+            raise PincerError(f"task {found[0]} cannot run here: {left_out[found[0]]}")
+        return found[0] if found else task_id
 
     def _observation(self, obs: Optional[dict]) -> dict:
         view = (obs or {}).get("views", {}).get(self._role, {})
@@ -172,13 +195,17 @@ class DesktopEnv:
         return self._observation(self._last), done - before, True, info
 
     def evaluate(self) -> float:
-        """1.0 if the task run succeeded, else 0.0. An episode still running is ended as
-        OSWorld judges it: on the state the agent left (pincer's ``complete``)."""
+        """OSWorld's score of an imported OSWorld task (0..1); 1.0 or 0.0 for a pincer task
+        (succeeded or not). An episode still running is ended as OSWorld judges it: on the
+        state the agent left (pincer's ``complete``, then the task's postconfig)."""
         if self._task is None:
             raise PincerError("no episode: call reset(task_config) first")
         if self._record is None:
             # Declaring the task complete always ends a pincer task run.
             self._record = self.session.step({"action": "complete"})["record"]
+        score = self._record.get("score")
+        if score is not None:
+            return float(score)
         return 1.0 if self._record["termination"] == "success" else 0.0
 
     def close(self) -> None:

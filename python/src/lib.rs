@@ -356,9 +356,11 @@ impl Session {
     /// choice of marks, screenshot, tree and video=2s@5fps; `tools` offers the API tools
     /// tasks declare (local desktops then serve them; without it a tool action is refused as
     /// invalid); `out` is the run directory (results, trajectories, report); `envs` an envs
-    /// file other than the default.
+    /// file other than the default; `assets` the asset cache (OSWorld's file cache for
+    /// imported OSWorld tasks) and `allow_network` lets tasks that need the live web start.
+    /// Tasks that cannot run here are left out, said on stderr; starting one says why.
     #[new]
-    #[pyo3(signature = (tasks, task_ids=None, sets=None, observe="marks", max_size=None, size=(1920, 1080), out=None, agent="python", envs=None, vm=None, vm_memory=1024, vm_cpus=2, tools=false))]
+    #[pyo3(signature = (tasks, task_ids=None, sets=None, observe="marks", max_size=None, size=(1920, 1080), out=None, agent="python", envs=None, vm=None, vm_memory=1024, vm_cpus=2, tools=false, assets=None, allow_network=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -375,6 +377,8 @@ impl Session {
         vm_memory: u32,
         vm_cpus: u32,
         tools: bool,
+        assets: Option<PathBuf>,
+        allow_network: bool,
     ) -> PyResult<Self> {
         let observation = ObservationConfig {
             tools,
@@ -392,6 +396,8 @@ impl Session {
             observation,
             out: out.unwrap_or_else(|| pincer::rundir::default_dir(tasks, agent)),
             agent: agent.to_owned(),
+            assets: assets.unwrap_or_else(pincer::peers::osworld::cache::default_dir),
+            allow_network,
         };
         let out = cfg.out.clone();
         let reg = Registry::locate(envs.as_deref());
@@ -421,6 +427,13 @@ impl Session {
         let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let s = guard.as_ref().ok_or_else(|| self.gone())?;
         Ok(s.tasks().map(|t| t.id.clone()).collect())
+    }
+
+    /// The tasks left out because they cannot run here: `(id, why)` each.
+    fn left_out(&self) -> PyResult<Vec<(String, String)>> {
+        let guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let s = guard.as_ref().ok_or_else(|| self.gone())?;
+        Ok(s.left_out().to_vec())
     }
 
     /// A task's id, instruction, roles (role → platform), limits, tags and the API tools

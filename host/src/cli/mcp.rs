@@ -76,6 +76,8 @@ pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
             observation,
             out,
             agent: "mcp".into(),
+            assets: pincer::peers::osworld::cache::default_dir(),
+            allow_network: false,
         },
     )
     .await?;

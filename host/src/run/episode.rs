@@ -80,6 +80,14 @@ pub enum Now {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EpisodeError {
+    /// The task is the session's but cannot run here (what it needs is missing).
+    #[error("task '{id}' cannot run here: {why}")]
+    CannotRun {
+        /// The task.
+        id: String,
+        /// Why, as `pincer run` says it when it skips the task.
+        why: String,
+    },
     /// No task with this id in the session.
     #[error("no task '{id}' here; the tasks are: {known}")]
     NoTask {
@@ -141,6 +149,7 @@ impl Episode {
         out: PathBuf,
         agent: String,
         cancel: Arc<AtomicBool>,
+        assets: PathBuf,
     ) -> Self {
         let (to, from) = mpsc::channel(2);
         let stop = cancel.clone();
@@ -148,7 +157,7 @@ impl Episode {
             let mut agent = Outside { name: agent, to };
             let ctx = task::Context {
                 end: None,
-                assets: None,
+                assets: Some(&assets),
                 set: &set,
                 observation,
                 correction: Default::default(),
@@ -230,6 +239,10 @@ pub struct SessionConfig {
     pub out: PathBuf,
     /// The agent's name in results ("python", "mcp").
     pub agent: String,
+    /// The asset cache imported tasks' files come from (OSWorld's file cache, `--assets`).
+    pub assets: PathBuf,
+    /// Whether tasks that need the live web may start (`--allow-network`; the run records it).
+    pub allow_network: bool,
 }
 
 /// One environment set, a run directory, and one driven task run at a time.
@@ -239,6 +252,9 @@ pub struct Session {
     envs: Option<Environments>,
     tasks: Vec<Arc<Task>>,
     graphs: Vec<Arc<Graph>>,
+    /// Tasks left out because they cannot run here, each with why.
+    skipped: Vec<(String, String)>,
+    assets: PathBuf,
     observation: ObservationConfig,
     out: PathBuf,
     agent: String,
@@ -266,12 +282,28 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Validates the tasks, lays out (or continues) the run directory and brings up the
     /// environments: local desktops for every Linux role the tasks have, or named ones.
-    pub async fn open(reg: Registry, cfg: SessionConfig) -> Result<Self, RunError> {
-        let graphs = super::prepare(
-            &cfg.tasks,
-            &crate::peers::library(&crate::peers::osworld::cache::default_dir()),
-        )?;
-        let identity = rundir::Identity::new(
+    pub async fn open(reg: Registry, mut cfg: SessionConfig) -> Result<Self, RunError> {
+        // Tasks that cannot run here are said and left out, as `pincer run` leaves them.
+        let (tasks, skipped) = crate::peers::runnable(
+            std::mem::take(&mut cfg.tasks),
+            &cfg.assets,
+            cfg.allow_network,
+        );
+        cfg.tasks = tasks;
+        if !skipped.is_empty() {
+            eprintln!(
+                "  leaving out {} tasks that cannot run here:",
+                skipped.len()
+            );
+            for (id, why) in &skipped {
+                eprintln!("    {id}: {why}");
+            }
+        }
+        if cfg.tasks.is_empty() {
+            return Err(RunError::NothingToRun(skipped.len()));
+        }
+        let graphs = super::prepare(&cfg.tasks, &crate::peers::library(&cfg.assets))?;
+        let mut identity = rundir::Identity::new(
             &cfg.agent,
             &cfg.tasks,
             1,
@@ -280,6 +312,7 @@ impl Session {
             cfg.observation,
             Default::default(),
         );
+        identity.network = cfg.allow_network;
         super::found(&cfg.out, true, &identity, &cfg.tasks)?;
         // One process writes a run directory: repeats and trajectories are numbered here.
         let hold = Hold::take(&cfg.out, None)?;
@@ -323,6 +356,8 @@ impl Session {
             envs: Some(envs),
             tasks: cfg.tasks.into_iter().map(Arc::new).collect(),
             graphs,
+            skipped,
+            assets: cfg.assets,
             observation: cfg.observation,
             out: cfg.out,
             agent: cfg.agent,
@@ -337,6 +372,11 @@ impl Session {
     /// The tasks episodes can start on.
     pub fn tasks(&self) -> impl Iterator<Item = &Task> {
         self.tasks.iter().map(AsRef::as_ref)
+    }
+
+    /// The tasks left out because they cannot run here, each with why.
+    pub fn left_out(&self) -> &[(String, String)] {
+        &self.skipped
     }
 
     /// The run directory.
@@ -407,6 +447,12 @@ impl Session {
     /// first observation.
     pub async fn start(&mut self, id: &str, seed: u64) -> Result<Now, EpisodeError> {
         let Some(i) = self.tasks.iter().position(|t| t.id == id) else {
+            if let Some((_, why)) = self.skipped.iter().find(|(t, _)| t == id) {
+                return Err(EpisodeError::CannotRun {
+                    id: id.to_owned(),
+                    why: why.clone(),
+                });
+            }
             return Err(EpisodeError::NoTask {
                 id: id.to_owned(),
                 known: self
@@ -447,6 +493,7 @@ impl Session {
             self.out.clone(),
             self.agent.clone(),
             self.cancel.clone(),
+            self.assets.clone(),
         );
         self.running = Some((i, episode));
         self.next().await
