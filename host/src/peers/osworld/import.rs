@@ -281,7 +281,7 @@ pub fn convert(domain: &str, t: &OsTask, original: serde_json::Value, cache: &Pa
             ));
         }
         if !GETTERS.contains(&g.kind.as_str())
-            && !super::check::REPLAYED.iter().any(|(n, _)| *n == g.kind)
+            && !super::getters::REPLAYED.iter().any(|(n, _)| *n == g.kind)
         {
             unsupported.push(format!(
                 "getter {} is not implemented in pincer yet",
@@ -562,7 +562,7 @@ fn keeps_output(s: &ConfigStep) -> Option<Result<Vec<(String, Kept)>, String>> {
             .map(|(k, v, stderr)| {
                 let name = v.as_str().ok_or(format!("`{k}` is not a file name"))?;
                 Ok((
-                    super::check::dest(name)?,
+                    super::getters::dest(name)?,
                     Kept {
                         argv: argv.clone(),
                         stderr,

@@ -7,6 +7,7 @@
 pub mod cache;
 pub mod check;
 pub mod fetch;
+pub mod getters;
 pub mod import;
 pub mod metric;
 pub mod model;

@@ -1,0 +1,634 @@
+//! pincer's getters for OSWorld's evaluators, in Rust over the guest protocol, returning
+//! what OSWorld's return — `vm_file` the path of the fetched file (`None` when it is
+//! missing), `cloud_file` the gold file from the cache, `rule` the rules, `vm_command_line`
+//! the command's stdout with its newline (`vm_command_error` its stderr), `vlc_config` VLC's
+//! configuration file, `gimp_config_file` GIMP's (`None` when missing or empty),
+//! `cache_file` what a postconfig command printed (the command runs when the final state is
+//! judged, see [`Kept`]), `vm_wallpaper` the GNOME wallpaper's file (an empty file when
+//! there is none), `list_directory` a folder's tree as OSWorld's server builds it,
+//! `default_video_player` the application `xdg-mime` names most often for video types,
+//! `vscode_config` the file VS Code's command wrote. Chrome's profile getters
+//! ([`REPLAYED`]) are OSWorld's own, called in the worker on the profile files fetched here.
+//! Each getter's probes are sent with the check's; its value is computed from their replies.
+
+use super::check::Kept;
+use super::model::Getter;
+use super::scorer::{Replay, Workspace};
+use crate::eval::{EvalError, ProbeResult, reply, unexpected};
+use pincer_shared::limits::MAX_INLINE_FILE;
+use pincer_shared::probe::{Probe, ProbeReply};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+/// How long a getter's command may run (OSWorld's server allows 120 s).
+const COMMAND_MS: u64 = 120_000;
+
+/// The most output a getter's command keeps.
+const COMMAND_OUTPUT: u64 = 4 * 1024 * 1024;
+
+/// One getter, ready to fetch.
+#[derive(Debug)]
+pub(super) enum Get {
+    /// Files from the guest: (guest path, dest) each, and the indices given to the metric.
+    VmFile {
+        files: Vec<(String, String)>,
+        gives: Vec<usize>,
+    },
+    /// Gold files from the cache: the cache paths, by dest, and the indices given.
+    CloudFile {
+        files: Vec<(PathBuf, String)>,
+        gives: Vec<usize>,
+    },
+    /// The task's rules.
+    Rule(Value),
+    /// A command's stdout (`vm_command_line`), or its stderr (`vm_command_error`); with a
+    /// `file`, written there and its path given (`cache_file` of a kept output).
+    Command {
+        argv: Vec<String>,
+        stderr: bool,
+        file: Option<String>,
+    },
+    /// A guest file at a fixed place, by its `dest`: a missing one fails (`vlc_config`) or
+    /// gives `None`, as an empty one does (`gimp_config_file`).
+    Config {
+        path: String,
+        dest: String,
+        missing_is_none: bool,
+    },
+    /// The GNOME wallpaper's file, by its `dest` (empty when there is none, as in OSWorld).
+    Wallpaper { dest: String },
+    /// A folder's tree (`list_directory`).
+    Tree { path: String },
+    /// The application named most often by `xdg-mime query default video/<type>`.
+    VideoPlayer,
+    /// OSWorld's own getter, called in the worker on the guest files it reads (fetched
+    /// here): the Chrome profile getters of [`REPLAYED`].
+    Replay {
+        name: String,
+        config: Value,
+        files: &'static [&'static str],
+    },
+}
+
+/// Where the worker finds the guest files a replayed getter reads, in the workspace.
+const REPLAY_HOME: &str = ".pincer-guest-home";
+
+/// Chrome's profile files (google-chrome on x86-64 Linux, as OSWorld's getters read them).
+const PREFERENCES: &[&str] = &[".config/google-chrome/Default/Preferences"];
+const LOCAL_STATE: &[&str] = &[".config/google-chrome/Local State"];
+
+/// The getters pincer calls in OSWorld's own code (module `chrome`), with the guest files,
+/// under the home, that each reads: each asks the guest where one profile file is, reads it
+/// and picks a value out of it (a default when it is missing or malformed). These are the
+/// ones the 2024 tasks use; the fidelity suite checks each entry against the getter run on
+/// the desktop's own files.
+pub const REPLAYED: &[(&str, &[&str])] = &[
+    ("default_search_engine", PREFERENCES),
+    ("profile_name", PREFERENCES),
+    ("chrome_font_size", PREFERENCES),
+    ("enable_do_not_track", PREFERENCES),
+    ("enable_enhanced_safety_browsing", PREFERENCES),
+    ("new_startup_page", PREFERENCES),
+    ("data_delete_automacally", PREFERENCES),
+    ("find_unpacked_extension_path", PREFERENCES),
+    ("find_installed_extension_name", PREFERENCES),
+    ("enabled_experiments", LOCAL_STATE),
+    ("bookmarks", &[".config/google-chrome/Default/Bookmarks"]),
+    ("history", &[".config/google-chrome/Default/History"]),
+    ("cookie_data", &[".config/google-chrome/Default/Cookies"]),
+];
+
+/// Where VLC keeps its configuration on Linux (OSWorld's `vlc_config` getter).
+const VLCRC: &str = "~/.config/vlc/vlcrc";
+
+/// Where GIMP 2.10 keeps its configuration files (OSWorld's `gimp_config_file` getter).
+const GIMP_CONFIG: &str = "~/.config/GIMP/2.10";
+
+/// Prints the wallpaper's file, as OSWorld's server serves it: GNOME's `picture-uri`
+/// without `file://` and quotes; nothing (exit 1) when it cannot.
+const WALLPAPER: &str = "f=$(gsettings get org.gnome.desktop.background picture-uri) || exit 1; f=$(printf %s \"$f\" | sed -e 's|file://||g' -e \"s/'//g\"); exec cat -- \"$f\"";
+
+/// Prints a folder's tree as OSWorld's server (`/list_directory`) builds it, as JSON
+/// (`os.listdir` order, `{"error": ...}` for a folder it cannot read).
+const TREE: &str = r#"import json, os, sys
+def walk(d):
+    t = {"type": "directory", "name": os.path.basename(d), "children": []}
+    try:
+        for e in os.listdir(d):
+            p = os.path.join(d, e)
+            t["children"].append(walk(p) if os.path.isdir(p) else {"type": "file", "name": e})
+    except OSError as e:
+        t = {"error": str(e)}
+    return t
+d = os.path.expanduser(sys.argv[1])
+if not os.path.isdir(d):
+    sys.exit("The provided path is not a directory")
+print(json.dumps(walk(d)))"#;
+
+/// The video types OSWorld's `default_video_player` getter asks `xdg-mime` about, in its
+/// order (with its repeats: the order decides ties).
+#[rustfmt::skip]
+const VIDEO_TYPES: &[&str] = &[
+    "3gp",
+    "3gp",
+    "3gpp",
+    "3gpp",
+    "3gpp2",
+    "3gpp2",
+    "avi",
+    "avi",
+    "divx",
+    "divx",
+    "dv",
+    "dv",
+    "fli",
+    "fli",
+    "flv",
+    "flv",
+    "mp2t",
+    "mp2t",
+    "mp4",
+    "mp4",
+    "mp4v-es",
+    "mp4v-es",
+    "mpeg",
+    "mpeg",
+    "mpeg-system",
+    "mpeg-system",
+    "msvideo",
+    "msvideo",
+    "ogg",
+    "ogg",
+    "quicktime",
+    "quicktime",
+    "vnd.divx",
+    "vnd.divx",
+    "vnd.mpegurl",
+    "vnd.mpegurl",
+    "vnd.rn-realvideo",
+    "vnd.rn-realvideo",
+    "webm",
+    "webm",
+    "x-anim",
+    "x-anim",
+    "x-avi",
+    "x-avi",
+    "x-flc",
+    "x-flc",
+    "x-fli",
+    "x-fli",
+    "x-flv",
+    "x-flv",
+    "x-m4v",
+    "x-m4v",
+    "x-matroska",
+    "x-matroska",
+    "x-mpeg",
+    "x-mpeg",
+    "x-mpeg-system",
+    "x-mpeg-system",
+    "x-mpeg2",
+    "x-mpeg2",
+    "x-ms-asf",
+    "x-ms-asf",
+    "x-ms-asf-plugin",
+    "x-ms-asf-plugin",
+    "x-ms-asx",
+    "x-ms-asx",
+    "x-ms-wm",
+    "x-ms-wm",
+    "x-ms-wmv",
+    "x-ms-wmv",
+    "x-ms-wmx",
+    "x-ms-wmx",
+    "x-ms-wvx",
+    "x-ms-wvx",
+    "x-msvideo",
+    "x-msvideo",
+    "x-nsv",
+    "x-nsv",
+    "x-ogm",
+    "x-ogm",
+    "x-ogm+ogg",
+    "x-theora",
+    "x-theora",
+    "x-theora+ogg",
+    "x-theora+ogg",
+];
+
+/// `value` as a list of `T` (one value or several, as `multi` says).
+fn strings(v: Option<&Value>, what: &str) -> Result<Vec<String>, String> {
+    match v {
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or(format!("`{what}` holds a value that is not a string"))
+            })
+            .collect(),
+        _ => Err(format!("no `{what}`")),
+    }
+}
+
+/// A file name the task gives (`dest`): relative, without `..`.
+pub(super) fn dest(d: &str) -> Result<String, String> {
+    let p = Path::new(d);
+    if d.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(format!("the file name {d:?} is not a plain relative name"));
+    }
+    Ok(d.to_owned())
+}
+
+fn gives(g: &Getter) -> Result<Vec<usize>, String> {
+    match g.fields.get("gives") {
+        None => Ok(vec![0]),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_u64()
+                    .map(|n| n as usize)
+                    .ok_or("`gives` holds a value that is not an index".to_owned())
+            })
+            .collect(),
+        Some(_) => Err("`gives` is not a list".into()),
+    }
+}
+
+impl Get {
+    pub(super) fn build(
+        g: &Getter,
+        task: &str,
+        assets: &Path,
+        kept: &BTreeMap<String, Kept>,
+    ) -> Result<Self, String> {
+        let pairs = || -> Result<Vec<(String, String)>, String> {
+            let paths = strings(g.fields.get("path"), "path")?;
+            let dests = strings(g.fields.get("dest"), "dest")?;
+            let multi = super::model::truthy(g.fields.get("multi"));
+            if !multi && (paths.len() != 1 || dests.len() != 1) {
+                return Err("`path` and `dest` are lists without `multi`".into());
+            }
+            paths
+                .into_iter()
+                .zip(dests)
+                .map(|(p, d)| Ok((p, dest(&d)?)))
+                .collect()
+        };
+        match g.kind.as_str() {
+            // The importer puts the command's input at the end of finalize.
+            "vscode_config" => Ok(Self::VmFile {
+                files: vec![(
+                    super::import::home(g.str("path").ok_or("vscode_config has no `path`")?),
+                    dest(g.str("dest").ok_or("vscode_config has no `dest`")?)?,
+                )],
+                gives: vec![0],
+            }),
+            "vm_file" => {
+                if super::model::truthy(g.fields.get("time_suffix")) {
+                    return Err("vm_file with `time_suffix` names its file by the clock at scoring time, which pincer does not reproduce".into());
+                }
+                let files = pairs()?
+                    .into_iter()
+                    .map(|(p, d)| (super::import::home(&p), d))
+                    .collect();
+                Ok(Self::VmFile {
+                    files,
+                    gives: gives(g)?,
+                })
+            }
+            "cloud_file" => {
+                let files = pairs()?
+                    .into_iter()
+                    .map(|(_, d)| (assets.join(super::cache::gold(task, &d)), d))
+                    .collect();
+                Ok(Self::CloudFile {
+                    files,
+                    gives: gives(g)?,
+                })
+            }
+            "rule" => g
+                .fields
+                .get("rules")
+                .cloned()
+                .map(Self::Rule)
+                .ok_or_else(|| "the rule getter has no `rules`".into()),
+            "vm_command_line" | "vm_command_error" => super::import::command(
+                g.fields.get("command"),
+                super::model::truthy(g.fields.get("shell")),
+            )
+            .map(|argv| Self::Command {
+                argv,
+                stderr: g.kind == "vm_command_error",
+                file: None,
+            }),
+            "cache_file" => {
+                let name = dest(g.str("path").ok_or("cache_file has no `path`")?)?;
+                let k = kept.get(&name).ok_or(format!(
+                    "cache_file reads {name}, which no postconfig command of the task writes"
+                ))?;
+                Ok(Self::Command {
+                    argv: k.argv.clone(),
+                    stderr: k.stderr,
+                    file: Some(name),
+                })
+            }
+            "vlc_config" => Ok(Self::Config {
+                path: VLCRC.into(),
+                dest: dest(g.str("dest").ok_or("vlc_config has no `dest`")?)?,
+                missing_is_none: false,
+            }),
+            "gimp_config_file" => {
+                let name = dest(
+                    g.str("file_name")
+                        .ok_or("gimp_config_file has no `file_name`")?,
+                )?;
+                Ok(Self::Config {
+                    path: format!("{GIMP_CONFIG}/{name}"),
+                    dest: dest(g.str("dest").ok_or("gimp_config_file has no `dest`")?)?,
+                    missing_is_none: true,
+                })
+            }
+            "vm_wallpaper" => Ok(Self::Wallpaper {
+                dest: dest(g.str("dest").ok_or("vm_wallpaper has no `dest`")?)?,
+            }),
+            "list_directory" => Ok(Self::Tree {
+                path: super::import::home(g.str("path").ok_or("list_directory has no `path`")?),
+            }),
+            "default_video_player" => Ok(Self::VideoPlayer),
+            name if REPLAYED.iter().any(|(n, _)| *n == name) => Ok(Self::Replay {
+                name: name.to_owned(),
+                config: serde_json::to_value(&g.fields).unwrap_or_default(),
+                files: REPLAYED
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or(&[], |(_, f)| *f),
+            }),
+            other => Err(format!(
+                "the getter {other} is not implemented in pincer yet"
+            )),
+        }
+    }
+
+    pub(super) fn probes(&self) -> Vec<Probe> {
+        match self {
+            Self::VmFile { files, .. } => files
+                .iter()
+                .map(|(path, _)| Probe::ReadFile {
+                    path: path.clone(),
+                    max_len: MAX_INLINE_FILE,
+                })
+                .collect(),
+            Self::Command { argv, .. } => vec![command(argv.clone())],
+            Self::Config { path, .. } => vec![Probe::ReadFile {
+                path: path.clone(),
+                max_len: MAX_INLINE_FILE,
+            }],
+            Self::Wallpaper { .. } => vec![command(sh(WALLPAPER, &[]))],
+            Self::Tree { path } => vec![command(sh(
+                "cd ~ && exec python3 -c \"$0\" \"$1\"",
+                &[TREE, path],
+            ))],
+            Self::Replay { files, .. } => files
+                .iter()
+                .map(|rel| Probe::ReadFile {
+                    path: format!("~/{rel}"),
+                    max_len: MAX_INLINE_FILE,
+                })
+                .collect(),
+            Self::VideoPlayer => VIDEO_TYPES
+                .iter()
+                .map(|t| {
+                    command(vec![
+                        "xdg-mime".into(),
+                        "query".into(),
+                        "default".into(),
+                        format!("video/{t}"),
+                    ])
+                })
+                .collect(),
+            Self::CloudFile { .. } | Self::Rule(_) => Vec::new(),
+        }
+    }
+
+    /// The getter's value for the worker, from its replies (in [`Get::probes`] order);
+    /// files go into `ws`.
+    pub(super) fn value(
+        &self,
+        replies: &[&ProbeResult],
+        ws: &Workspace,
+    ) -> Result<Value, EvalError> {
+        let write = |rel: &str, bytes: &[u8]| {
+            let path = ws.host_path(rel);
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| EvalError::Scorer(format!("{}: {e}", dir.display())))?;
+            }
+            std::fs::write(&path, bytes)
+                .map_err(|e| EvalError::Scorer(format!("{}: {e}", path.display())))
+        };
+        let pick = |paths: Vec<Value>, gives: &[usize]| {
+            let picked: Vec<Value> = paths
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| gives.contains(i))
+                .map(|(_, v)| v)
+                .collect();
+            match <[Value; 1]>::try_from(picked) {
+                Ok([one]) => one,
+                Err(many) => Value::Array(many),
+            }
+        };
+        match self {
+            Self::VmFile { files, gives } => {
+                let mut paths = Vec::new();
+                for ((guest, d), r) in files.iter().zip(replies) {
+                    let probe = format!("read {guest}");
+                    match reply(r, &probe)? {
+                        ProbeReply::File(None) => paths.push(Value::Null),
+                        ProbeReply::File(Some(f)) if f.total_size > f.bytes.len() as u64 => {
+                            return Err(EvalError::Scorer(format!(
+                                "{guest} is {} bytes, more than a probe carries ({MAX_INLINE_FILE})",
+                                f.total_size
+                            )));
+                        }
+                        ProbeReply::File(Some(f)) => {
+                            write(d, &f.bytes)?;
+                            paths.push(Value::String(ws.inside_path(d)));
+                        }
+                        other => return Err(unexpected(&probe, other)),
+                    }
+                }
+                Ok(pick(paths, gives))
+            }
+            Self::CloudFile { files, gives } => {
+                let mut paths = Vec::new();
+                for (cached, d) in files {
+                    let bytes = std::fs::read(cached).map_err(|e| {
+                        EvalError::Scorer(format!(
+                            "the gold file {} is not in the OSWorld file cache ({e}): fetch the task's files first",
+                            cached.display()
+                        ))
+                    })?;
+                    write(d, &bytes)?;
+                    paths.push(Value::String(ws.inside_path(d)));
+                }
+                Ok(pick(paths, gives))
+            }
+            Self::Rule(rules) => Ok(rules.clone()),
+            Self::Command { argv, stderr, file } => {
+                let out = output(replies.first().copied(), argv)?;
+                let stream = if *stderr { &out.stderr } else { &out.stdout };
+                // OSWorld's server answers with the output whatever the exit status, as
+                // text; a kept output is that text in a file.
+                let text = String::from_utf8_lossy(stream).into_owned();
+                match file {
+                    None => Ok(Value::String(text)),
+                    Some(name) => {
+                        write(name, text.as_bytes())?;
+                        Ok(Value::String(ws.inside_path(name)))
+                    }
+                }
+            }
+            Self::Config {
+                path,
+                dest,
+                missing_is_none,
+            } => {
+                let probe = format!("read {path}");
+                match replies.first().map(|r| reply(r, &probe)).transpose()? {
+                    Some(ProbeReply::File(Some(f))) if f.total_size > f.bytes.len() as u64 => Err(
+                        EvalError::Scorer(format!("{path} is larger than a probe carries")),
+                    ),
+                    Some(ProbeReply::File(Some(f))) if f.bytes.is_empty() && *missing_is_none => {
+                        Ok(Value::Null)
+                    }
+                    Some(ProbeReply::File(Some(f))) => {
+                        write(dest, &f.bytes)?;
+                        Ok(Value::String(ws.inside_path(dest)))
+                    }
+                    Some(ProbeReply::File(None)) if *missing_is_none => Ok(Value::Null),
+                    Some(ProbeReply::File(None)) => Err(EvalError::Scorer(format!(
+                        "{path} does not exist (OSWorld's getter fails then too)"
+                    ))),
+                    Some(other) => Err(unexpected(&probe, other)),
+                    None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
+                }
+            }
+            Self::Wallpaper { dest } => {
+                let out = output(replies.first().copied(), &sh(WALLPAPER, &[]))?;
+                let bytes: &[u8] = if out.status.success() {
+                    &out.stdout
+                } else {
+                    &[]
+                };
+                if out.truncated {
+                    return Err(EvalError::Scorer(format!(
+                        "the wallpaper is larger than {COMMAND_OUTPUT} bytes"
+                    )));
+                }
+                write(dest, bytes)?;
+                Ok(Value::String(ws.inside_path(dest)))
+            }
+            Self::Tree { path } => {
+                let out = output(replies.first().copied(), &[format!("list {path}")])?;
+                if !out.status.success() {
+                    return Ok(Value::Null);
+                }
+                serde_json::from_slice(&out.stdout)
+                    .map_err(|e| EvalError::Scorer(format!("the tree of {path} is not JSON ({e})")))
+            }
+            Self::Replay { files, .. } => {
+                for (rel, r) in files.iter().zip(replies) {
+                    let probe = format!("read ~/{rel}");
+                    match reply(r, &probe)? {
+                        ProbeReply::File(None) => {}
+                        ProbeReply::File(Some(f)) if f.total_size > f.bytes.len() as u64 => {
+                            return Err(EvalError::Scorer(format!(
+                                "~/{rel} is {} bytes, more than a probe carries ({MAX_INLINE_FILE})",
+                                f.total_size
+                            )));
+                        }
+                        ProbeReply::File(Some(f)) => {
+                            write(&format!("{REPLAY_HOME}/{rel}"), &f.bytes)?
+                        }
+                        other => return Err(unexpected(&probe, other)),
+                    }
+                }
+                // The worker calls the getter (`Get::replay`).
+                Ok(Value::Null)
+            }
+            Self::VideoPlayer => {
+                let mut apps: Vec<(String, usize)> = Vec::new();
+                for (t, r) in VIDEO_TYPES.iter().zip(replies) {
+                    let out = output(Some(*r), &[format!("xdg-mime query default video/{t}")])?;
+                    let app = String::from_utf8_lossy(&out.stdout).into_owned();
+                    if app.is_empty() {
+                        continue;
+                    }
+                    match apps.iter_mut().find(|(a, _)| *a == app) {
+                        Some((_, n)) => *n += 1,
+                        None => apps.push((app, 1)),
+                    }
+                }
+                // Counter.most_common(1): the highest count, the first seen among equals.
+                let best = apps
+                    .iter()
+                    .fold(None::<&(String, usize)>, |best, a| match best {
+                        Some(b) if b.1 >= a.1 => Some(b),
+                        _ => Some(a),
+                    });
+                Ok(Value::String(
+                    best.map_or_else(|| "unknown".to_owned(), |(a, _)| a.clone()),
+                ))
+            }
+        }
+    }
+
+    /// OSWorld's getter for the worker to call, for a replayed one.
+    pub(super) fn replay(&self, ws: &Workspace) -> Option<Replay> {
+        match self {
+            Self::Replay { name, config, .. } => Some(Replay {
+                module: "chrome".into(),
+                name: name.clone(),
+                config: config.clone(),
+                home: ws.inside_path(REPLAY_HOME),
+                cache: ws.inside_path(""),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A command probe with the getters' time and output limits.
+fn command(argv: Vec<String>) -> Probe {
+    Probe::Command {
+        argv,
+        timeout_ms: COMMAND_MS,
+        max_output: COMMAND_OUTPUT,
+    }
+}
+
+/// `sh -c script` with `args` as its `$0`, `$1`, ...
+fn sh(script: &str, args: &[&str]) -> Vec<String> {
+    ["sh", "-c", script]
+        .iter()
+        .chain(args)
+        .map(|a| (*a).to_owned())
+        .collect()
+}
+
+/// The output of a command probe's reply.
+fn output<'a>(
+    r: Option<&'a ProbeResult>,
+    argv: &[String],
+) -> Result<&'a pincer_shared::setup::ExecOutput, EvalError> {
+    let probe = format!("run {}", argv.join(" "));
+    match r.map(|r| reply(r, &probe)).transpose()? {
+        Some(ProbeReply::Command(out)) => Ok(out),
+        Some(other) => Err(unexpected(&probe, other)),
+        None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
+    }
+}
