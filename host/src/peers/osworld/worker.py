@@ -124,7 +124,10 @@ class _Guest:
             with contextlib.redirect_stdout(buf):
                 exec(command, {})
         finally:
-            os.environ["HOME"] = saved or ""
+            if saved is None:
+                os.environ.pop("HOME", None)
+            else:
+                os.environ["HOME"] = saved
         return {"status": "success", "output": buf.getvalue(), "error": "", "returncode": 0}
 
     def get_file(self, path):  # PythonController.get_file: bytes, or None when missing
