@@ -434,7 +434,10 @@ fn a_killed_run_takes_its_vms_with_it_and_vm_up_ones_stay() {
     let record: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("vm.json")).unwrap()).unwrap();
     let port = record["port"].as_u64().unwrap() as u16;
-    let qmp = format!("unix:{}/qmp.sock,server=on,wait=off", dir.display());
+    let qmp = format!(
+        "unix:{},server=on,wait=off",
+        pincer::vm::qemu::qmp_socket(&dir).display()
+    );
     let qemus = || -> Vec<u32> {
         pincer_tests::processes()
             .into_iter()
@@ -504,19 +507,19 @@ fn a_killed_first_boot_leaves_no_qemu_behind() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // The first boot's QEMU runs in a scratch directory named by the process making it.
-    let scratch = format!("-{}/qmp.sock,server=on,wait=off", cli.id());
+    // The first boot's QEMU runs in a scratch directory named by the process making it,
+    // where its serial console is written.
+    let scratch = format!("-{}/serial.log", cli.id());
+    let serial_log = |cmdline: &str| -> Option<String> {
+        cmdline.split(' ').find_map(|a| {
+            let path = a.strip_prefix("file,id=serial,path=")?;
+            (path.contains("/golden/.new-") && path.ends_with(&scratch)).then(|| path.to_owned())
+        })
+    };
     let qemus = || -> Vec<u32> {
         pincer_tests::processes()
             .into_iter()
-            .filter(|p| {
-                p.state != 'Z'
-                    && p.cmdline.split(' ').any(|a| {
-                        a.starts_with("unix:")
-                            && a.contains("/golden/.new-")
-                            && a.ends_with(&scratch)
-                    })
-            })
+            .filter(|p| p.state != 'Z' && serial_log(&p.cmdline).is_some())
             .map(|p| p.pid)
             .collect()
     };
@@ -527,14 +530,8 @@ fn a_killed_first_boot_leaves_no_qemu_behind() {
     let dir = pincer_tests::processes()
         .into_iter()
         .find(|p| p.pid == qemus()[0])
-        .and_then(|p| {
-            p.cmdline.split(' ').find_map(|a| {
-                a.strip_prefix("unix:")?
-                    .strip_suffix(",server=on,wait=off")
-                    .map(|s| s.to_owned())
-            })
-        })
-        .map(|sock| Path::new(&sock).parent().unwrap().to_owned())
+        .and_then(|p| serial_log(&p.cmdline))
+        .map(|log| Path::new(&log).parent().unwrap().to_owned())
         .unwrap();
     assert!(dir.is_dir(), "{}", dir.display());
     cli.kill().unwrap();
@@ -742,4 +739,68 @@ fn bad_input_is_named() {
     assert_eq!(mmdebstraps, 0, "mmdebstrap outlived the interrupted build");
     let listed = sb.pincer_ok(&["image", "list", "--cache", c2.to_str().unwrap()]);
     assert!(listed.contains("no images built"), "{listed}");
+}
+
+/// `pincer ARGS` as a user whose home (and so cache and state) is `home`.
+fn as_user_at(sb: &Sandbox, home: &Path, args: &[&str]) -> std::process::Output {
+    sb.pincer_command(args)
+        .env("HOME", home)
+        .env("PINCER_STATE_DIR", home.join(".local/state/pincer"))
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("PINCER_IMAGE_CACHE")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_vm_boots_cold_and_runs_for_a_user_whose_home_is_long() {
+    let sb = Sandbox::new();
+    image(&sb);
+    // Homes are often this long once a lab's layout is added: QEMU's sockets under the
+    // cache or the state directory would pass the 108 bytes a unix socket path may have.
+    let home = sb
+        .path()
+        .join("home/firstname.lastname/research projects é/gui agents 2026/benchmark runs");
+    // The image as built, in this user's cache; its golden states this user's own, so the
+    // first `vm up` boots cold in `<image>/golden/.new-<key>-<pid>/`.
+    let real = pincer::paths::image_cache_dir().join(IMAGE);
+    let mine = home.join(".cache/pincer/images").join(IMAGE);
+    std::fs::create_dir_all(mine.join("golden")).unwrap();
+    for f in ["disk.qcow2", "initrd.img", "vmlinuz", "manifest.json"] {
+        std::os::unix::fs::symlink(real.join(f), mine.join(f)).unwrap();
+    }
+    let scratch = mine.join(format!(
+        "golden/.new-m1024-c2-tcg-{}-r-{}/clock.sock",
+        "f".repeat(16),
+        u32::MAX
+    ));
+    assert!(scratch.as_os_str().len() > 108, "{}", scratch.display());
+
+    let up = as_user_at(
+        &sb,
+        &home,
+        &["vm", "up", "--image", IMAGE, "--name", "long-home"],
+    );
+    let said = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&up.stdout),
+        String::from_utf8_lossy(&up.stderr)
+    );
+    assert!(up.status.success(), "{said}");
+    assert_eq!(sh(&sb, "long-home", "echo up").trim(), "up");
+    // Reset restores the golden state made in the long directory.
+    let reset = as_user_at(&sb, &home, &["vm", "reset", "long-home"]);
+    assert!(
+        reset.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reset.stderr)
+    );
+    assert_eq!(sh(&sb, "long-home", "echo again").trim(), "again");
+    let down = as_user_at(&sb, &home, &["vm", "down", "long-home"]);
+    assert!(
+        down.status.success(),
+        "{}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    assert!(!home.join(".local/state/pincer/vms/long-home").exists());
 }

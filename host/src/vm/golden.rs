@@ -129,6 +129,7 @@ pub async fn ensure(
             })
         }
         Err(e) => {
+            super::qemu::remove_sockets(&scratch);
             let _ = std::fs::remove_dir_all(&scratch);
             Err(e)
         }
@@ -349,13 +350,8 @@ async fn make(
     let _ = child.wait();
     saved.map_err(|e| fail(format!("saving the state: {e}"), &machine))?;
     let save_s = t.elapsed().as_secs_f64();
-    for f in [
-        "qmp.sock",
-        "clock.sock",
-        "qemu.log",
-        "serial.log",
-        super::supervise::LOG,
-    ] {
+    super::qemu::remove_sockets(dir);
+    for f in ["qemu.log", "serial.log", super::supervise::LOG] {
         let _ = std::fs::remove_file(dir.join(f));
     }
     // Read-only by convention from now on: every VM of the image builds on these.

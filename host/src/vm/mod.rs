@@ -559,7 +559,7 @@ async fn stop_qemu(dir: &Path, hint: Option<u32>, polite: bool) {
     };
     if polite {
         // QEMU has nothing to save.
-        if let Ok(mut q) = qmp::Qmp::connect(&dir.join("qmp.sock")).await {
+        if let Ok(mut q) = qmp::Qmp::connect(&qemu::qmp_socket(dir)).await {
             let _ = q.execute("quit", json!({})).await;
         }
         if qemu.exited_within(Duration::from_secs(3)).await {
@@ -568,6 +568,13 @@ async fn stop_qemu(dir: &Path, hint: Option<u32>, polite: bool) {
     }
     qemu.signal(libc::SIGKILL);
     qemu.exited_within(Duration::from_secs(10)).await;
+}
+
+/// Stops the QEMU of the machine in `dir` and removes its files and sockets.
+async fn discard(dir: &Path, hint: Option<u32>) -> Result<(), VmError> {
+    stop_qemu(dir, hint, true).await;
+    qemu::remove_sockets(dir);
+    std::fs::remove_dir_all(dir).map_err(io(format!("removing {}", dir.display())))
 }
 
 /// Stops a VM, removes its files and its envs entry.
@@ -584,8 +591,7 @@ pub async fn down(reg: &Registry, name: &str) -> Result<VmState, VmError> {
 /// `down`'s work on the VM `name` in `dir` (`hint`: its QEMU's recorded pid): QEMU, the
 /// directory (overlay, record, sockets, logs), the envs entry if it is this VM's.
 async fn remove(reg: &Registry, name: &str, dir: &Path, hint: Option<u32>) -> Result<(), VmError> {
-    stop_qemu(dir, hint, true).await;
-    std::fs::remove_dir_all(dir).map_err(io(format!("removing {}", dir.display())))?;
+    discard(dir, hint).await?;
     reg.update(|f| {
         if f.envs
             .get(name)

@@ -105,7 +105,8 @@ pub struct Machine {
     pub ram: Ram,
     /// The host's TCP port on 127.0.0.1 forwarded to the agent (guest port 7000).
     pub port: u16,
-    /// Directory for the QMP and clock sockets, the serial log and QEMU's own log.
+    /// Directory for the serial log and QEMU's own log; the QMP and clock sockets are in
+    /// its short socket directory ([`crate::paths::socket_dir`]).
     pub dir: PathBuf,
     /// Start paused, waiting for a saved state (`migrate-incoming`).
     pub incoming: bool,
@@ -117,12 +118,12 @@ pub const GUEST_PORT: u16 = 7000;
 impl Machine {
     /// QMP's socket.
     pub fn qmp_socket(&self) -> PathBuf {
-        self.dir.join("qmp.sock")
+        qmp_socket(&self.dir)
     }
 
     /// The clock channel's socket.
     pub fn clock_socket(&self) -> PathBuf {
-        self.dir.join("clock.sock")
+        crate::paths::socket_dir(&self.dir).join("clock.sock")
     }
 
     /// QEMU's stderr.
@@ -226,6 +227,7 @@ impl Machine {
     /// Starts QEMU in a session of its own (it outlives the command that started it), its
     /// output into [`Machine::log`].
     pub fn spawn(&self) -> std::io::Result<Child> {
+        crate::paths::make_socket_dir(&self.dir)?;
         for s in [self.qmp_socket(), self.clock_socket()] {
             let _ = std::fs::remove_file(s);
         }
@@ -251,7 +253,21 @@ impl Machine {
 /// The `-qmp` argument of the QEMU of the machine in `dir`: no other process has it on its
 /// command line, so it names that QEMU ([`Running`]).
 fn qmp_arg(dir: &Path) -> String {
-    format!("unix:{},server=on,wait=off", dir.join("qmp.sock").display())
+    format!("unix:{},server=on,wait=off", qmp_socket(dir).display())
+}
+
+/// The QMP socket of the machine in `dir`.
+pub fn qmp_socket(dir: &Path) -> PathBuf {
+    crate::paths::socket_dir(dir).join("qmp.sock")
+}
+
+/// Removes the sockets of the machine in `dir` and their directory, once its QEMU is gone.
+pub fn remove_sockets(dir: &Path) {
+    let sockets = crate::paths::socket_dir(dir);
+    for s in ["qmp.sock", "clock.sock"] {
+        let _ = std::fs::remove_file(sockets.join(s));
+    }
+    let _ = std::fs::remove_dir(sockets);
 }
 
 /// The live QEMU of the machine in `dir` if it is process `pid` (a pid in a record may

@@ -103,10 +103,7 @@ pub async fn supervise(
     let hint = super::read_state_in(dir).map(|st| st.pid);
     match name {
         Some(name) => super::remove(&Registry::locate(None), name, dir, hint).await?,
-        None => {
-            super::stop_qemu(dir, hint, true).await;
-            std::fs::remove_dir_all(dir).map_err(io(format!("removing {}", dir.display())))?;
-        }
+        None => super::discard(dir, hint).await?,
     }
     eprintln!("supervisor: stopped and removed");
     Ok(())
