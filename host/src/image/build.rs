@@ -847,6 +847,17 @@ async fn stop(child: &mut tokio::process::Child, pid: i32, step: &str) -> ImageE
             }
             let _ = child.wait().await;
         }
+        // Helpers it forked can outlive it (mmdebstrap's, which mount its temporary root's
+        // /proc and /sys): the rest of its group goes too, and is waited for, so that no
+        // mount appears after the build's directory is cleaned.
+        // SAFETY: its process group is the step's own; kill(.., 0) only asks.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while unsafe { libc::kill(-pid, 0) } == 0 && Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
     ImageError::Interrupted(step.into())
 }
