@@ -54,7 +54,10 @@ const RUNTIME_BASE_MAX: usize = 60;
 /// place. [`make_socket_dir`] creates it.
 pub fn socket_dir(dir: &Path) -> PathBuf {
     let digest = ring::digest::digest(&ring::digest::SHA256, dir.as_os_str().as_bytes());
-    let key = crate::image::build::hex(&digest.as_ref()[..8]);
+    let key: String = digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     socket_base().join(key)
 }
 
