@@ -830,11 +830,16 @@ async fn window_steps_find_windows_by_class_and_optional_ones_pass_when_missing(
     )
     .await
     .unwrap();
-    let t = std::time::Instant::now();
-    while zenity().await.is_none() {
-        assert!(t.elapsed().as_secs() < 60, "zenity's window never showed");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    // Waits up to `secs` until zenity's window is there (`shown`) or gone, else fails
+    // with `what`.
+    let until = |shown: bool, secs: u64, what: &'static str| async move {
+        let t = std::time::Instant::now();
+        while zenity().await.is_some() != shown {
+            assert!(t.elapsed().as_secs() < secs, "{what}");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    until(true, 60, "zenity's window never showed").await;
     let window = |name: &str, by_class: bool, optional: bool| Step::Window {
         title_contains: name.into(),
         op: WindowAction::Close,
@@ -846,11 +851,7 @@ async fn window_steps_find_windows_by_class_and_optional_ones_pass_when_missing(
         .run(&env, None)
         .await
         .unwrap();
-    let t = std::time::Instant::now();
-    while zenity().await.is_some() {
-        assert!(t.elapsed().as_secs() < 30, "closed by class");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    until(false, 30, "closed by class").await;
     // Gone now: a required step fails naming it, an optional one passes.
     let t = std::time::Instant::now();
     window("zenity", true, true).run(&env, None).await.unwrap();

@@ -741,15 +741,23 @@ fn bad_input_is_named() {
     assert!(listed.contains("no images built"), "{listed}");
 }
 
-/// `pincer ARGS` as a user whose home (and so cache and state) is `home`.
-fn as_user_at(sb: &Sandbox, home: &Path, args: &[&str]) -> std::process::Output {
-    sb.pincer_command(args)
+/// Runs `pincer ARGS` as a user whose home (and so cache and state) is `home`, failing
+/// the test with what it said on error.
+fn as_user_at(sb: &Sandbox, home: &Path, args: &[&str]) {
+    let out = sb
+        .pincer_command(args)
         .env("HOME", home)
         .env("PINCER_STATE_DIR", home.join(".local/state/pincer"))
         .env_remove("XDG_CACHE_HOME")
         .env_remove("PINCER_IMAGE_CACHE")
         .output()
-        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pincer {args:?}:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -776,31 +784,15 @@ fn a_vm_boots_cold_and_runs_for_a_user_whose_home_is_long() {
     ));
     assert!(scratch.as_os_str().len() > 108, "{}", scratch.display());
 
-    let up = as_user_at(
+    as_user_at(
         &sb,
         &home,
         &["vm", "up", "--image", IMAGE, "--name", "long-home"],
     );
-    let said = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&up.stdout),
-        String::from_utf8_lossy(&up.stderr)
-    );
-    assert!(up.status.success(), "{said}");
     assert_eq!(sh(&sb, "long-home", "echo up").trim(), "up");
     // Reset restores the golden state made in the long directory.
-    let reset = as_user_at(&sb, &home, &["vm", "reset", "long-home"]);
-    assert!(
-        reset.status.success(),
-        "{}",
-        String::from_utf8_lossy(&reset.stderr)
-    );
+    as_user_at(&sb, &home, &["vm", "reset", "long-home"]);
     assert_eq!(sh(&sb, "long-home", "echo again").trim(), "again");
-    let down = as_user_at(&sb, &home, &["vm", "down", "long-home"]);
-    assert!(
-        down.status.success(),
-        "{}",
-        String::from_utf8_lossy(&down.stderr)
-    );
+    as_user_at(&sb, &home, &["vm", "down", "long-home"]);
     assert!(!home.join(".local/state/pincer/vms/long-home").exists());
 }

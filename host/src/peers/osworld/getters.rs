@@ -358,17 +358,16 @@ impl Get {
                 path: super::import::home(g.str("path").ok_or("list_directory has no `path`")?),
             }),
             "default_video_player" => Ok(Self::VideoPlayer),
-            name if REPLAYED.iter().any(|(n, _)| *n == name) => Ok(Self::Replay {
-                name: name.to_owned(),
-                config: serde_json::to_value(&g.fields).unwrap_or_default(),
-                files: REPLAYED
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map_or(&[], |(_, f)| *f),
-            }),
-            other => Err(format!(
-                "the getter {other} is not implemented in pincer yet"
-            )),
+            other => match REPLAYED.iter().find(|(n, _)| *n == other) {
+                Some((name, files)) => Ok(Self::Replay {
+                    name: (*name).to_owned(),
+                    config: serde_json::to_value(&g.fields).unwrap_or_default(),
+                    files,
+                }),
+                None => Err(format!(
+                    "the getter {other} is not implemented in pincer yet"
+                )),
+            },
         }
     }
 
