@@ -32,7 +32,7 @@ XCAP_PKGS="libclang-dev libwayland-dev libpipewire-0.3-dev libegl-dev libgbm-dev
 RUN_PKGS="xvfb xauth dbus dbus-x11 at-spi2-core libatk-adaptor libgail-common openbox
   x11-xserver-utils x11-utils libglib2.0-bin gsettings-desktop-schemas dconf-service
   dconf-gsettings-backend fonts-dejavu-core gtk-3-examples zenity mousepad xfce4-terminal
-  galculator thunar libreoffice-calc libreoffice-writer libreoffice-gtk3 chromium
+  gtk-4-examples nautilus galculator thunar libreoffice-calc libreoffice-writer libreoffice-gtk3 chromium
   xdotool xclip dconf-cli imagemagick x11vnc procps ffmpeg bubblewrap radicale dovecot-imapd curl"
 
 # VMs and images: mmdebstrap builds, QEMU runs (qemu-system-x86 and qemu-utils must come

@@ -125,6 +125,9 @@ impl DbusSession {
             ),
             ("GTK_A11Y".into(), "atspi".into()),
             ("NO_AT_BRIDGE".into(), "0".into()),
+            // As pincer's desktops set it: GTK4's GL renderer on Xvfb's software GL keeps
+            // an app too busy to register with AT-SPI.
+            ("GSK_RENDERER".into(), "cairo".into()),
         ]
     }
 }

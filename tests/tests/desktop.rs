@@ -67,6 +67,24 @@ async fn typed_text_is_read_back_from_the_ui_tree() {
     );
 }
 
+/// GTK4 apps (Nautilus and every GNOME app of Debian 12) show their widgets: on Xvfb's
+/// software GL their default renderer kept them from registering with AT-SPI at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gtk4_widgets_are_in_the_tree() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("gtk4", "1280x800", &[]);
+    let env = d.connect().await;
+    env.launch(argv(&["gtk4-widget-factory"]), vec![])
+        .await
+        .unwrap();
+    let tree = wait_for_node(&env, "widget-factory", |n| n.role == "push button")
+        .await
+        .expect("gtk4-widget-factory's buttons appear in the tree");
+    let frame = tree.root.find(|n| n.role == "frame").expect("its window");
+    assert!(frame.name.contains("Widget Factory"), "{}", frame.name);
+    assert!(frame.bounds.is_some_and(|b| b.width > 0 && b.height > 0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clicking_a_button_has_its_effect_and_bounds_are_right() {
     let sb = Sandbox::new();

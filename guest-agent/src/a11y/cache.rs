@@ -170,9 +170,13 @@ fn cache_from_items(bus: &str, items: Vec<CacheItem>) -> AppCache {
                 .push((index, obj.clone()));
         }
         let states = state_bits(&states);
+        let ifaces = Ifaces::parse(&ifaces);
         // atk-bridge does not count the children of objects that manage their descendants
-        // and says -1; the real count is asked for when needed.
-        let count = Some(count).filter(|_| states & (1 << STATE_MANAGES_DESCENDANTS) == 0);
+        // and says -1; the real count is asked for when needed. GTK4 (4.8) caches its
+        // application root with 0 children while `GetChildren` gives its windows, so an
+        // application's count is asked for too.
+        let count = Some(count)
+            .filter(|_| states & (1 << STATE_MANAGES_DESCENDANTS) == 0 && !ifaces.application);
         cache.insert(
             obj.path,
             Core {
@@ -180,7 +184,7 @@ fn cache_from_items(bus: &str, items: Vec<CacheItem>) -> AppCache {
                 name,
                 description,
                 states,
-                ifaces: Ifaces::parse(&ifaces),
+                ifaces,
                 child_count: count,
                 children: (count == Some(0)).then(Vec::new),
             },
@@ -318,6 +322,15 @@ mod tests {
         let cache = cache_from_items(":1.5", vec![table]);
         assert_eq!(cache["/a/t"].child_count, None);
         assert!(cache["/a/t"].children.is_none());
+        // GTK4 caches its application root with 0 children although it has windows: an
+        // application's children are asked for.
+        let mut root = item(ROOT_PATH, NULL_PATH, -1, 0);
+        root.5 = vec![ACCESSIBLE.into(), APPLICATION.into()];
+        let window = item("/a/w", ROOT_PATH, 0, 0);
+        let cache = cache_from_items(":1.5", vec![root, window]);
+        assert_eq!(cache[ROOT_PATH].child_count, None);
+        assert!(cache[ROOT_PATH].children.is_none());
+        assert_eq!(cache["/a/w"].children, Some(vec![]));
         // Objects of other applications are not taken.
         let foreign = cache_from_items(":1.9", vec![item("/a/1", "/a/p", 0, 0)]);
         assert!(foreign.is_empty());

@@ -30,6 +30,7 @@ pub(super) const ROLE_APPLICATION: u32 = 75;
 pub(super) const STATE_DEFUNCT: u32 = 6;
 pub(super) const STATE_MULTI_LINE: u32 = 17;
 pub(super) const STATE_SHOWING: u32 = 25;
+pub(super) const STATE_VISIBLE: u32 = 30;
 pub(super) const STATE_MANAGES_DESCENDANTS: u32 = 31;
 
 /// Role names by AT-SPI role number, as libatspi and ATK spell them.

@@ -373,6 +373,40 @@ fn cache_and_live_walks_agree() {
 }
 
 #[test]
+fn gtk4_apps_show_their_windows_and_widgets() {
+    let mut desk = Desk::start();
+    let _factory = desk.launch(&["gtk4-widget-factory"]);
+    let _files = desk.launch(&["nautilus", "--new-window"]);
+    // GTK4 caches its application root with no children: the walk stopped there.
+    let factory = req(app("widget-factory"), false);
+    let tree = desk.wait(&factory, None, |t| t.node_count > 100);
+    let frame = tree.root.find(|n| n.role == "frame").expect("a window");
+    assert!(frame.name.contains("Widget Factory"), "{}", frame.name);
+    assert!(tree.root.find(|n| n.role == "push button").is_some());
+    // GTK 4.8 marks only windows `showing`: the default, showing-only tree went no further
+    // than the window. Its widgets are `visible`, which stands for it.
+    let showing = desk.tree(&req(app("widget-factory"), true), None).unwrap();
+    assert!(showing.node_count > 50, "{}", showing.node_count);
+    assert!(showing.root.find(|n| n.role == "push button").is_some());
+    let files = req(app("nautilus"), false);
+    let _ = desk.wait(&files, None, |t| t.node_count > 20);
+    let cached = desk.tree(&files, None).expect("cached walk");
+    desk.a11y.use_cache = false;
+    let live = desk.tree(&files, None).expect("live walk");
+    // GTK4's cache names each GtkStackPage as a parent where its `GetChildren` skips
+    // them, so the walks differ in those panels; what a user reads and clicks is the same.
+    let leaves = |t: &UiTree| {
+        t.root
+            .walk()
+            .filter(|(_, n)| n.children.is_empty())
+            .map(|(_, n)| format!("{} {:?}", n.role, n.name))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(leaves(&cached), leaves(&live));
+    assert!(leaves(&cached).contains(&"label \"Other Locations\"".to_owned()));
+}
+
+#[test]
 fn a_hung_app_is_skipped_not_waited_for() {
     let mut desk = Desk::start();
     let zenity = desk.launch(&["zenity", "--question", "--text", "Proceed?"]);

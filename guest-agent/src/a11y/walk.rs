@@ -12,8 +12,8 @@ use super::cache::{AppCache, Core, Ifaces, Obj, WireRef, parse_cache};
 use super::names::{
     ACCESSIBLE, ACTION, APPLICATION, CACHE, CACHE_PATH, COMPONENT, PROPERTIES, REGISTRY,
     ROLE_APPLICATION, ROLE_DESKTOP_FRAME, ROOT_PATH, SCREEN_COORDS, STATE_DEFUNCT,
-    STATE_MANAGES_DESCENDANTS, STATE_MULTI_LINE, STATE_SHOWING, TABLE, TEXT, VALUE, bounds,
-    role_name, state_bits, state_names,
+    STATE_MANAGES_DESCENDANTS, STATE_MULTI_LINE, STATE_SHOWING, STATE_VISIBLE, TABLE, TEXT, VALUE,
+    bounds, role_name, state_bits, state_names,
 };
 use futures::future::{BoxFuture, FutureExt as _, join_all};
 use pincer_shared::limits::MAX_TREE_NODES;
@@ -160,6 +160,9 @@ struct App {
     down: OnceLock<String>,
     /// Its cache, once read.
     cache: OnceLock<AppCache>,
+    /// Whether its toolkit never says what is showing (GTK 4.8 marks only windows
+    /// `showing`, every widget `visible`), so that `visible` stands for it.
+    visible_is_showing: OnceLock<bool>,
 }
 
 impl App {
@@ -171,7 +174,14 @@ impl App {
             permits: Semaphore::new(IN_FLIGHT_PER_APP),
             down: OnceLock::new(),
             cache: OnceLock::new(),
+            visible_is_showing: OnceLock::new(),
         }
+    }
+
+    /// Whether a node of this application is on screen, as far as its states tell.
+    fn showing(&self, core: &Core) -> bool {
+        core.has(STATE_SHOWING)
+            || (self.visible_is_showing.get() == Some(&true) && core.has(STATE_VISIBLE))
     }
 
     fn cached(&self, obj: &Obj) -> Option<&Core> {
@@ -566,14 +576,28 @@ impl Walk {
         if let Some(peer) = self.peer(&app, &root).await {
             let _ = app.direct.set(peer);
         }
-        if self.use_cache {
-            let items = self
-                .call_raw(&app, &app.bus, CACHE_PATH, CACHE, "GetItems", &())
-                .await;
-            if let Some(cache) = items.ok().and_then(|r| parse_cache(&app.bus, &r)) {
-                let _ = app.cache.set(cache);
+        let filters = self.showing_only || self.visible.is_some();
+        let (items, toolkit) = futures::join!(
+            async {
+                match self.use_cache {
+                    true => self
+                        .call_raw(&app, &app.bus, CACHE_PATH, CACHE, "GetItems", &())
+                        .await
+                        .ok(),
+                    false => None,
+                }
+            },
+            async {
+                match filters {
+                    true => self.toolkit(&app, &root).await,
+                    false => Vec::new(),
+                }
             }
+        );
+        if let Some(cache) = items.and_then(|r| parse_cache(&app.bus, &r)) {
+            let _ = app.cache.set(cache);
         }
+        let _ = app.visible_is_showing.set(is_gtk4(&toolkit));
         let mut node = self
             .visit(&app, root, depth, Kind::App, true)
             .await
@@ -746,7 +770,7 @@ impl Walk {
     /// so that they are not asked for twice.
     async fn kept(&self, app: &App, obj: &Obj, core: &Core, kind: Kind) -> Option<Bounds> {
         let is_app = matches!(kind, Kind::App);
-        if self.drops(core, is_app) {
+        if self.drops(app, core, is_app) {
             return None;
         }
         let known = match kind.cell().and_then(|hint| hint.bounds) {
@@ -764,7 +788,7 @@ impl Walk {
         // bogus extents, yet its children are on screen); one that is not showing is hidden.
         let off_screen = match rect {
             Some(r) => r.intersect(&screen).is_none(),
-            None => !core.has(STATE_SHOWING),
+            None => !app.showing(core),
         };
         (!off_screen).then_some(Bounds::Known(rect))
     }
@@ -906,7 +930,7 @@ impl Walk {
             // kept, it takes its slot now, so that a spent budget cuts the last children. A
             // live child takes one once its states show that it stays.
             let reserved = match app.cached(&kid) {
-                Some(core) if self.drops(core, false) => continue,
+                Some(core) if self.drops(app, core, false) => continue,
                 Some(_) if self.reserve(1) == 0 => break,
                 Some(_) => true,
                 None if self.budget.load(Ordering::Relaxed) <= 0 => {
@@ -921,8 +945,8 @@ impl Walk {
     }
 
     /// Whether the filters drop a node (application nodes have neither states nor bounds).
-    fn drops(&self, core: &Core, is_app: bool) -> bool {
-        core.has(STATE_DEFUNCT) || (self.showing_only && !is_app && !core.has(STATE_SHOWING))
+    fn drops(&self, app: &App, core: &Core, is_app: bool) -> bool {
+        core.has(STATE_DEFUNCT) || (self.showing_only && !is_app && !app.showing(core))
     }
 
     /// Role, name, description, child count and attributes, read live: the `Accessible`
@@ -966,7 +990,8 @@ impl Walk {
             .ok()
     }
 
-    /// An application's toolkit and its version, as attributes.
+    /// An application's toolkit and its version, as attributes (`toolkit`,
+    /// `toolkit-version`).
     async fn toolkit(&self, app: &App, obj: &Obj) -> Vec<(String, String)> {
         let (name, version) = futures::join!(
             self.property::<String>(app, obj, APPLICATION, "ToolkitName"),
@@ -1245,6 +1270,17 @@ impl Walk {
         );
         Some((row.ok()?, col.ok()?)).filter(|(r, c)| *r >= 0 && *c >= 0)
     }
+}
+
+/// Whether an application's toolkit attributes name GTK 4.
+fn is_gtk4(toolkit: &[(String, String)]) -> bool {
+    let value = |key: &str| {
+        toolkit
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    value("toolkit") == Some("GTK") && value("toolkit-version").is_some_and(|v| v.starts_with("4."))
 }
 
 #[cfg(test)]

@@ -999,6 +999,9 @@ fn run_session(
         ("QT_ACCESSIBILITY", "1"),
         ("QT_LINUX_ACCESSIBILITY_ALWAYS_ON", "1"),
         ("SAL_USE_VCLPLUGIN", "gtk3"),
+        // GTK4's GL renderer on Xvfb's software GL keeps an app too busy to register with
+        // AT-SPI: gtk4-widget-factory used 1.6 cores and never showed up in the tree.
+        ("GSK_RENDERER", "cairo"),
         ("PINCER_DESKTOP", &d.name),
         ("PINCER_DESKTOP_ID", &session_marker(&d.name, me)),
     ] {

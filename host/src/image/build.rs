@@ -579,7 +579,7 @@ fn stage(loaded: &Loaded, opts: &Options, overlay: &Path) -> Result<(), ImageErr
         ),
         (
             "etc/systemd/user.conf.d/pincer.conf".into(),
-            "[Manager]\nDefaultEnvironment=DISPLAY=:0\n".into(),
+            guest("pincer-user.conf"),
             0o644,
         ),
         (
