@@ -36,8 +36,9 @@ RUN_PKGS="xvfb xauth dbus dbus-x11 at-spi2-core libatk-adaptor libgail-common op
   xdotool xclip dconf-cli imagemagick x11vnc procps ffmpeg bubblewrap radicale dovecot-imapd curl"
 
 # VMs and images: mmdebstrap builds, QEMU runs (qemu-system-x86 and qemu-utils must come
-# from one suite: see vm_deps), mkfs.ext4 makes file systems, podman imports container images.
-VM_PKGS="mmdebstrap e2fsprogs podman runc"
+# from one suite: see vm_deps), mkfs.ext4 makes file systems, podman imports container images;
+# gpg and dpkg-dev make the signed apt repository a test recipe adds.
+VM_PKGS="mmdebstrap e2fsprogs podman runc gpg gpg-agent dpkg-dev"
 
 # Android: adb (its server, for `pincer android`), qemu-user-static (tests run the aarch64
 # shim under it), python3-venv (zig and cargo-zigbuild come from PyPI into a venv); for the

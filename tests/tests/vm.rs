@@ -796,3 +796,222 @@ fn a_vm_boots_cold_and_runs_for_a_user_whose_home_is_long() {
     as_user_at(&sb, &home, &["vm", "down", "long-home"]);
     assert!(!home.join(".local/state/pincer/vms/long-home").exists());
 }
+
+/// Runs `program args` and fails the test with its output unless it succeeds.
+fn run_ok(program: &str, args: &[&str], dir: &Path, env: &[(&str, &Path)]) {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .envs(env.iter().copied())
+        .env("SOURCE_DATE_EPOCH", "1700000000")
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds a `.deb` of `package` (with `depends`) in `dir`, the same bytes every time.
+fn make_deb(dir: &Path, package: &str, depends: &str) -> std::path::PathBuf {
+    let tree = dir.join(format!("{package}-tree"));
+    std::fs::create_dir_all(tree.join("DEBIAN")).unwrap();
+    std::fs::create_dir_all(tree.join("usr/share").join(package)).unwrap();
+    let mut control = format!(
+        "Package: {package}\nVersion: 1.0\nArchitecture: all\nMaintainer: pincer tests <tests@pincer.invalid>\nDescription: a package of pincer's tests\n"
+    );
+    if !depends.is_empty() {
+        control.push_str(&format!("Depends: {depends}\n"));
+    }
+    std::fs::write(tree.join("DEBIAN/control"), control).unwrap();
+    std::fs::write(
+        tree.join("usr/share").join(package).join("hello"),
+        "hello\n",
+    )
+    .unwrap();
+    let deb = dir.join(format!("{package}_1.0_all.deb"));
+    let tree_s = tree.to_str().unwrap();
+    run_ok("touch", &["-h", "-d", "@1700000000", tree_s], dir, &[]);
+    run_ok(
+        "find",
+        &[
+            tree_s,
+            "-exec",
+            "touch",
+            "-h",
+            "-d",
+            "@1700000000",
+            "{}",
+            "+",
+        ],
+        dir,
+        &[],
+    );
+    run_ok(
+        "dpkg-deb",
+        &["--root-owner-group", "-b", tree_s, deb.to_str().unwrap()],
+        dir,
+        &[],
+    );
+    deb
+}
+
+/// A flat apt repository at `repo` holding `pincer-vendor-hello`, signed with the tests'
+/// key: a stand-in for a vendor's repository (Google's, Microsoft's), which this machine
+/// cannot reach.
+fn vendor_repository(repo: &Path, recipe_dir: &Path) {
+    let _ = std::fs::remove_dir_all(repo);
+    std::fs::create_dir_all(repo).unwrap();
+    make_deb(repo, "pincer-vendor-hello", "");
+    let packages = std::process::Command::new("dpkg-scanpackages")
+        .args(["--multiversion", ".", "/dev/null"])
+        .current_dir(repo)
+        .output()
+        .unwrap();
+    assert!(packages.status.success());
+    std::fs::write(repo.join("Packages"), &packages.stdout).unwrap();
+    let digest = {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new("sha256sum")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&packages.stdout)
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    std::fs::write(
+        repo.join("Release"),
+        format!(
+            "Origin: pincer-tests\nSuite: stable\nCodename: stable\nArchitectures: amd64 all\nSHA256:\n {digest} {} Packages\n",
+            packages.stdout.len()
+        ),
+    )
+    .unwrap();
+    let gnupg = tempfile::tempdir().unwrap();
+    let home = [("GNUPGHOME", gnupg.path())];
+    let secret = recipe_dir.join("signing-key.secret.asc");
+    let batch = ["--batch", "--pinentry-mode", "loopback", "--passphrase", ""];
+    let mut import = batch.to_vec();
+    import.extend(["--import", secret.to_str().unwrap()]);
+    run_ok("gpg", &import, repo, &home);
+    let mut sign = batch.to_vec();
+    sign.extend(["--yes", "--clearsign", "-o", "InRelease", "Release"]);
+    run_ok("gpg", &sign, repo, &home);
+    // gpg's agent goes with its home.
+    let _ = std::process::Command::new("gpgconf")
+        .args(["--kill", "gpg-agent"])
+        .env("GNUPGHOME", gnupg.path())
+        .status();
+}
+
+/// A recipe adds what Debian's archive lacks, as OSWorld's machine needs: a vendor's
+/// signed repository, a local `.deb` (its dependency from the archive), a pip package, a
+/// user with a password who may sudo, and a file with a mode. The image is checked as a
+/// container (podman) rather than booted; a repository signed by another key is refused,
+/// naming it, before anything is downloaded.
+#[test]
+fn a_recipe_adds_a_vendor_repository_a_local_deb_pip_and_a_sudo_user() {
+    let sb = Sandbox::new();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("images/additions");
+    vendor_repository(Path::new("/tmp/pincer-tests-apt-repo"), &fixtures);
+    // The recipe's directory, with a space and non-ASCII as users' paths have.
+    let dir = sb.path().join("my récipes");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["debian-12-additions.toml", "signing-key.pub.asc"] {
+        std::fs::copy(fixtures.join(f), dir.join(f)).unwrap();
+    }
+    make_deb(&dir, "pincer-local-hello", "jq");
+    let recipe = dir.join("debian-12-additions.toml");
+    let out = sb.pincer(&["image", "build", recipe.to_str().unwrap(), "--container"]);
+    assert!(
+        out.status.success(),
+        "image build failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            pincer::paths::image_cache_dir()
+                .join("debian-12-additions")
+                .join("manifest.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for p in ["pincer-vendor-hello", "pincer-local-hello", "jq", "sudo"] {
+        assert!(manifest["packages"][p].is_string(), "{p} not in the image");
+    }
+    let tag = manifest["container"].as_str().unwrap();
+    let script = r#"
+        set -e
+        grep -q '^deb \[signed-by=/etc/apt/keyrings/pincer-0.asc\] file:///tmp/pincer-tests-apt-repo ./' /etc/apt/sources.list
+        gpg --dearmor < /etc/apt/keyrings/pincer-0.asc > /dev/null 2>&1 || test -s /etc/apt/keyrings/pincer-0.asc
+        echo "jq $(echo '{"a": 7}' | jq .a)"
+        echo "pyautogui $(python3 -c 'import importlib.metadata as m; print(m.version("pyautogui"))')"
+        echo "mode $(stat -c %a /usr/local/bin/hello-from-recipe) $(hello-from-recipe)"
+        echo "sudo $(su user -c 'echo password | sudo -S -k -p "" id -u')"
+        if su user -c 'echo wrong | sudo -S -k -p "" true' 2>/dev/null; then echo "wrong password accepted"; fi
+    "#;
+    let out = pincer_tests::podman_run()
+        .arg(tag)
+        .args(["sh", "-c", script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "jq 7",
+        "pyautogui 0.9.54",
+        "mode 755 hello from the recipe",
+        "sudo 0",
+    ] {
+        assert!(text.contains(want), "{want:?} not in:\n{text}");
+    }
+    assert!(!text.contains("wrong password accepted"), "{text}");
+
+    // The same repository with another key: named before anything is built.
+    let other = sb.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let text = std::fs::read_to_string(&recipe)
+        .unwrap()
+        .replace("signing-key.pub.asc", "debian.gpg")
+        .replace("debs = [\"pincer-local-hello_1.0_all.deb\"]\n", "");
+    std::fs::write(other.join("wrong-key.toml"), text).unwrap();
+    std::fs::copy(
+        "/usr/share/keyrings/debian-archive-keyring.gpg",
+        other.join("debian.gpg"),
+    )
+    .unwrap();
+    let e = sb.pincer(&[
+        "image",
+        "build",
+        other.join("wrong-key.toml").to_str().unwrap(),
+        "--cache",
+        sb.path().join("cache").to_str().unwrap(),
+    ]);
+    assert!(!e.status.success());
+    let e = String::from_utf8_lossy(&e.stderr);
+    assert!(
+        e.contains("cannot verify the repository file:///tmp/pincer-tests-apt-repo")
+            && e.contains("debian.gpg"),
+        "{e}"
+    );
+    assert!(!sb.path().join("cache/wrong-key").exists());
+}

@@ -8,6 +8,7 @@
 //! Downloaded packages are kept per suite, so rebuilding after a recipe change fetches only
 //! what is new.
 
+use super::extras::Staged;
 use super::recipe::{Distribution, Loaded};
 use super::{Cache, FileLock, Image, ImageError, Manifest, Sizes, io, mirror, owner_alive};
 use include_dir::{Dir, include_dir};
@@ -53,6 +54,12 @@ fn session_packages(loaded: &Loaded) -> Vec<String> {
     if r.timezone != "UTC" {
         p.push("tzdata".into());
     }
+    if r.user.sudo {
+        p.push("sudo".into());
+    }
+    if !r.pip.is_empty() {
+        p.push("python3-pip".into());
+    }
     p
 }
 
@@ -84,20 +91,17 @@ pub enum Built {
 }
 
 /// The hash an image built from `loaded` carries: of the recipe (parsed, so comments and
-/// layout do not count), the files its `source`s name, pincer's guest files and
-/// [`FORMAT`].
+/// layout do not count), the files it names (`source`s, apt keys, `.deb`s), pincer's guest
+/// files and [`FORMAT`].
 pub fn recipe_hash(loaded: &Loaded) -> Result<String, ImageError> {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     ctx.update(&FORMAT.to_le_bytes());
     let canonical = serde_json::to_vec(&loaded.recipe).unwrap_or_default();
     ctx.update(&canonical);
-    for f in &loaded.recipe.files {
-        if let (Some(src), Some(dir)) = (&f.source, &loaded.dir) {
-            let p = dir.join(src);
-            let bytes = std::fs::read(&p).map_err(io(format!("reading {}", p.display())))?;
-            ctx.update(&(bytes.len() as u64).to_le_bytes());
-            ctx.update(&bytes);
-        }
+    for p in loaded.local_inputs() {
+        let bytes = std::fs::read(&p).map_err(io(format!("reading {}", p.display())))?;
+        ctx.update(&(bytes.len() as u64).to_le_bytes());
+        ctx.update(&bytes);
     }
     let mut files: Vec<_> = GUEST.files().collect();
     files.sort_by_key(|f| f.path());
@@ -265,7 +269,7 @@ pub async fn build(
         ));
     }
     let r = &loaded.recipe;
-    let sources = match &opts.mirror {
+    let mut sources = match &opts.mirror {
         Some(uri) => vec![mirror::line_for_mirror(r, uri)],
         None => mirror::lines_for(r, &mirror::host_sources(Path::new("/"))).ok_or_else(|| {
             ImageError::NoMirror {
@@ -274,17 +278,20 @@ pub async fn build(
             }
         })?,
     };
+    let staged = Staged::new(loaded)?;
+    sources.extend(staged.sources.iter().cloned());
     let mut packages = session_packages(loaded);
     packages.extend(r.packages.iter().cloned());
     packages.sort();
     packages.dedup();
+    packages.extend(staged.debs.iter().cloned());
 
     progress(&format!(
         "checking {} packages against {}",
         packages.len(),
         sources.join("; ")
     ));
-    simulate(loaded, opts, &packages, &sources).await?;
+    simulate(loaded, opts, &staged, &packages, &sources).await?;
 
     let mut scratch = Scratch(Some(cache.dir().join(format!(
         ".build-{}-{}",
@@ -307,7 +314,9 @@ pub async fn build(
         r.suite,
         debs.display()
     ));
-    let args = mmdebstrap_args(loaded, opts, &packages, &sources, &out, &overlay, &debs);
+    let args = mmdebstrap_args(
+        loaded, opts, &staged, &packages, &sources, &out, &overlay, &debs,
+    );
     // mmdebstrap's temporary root goes in the build's directory, not /tmp: a build that is
     // stopped midway takes it along (mounts and all) when the directory goes.
     let tmp = out.join("tmp");
@@ -428,7 +437,7 @@ fn sh(p: &Path) -> String {
 }
 
 /// The arguments common to the check and the build.
-fn base_args(loaded: &Loaded, opts: &Options, packages: &[String]) -> Vec<String> {
+fn base_args(loaded: &Loaded, opts: &Options, staged: &Staged, packages: &[String]) -> Vec<String> {
     let mut a = vec![
         "--variant=minbase".to_owned(),
         format!("--include={}", packages.join(",")),
@@ -439,6 +448,7 @@ fn base_args(loaded: &Loaded, opts: &Options, packages: &[String]) -> Vec<String
     if let Some(k) = &opts.keyring {
         a.push(format!("--keyring={}", k.display()));
     }
+    a.extend(staged.options());
     a
 }
 
@@ -447,10 +457,11 @@ fn base_args(loaded: &Loaded, opts: &Options, packages: &[String]) -> Vec<String
 async fn simulate(
     loaded: &Loaded,
     opts: &Options,
+    staged: &Staged,
     packages: &[String],
     sources: &[String],
 ) -> Result<(), ImageError> {
-    let mut args = base_args(loaded, opts, packages);
+    let mut args = base_args(loaded, opts, staged, packages);
     args.push("--simulate".into());
     args.push(loaded.recipe.suite.clone());
     args.push("/dev/null".into());
@@ -469,6 +480,9 @@ async fn simulate(
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    if let Some(e) = unverified_source(loaded, &text) {
+        return Err(e);
+    }
     let missing = unknown_packages(&text);
     if missing.is_empty() {
         Err(ImageError::Step {
@@ -482,6 +496,31 @@ async fn simulate(
             packages: missing,
         })
     }
+}
+
+/// The recipe's repository that apt could not verify, if its output names one.
+fn unverified_source(loaded: &Loaded, apt_output: &str) -> Option<ImageError> {
+    let unverified = [
+        "is not signed",
+        "NO_PUBKEY",
+        "signatures couldn't be verified",
+    ];
+    loaded.recipe.apt_sources.iter().find_map(|src| {
+        // apt writes file:///x as file:/x.
+        let short = src.uri.replacen("file:///", "file:/", 1);
+        let names = |l: &str| {
+            l.contains(src.uri.trim_end_matches('/')) || l.contains(short.trim_end_matches('/'))
+        };
+        let said = apt_output
+            .lines()
+            .find(|l| names(l) && unverified.iter().any(|u| l.contains(u)))?;
+        Some(ImageError::UnverifiedSource {
+            recipe: loaded.name.clone(),
+            uri: src.uri.clone(),
+            key: src.key.display().to_string(),
+            said: said.trim().trim_start_matches("E: ").to_owned(),
+        })
+    })
 }
 
 /// The packages apt says it cannot find.
@@ -657,6 +696,7 @@ fn write(root: &Path, rel: &str, bytes: &[u8], mode: u32) -> Result<(), ImageErr
 fn mmdebstrap_args(
     loaded: &Loaded,
     opts: &Options,
+    staged: &Staged,
     packages: &[String],
     sources: &[String],
     out: &Path,
@@ -666,7 +706,7 @@ fn mmdebstrap_args(
     let r = &loaded.recipe;
     let user = &r.user.name;
     let o = |name: &str| sh(&out.join(name));
-    let mut a = base_args(loaded, opts, packages);
+    let mut a = base_args(loaded, opts, staged, packages);
     // Smaller images: no manuals, documentation (but the copyrights) or translations.
     for opt in [
         "path-exclude=/usr/share/man/*",
@@ -695,6 +735,7 @@ fn mmdebstrap_args(
             pincer_shared::service::AGENT_UNIT
         ),
     ];
+    hooks.extend(staged.hooks(loaded));
     if r.locale != "C.UTF-8" {
         hooks.push("chroot \"$1\" locale-gen".into());
     }

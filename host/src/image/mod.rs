@@ -5,6 +5,7 @@
 //! removes them.
 
 pub mod build;
+mod extras;
 pub mod mirror;
 pub mod recipe;
 
@@ -128,6 +129,20 @@ pub enum ImageError {
         packages: Vec<String>,
     },
     /// A build step failed.
+    /// apt cannot verify an added repository with the key the recipe gives.
+    #[error(
+        "recipe {recipe}: apt cannot verify the repository {uri} with the key the recipe gives ({key}): check that `apt_sources` names the key that signs it (apt said: {said})"
+    )]
+    UnverifiedSource {
+        /// The recipe.
+        recipe: String,
+        /// The repository.
+        uri: String,
+        /// The key file, as the recipe names it.
+        key: String,
+        /// apt's line about it.
+        said: String,
+    },
     #[error("{step} failed ({status}); its last output:\n{tail}")]
     Step {
         /// What was being done.

@@ -80,6 +80,17 @@ pub struct Recipe {
     /// The apps and tools of the image; pincer adds its session's own packages.
     #[serde(default)]
     pub packages: Vec<String>,
+    /// Apt repositories besides the distribution's (a vendor's), with their keys; their
+    /// packages go in `packages`.
+    #[serde(default)]
+    pub apt_sources: Vec<AptSource>,
+    /// Local `.deb` files to install (a vendor's download), relative to the recipe's
+    /// directory; their dependencies come from the archive.
+    #[serde(default)]
+    pub debs: Vec<PathBuf>,
+    /// Python packages installed with pip into the system's Python (`pyautogui==0.9.54`).
+    #[serde(default)]
+    pub pip: Vec<String>,
     /// The desktop user.
     pub user: User,
     /// The desktop session.
@@ -95,13 +106,36 @@ pub struct Recipe {
 pub struct User {
     /// Login name.
     pub name: String,
+    /// Its password (none: the account has no password and cannot log in with one).
+    #[serde(default)]
+    pub password: Option<String>,
+    /// Whether it may use sudo (as a member of the `sudo` group, asked for its password).
+    #[serde(default)]
+    pub sudo: bool,
+}
+
+/// An apt repository added to the image's sources.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AptSource {
+    /// Its address (`https://dl.google.com/linux/chrome/deb/`, `file:///srv/repo`).
+    pub uri: String,
+    /// Its suite (`stable`), or a path ending in `/` for a flat repository (`./`).
+    pub suite: String,
+    /// Its components (`main`); none for a flat repository.
+    #[serde(default)]
+    pub components: Vec<String>,
+    /// The file with the key that signs it (armored `.asc` or binary `.gpg`), relative to
+    /// the recipe's directory.
+    pub key: PathBuf,
 }
 
 /// The desktop session started at boot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Session {
-    /// Screen size, `WIDTHxHEIGHT`.
+    /// Screen size, `WIDTHxHEIGHT`. The session always starts at boot, logged in as the
+    /// user, with no display manager.
     #[serde(default = "default_screen")]
     pub screen: String,
     /// The window manager's package and command (`openbox`), or `none`.
@@ -370,6 +404,7 @@ impl Loaded {
                 format!("'{wm}' is not a package (openbox) nor `none`"),
             ));
         }
+        self.validate_additions()?;
         for (i, f) in r.files.iter().enumerate() {
             let field = format!("files[{i}]");
             if !f.path.starts_with('/') || f.path.split('/').any(|p| p == "..") {
@@ -403,6 +438,113 @@ impl Loaded {
             }
         }
         Ok(())
+    }
+
+    /// Checks what a recipe adds beyond the archive: apt sources, local `.deb`s, pip
+    /// packages and the user's password.
+    fn validate_additions(&self) -> Result<(), RecipeError> {
+        let r = &self.recipe;
+        // Words that go into apt's sources and the shell hooks unquoted must be plain.
+        let plain = |s: &str| {
+            !s.is_empty()
+                && !s.starts_with('-')
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "/:._-~+%@=".contains(c))
+        };
+        for (i, src) in r.apt_sources.iter().enumerate() {
+            let field = format!("apt_sources[{i}]");
+            let scheme = ["http://", "https://", "file:///"];
+            if !scheme.iter().any(|s| src.uri.starts_with(s)) || !plain(&src.uri) {
+                return Err(self.invalid(
+                    &format!("{field}.uri"),
+                    format!(
+                        "'{}' is not an http://, https:// or file:/// address without spaces",
+                        src.uri
+                    ),
+                ));
+            }
+            if !plain(&src.suite) {
+                return Err(self.invalid(
+                    &format!("{field}.suite"),
+                    format!("'{}' is not a suite such as stable or ./", src.suite),
+                ));
+            }
+            let flat = src.suite.ends_with('/');
+            if flat != src.components.is_empty() || !src.components.iter().all(|c| plain(c)) {
+                return Err(self.invalid(
+                    &format!("{field}.components"),
+                    "names the components (main) of a suite, and none of a flat repository (a suite ending in /)",
+                ));
+            }
+            self.local_file(&format!("{field}.key"), &src.key, &["asc", "gpg"])?;
+        }
+        for (i, deb) in r.debs.iter().enumerate() {
+            self.local_file(&format!("debs[{i}]"), deb, &["deb"])?;
+        }
+        for (i, spec) in r.pip.iter().enumerate() {
+            let ok = spec.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && spec
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-[],=<>!~".contains(c));
+            if !ok {
+                return Err(self.invalid(
+                    &format!("pip[{i}]"),
+                    format!("'{spec}' is not a requirement such as pyautogui or pyautogui==0.9.54"),
+                ));
+            }
+        }
+        if let Some(pw) = &r.user.password
+            && (pw.is_empty() || pw.contains([':', '\n', '\r', '\0']))
+        {
+            return Err(self.invalid(
+                "user.password",
+                "must be non-empty, on one line and without `:`",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks that `path`, relative to the recipe's directory, is a file with one of the
+    /// `extensions`.
+    fn local_file(&self, field: &str, path: &Path, extensions: &[&str]) -> Result<(), RecipeError> {
+        let Some(dir) = &self.dir else {
+            return Err(self.invalid(
+                field,
+                "bundled recipes carry no files: copy the recipe next to the file and build that copy",
+            ));
+        };
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !extensions.contains(&ext) {
+            return Err(self.invalid(
+                field,
+                format!(
+                    "{} does not end in .{}",
+                    path.display(),
+                    extensions.join(" or .")
+                ),
+            ));
+        }
+        let full = dir.join(path);
+        if !full.is_file() {
+            return Err(self.invalid(field, format!("{} is not a file", full.display())));
+        }
+        Ok(())
+    }
+
+    /// Files outside the recipe that the image is made from, in the order the recipe names
+    /// them: sources of `files`, apt keys and `.deb`s.
+    pub fn local_inputs(&self) -> Vec<PathBuf> {
+        let Some(dir) = &self.dir else {
+            return Vec::new();
+        };
+        let r = &self.recipe;
+        r.files
+            .iter()
+            .filter_map(|f| f.source.as_ref())
+            .chain(r.apt_sources.iter().map(|s| &s.key))
+            .chain(&r.debs)
+            .map(|p| dir.join(p))
+            .collect()
     }
 
     /// The screen size.
@@ -489,6 +631,46 @@ name = "pincer"
         assert!(e.contains("distribution"), "{e}");
         let e = error(&GOOD.replace("suite = \"bookworm\"", "suite = \"noble\""));
         assert!(e.contains("'noble' is not a debian suite"), "{e}");
+        let e = error(&GOOD.replace("name = \"pincer\"", "name = \"pincer\"\npassword = \"a:b\""));
+        assert!(e.contains("`user.password`"), "{e}");
+        let e = error(&format!("pip = [\"pyautogui; rm -rf /\"]\n{GOOD}"));
+        assert!(e.contains("`pip[0]`"), "{e}");
+        let e = error(&format!("debs = [\"chrome.deb\"]\n{GOOD}"));
+        assert!(
+            e.contains("`debs[0]` bundled recipes carry no files"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("k.asc"), "").unwrap();
+        let source = |uri: &str, suite: &str, comps: &str| {
+            let text = format!(
+                "{GOOD}[[apt_sources]]\nuri = \"{uri}\"\nsuite = \"{suite}\"\ncomponents = [{comps}]\nkey = \"k.asc\"\n"
+            );
+            parse("t", &text, Some(dir.path().to_owned())).map(|_| ())
+        };
+        assert!(source("https://x.org/deb/", "stable", "\"main\"").is_ok());
+        assert!(source("file:///srv/repo", "./", "").is_ok());
+        let e = source("ftp://x.org/deb/", "stable", "\"main\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("apt_sources[0].uri"), "{e}");
+        let e = source("https://x.org/a b/", "stable", "\"main\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("without spaces"), "{e}");
+        let e = source("https://x.org/deb/", "./", "\"main\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("apt_sources[0].components"), "{e}");
+        let e = source("https://x.org/deb/", "stable", "")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("apt_sources[0].components"), "{e}");
+        std::fs::remove_file(dir.path().join("k.asc")).unwrap();
+        let e = source("https://x.org/deb/", "stable", "\"main\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("k.asc is not a file"), "{e}");
         let e = load("debian-13-nothing").unwrap_err().to_string();
         assert!(e.contains("debian-12-minimal"), "{e}");
     }
