@@ -38,6 +38,10 @@ pub(crate) enum ImageCmd {
         /// The agent to build in (default: pincer-agent next to this pincer).
         #[arg(long, value_name = "PATH")]
         agent: Option<PathBuf>,
+        /// A local .deb to install besides the recipe's (Google Chrome, VS Code);
+        /// repeatable. It counts in the image's hash.
+        #[arg(long, value_name = "FILE")]
+        deb: Vec<PathBuf>,
         /// Also export the root file system as a container image (podman import).
         #[arg(long)]
         container: bool,
@@ -75,11 +79,13 @@ pub(crate) async fn run(cmd: ImageCmd) -> anyhow::Result<()> {
             mirror,
             keyring,
             agent,
+            deb,
             container,
             rebuild,
             cache,
         } => {
-            let loaded = recipe::load(&spec)?;
+            let mut loaded = recipe::load(&spec)?;
+            loaded.add_debs(&deb)?;
             let cache = cache.cache();
             let opts = Options {
                 mirror,

@@ -45,10 +45,9 @@ impl Staged {
         // mmdebstrap may run in a user namespace as another uid: it must read these.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
             .map_err(io(format!("setting the mode of {}", dir.path().display())))?;
-        let recipe_dir = loaded.dir.clone().unwrap_or_default();
         let copy = |from: &Path, name: &str| -> Result<PathBuf, ImageError> {
             let to = dir.path().join(name);
-            let from = recipe_dir.join(from);
+            let from = loaded.resolve(from);
             std::fs::copy(&from, &to).map_err(io(format!("copying {}", from.display())))?;
             std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o644))
                 .map_err(io(format!("setting the mode of {}", to.display())))?;
@@ -145,11 +144,13 @@ impl Staged {
         if !r.pip.is_empty() {
             // pip downloads as the host does, trusting the host's certificate authorities
             // (a proxy's own, as apt's sources are the host's); the image keeps its own.
+            // Options go as variables, which a pip that does not know one ignores (Ubuntu
+            // 22.04's 22.0 has no --break-system-packages, nor needs it).
             let specs: Vec<String> = r.pip.iter().map(|s| quote(s)).collect();
             hooks.push(format!(
                 "root=$1; ca=${{PIP_CERT:-${{SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}}}; set --; \
                  if [ -f \"$ca\" ]; then cp \"$ca\" \"$root\"{HOST_CA} && set -- PIP_CERT={HOST_CA} REQUESTS_CA_BUNDLE={HOST_CA} SSL_CERT_FILE={HOST_CA}; fi; \
-                 chroot \"$root\" env -u PIP_FIND_LINKS -u PIP_CERT -u REQUESTS_CA_BUNDLE -u SSL_CERT_FILE \"$@\" python3 -m pip install --no-cache-dir --break-system-packages --disable-pip-version-check --root-user-action=ignore {}; \
+                 chroot \"$root\" env -u PIP_FIND_LINKS -u PIP_CERT -u REQUESTS_CA_BUNDLE -u SSL_CERT_FILE \"$@\" PIP_NO_CACHE_DIR=1 PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install {}; \
                  rc=$?; rm -f \"$root\"{HOST_CA}; exit $rc",
                 specs.join(" ")
             ));

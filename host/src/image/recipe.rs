@@ -534,17 +534,38 @@ impl Loaded {
     /// Files outside the recipe that the image is made from, in the order the recipe names
     /// them: sources of `files`, apt keys and `.deb`s.
     pub fn local_inputs(&self) -> Vec<PathBuf> {
-        let Some(dir) = &self.dir else {
-            return Vec::new();
-        };
         let r = &self.recipe;
         r.files
             .iter()
             .filter_map(|f| f.source.as_ref())
             .chain(r.apt_sources.iter().map(|s| &s.key))
             .chain(&r.debs)
-            .map(|p| dir.join(p))
+            .map(|p| self.resolve(p))
             .collect()
+    }
+
+    /// A path the recipe names, from its directory (absolute ones as they are).
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        match &self.dir {
+            Some(dir) => dir.join(path),
+            None => path.to_owned(),
+        }
+    }
+
+    /// Adds local `.deb` files given on the command line (`image build --deb`), to any
+    /// recipe, bundled ones too.
+    pub fn add_debs(&mut self, debs: &[PathBuf]) -> Result<(), RecipeError> {
+        for deb in debs {
+            let full = std::path::absolute(deb).map_err(|source| RecipeError::Io {
+                path: deb.clone(),
+                source,
+            })?;
+            if full.extension().and_then(|e| e.to_str()) != Some("deb") || !full.is_file() {
+                return Err(self.invalid("--deb", format!("{} is not a .deb file", full.display())));
+            }
+            self.recipe.debs.push(full);
+        }
+        Ok(())
     }
 
     /// The screen size.
@@ -586,8 +607,33 @@ name = "pincer"
         }
         for n in names {
             let l = load(&n).unwrap_or_else(|e| panic!("{n}: {e}"));
-            assert_eq!(l.recipe.user.name, "pincer");
+            // OSWorld's tasks assume its user and password.
+            let user = if n.contains("osworld") {
+                "user"
+            } else {
+                "pincer"
+            };
+            assert_eq!(l.recipe.user.name, user);
         }
+    }
+
+    #[test]
+    fn debs_from_the_command_line_join_any_recipe_and_its_hash_inputs() {
+        let dir = tempfile::tempdir().unwrap();
+        let deb = dir.path().join("google-chrome-stable_current_amd64.deb");
+        std::fs::write(&deb, "DEB").unwrap();
+        let mut l = load("osworld").unwrap();
+        assert!(l.local_inputs().is_empty());
+        l.add_debs(std::slice::from_ref(&deb)).unwrap();
+        assert_eq!(l.local_inputs(), [deb.clone()]);
+        let e = l
+            .add_debs(&[dir.path().join("chrome.zip")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`--deb`") && e.contains("chrome.zip is not a .deb file"),
+            "{e}"
+        );
     }
 
     #[test]
