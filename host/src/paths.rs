@@ -99,6 +99,16 @@ pub fn make_socket_dir(dir: &Path) -> std::io::Result<PathBuf> {
     Ok(sockets)
 }
 
+/// Whether `program` is a file in a directory of `PATH`, or in /usr/sbin or /sbin, which a
+/// user's `PATH` often leaves out.
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths)
+            .chain(["/usr/sbin".into(), "/sbin".into()])
+            .any(|d| d.join(program).is_file())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

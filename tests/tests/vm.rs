@@ -1015,3 +1015,107 @@ fn a_recipe_adds_a_vendor_repository_a_local_deb_pip_and_a_sudo_user() {
     );
     assert!(!sb.path().join("cache/wrong-key").exists());
 }
+
+/// The `osworld` image is the machine OSWorld's task files assume, as its setups and
+/// getters use it: user `user` with password `password` and sudo, `google-chrome` with
+/// DevTools on the port a setup gives (reached through socat, as 78 tasks do) and its
+/// profile under ~/.config/google-chrome, VLC's HTTP interface on 8080 with password
+/// `password`, the apps, pyautogui on the session's screen, and Nautilus (GTK4) in the UI
+/// tree. Built once and cached by recipe hash; booted under QEMU.
+#[test]
+fn the_osworld_image_is_the_machine_osworlds_tasks_assume() {
+    let sb = Sandbox::new();
+    let out = sb.pincer(&["image", "build", "osworld"]);
+    assert!(
+        out.status.success(),
+        "image build failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _vm = Vm {
+        sb: &sb,
+        name: "osworld".into(),
+    };
+    sb.pincer_ok(&[
+        "vm", "up", "--image", "osworld", "--name", "osworld", "--memory", "3072",
+    ]);
+    let run = |script: &str| {
+        sb.pincer_ok(&[
+            "exec",
+            "--env",
+            "osworld",
+            "--timeout",
+            "240",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+    };
+    let text = run(r#"
+        echo "user $(id -un) $(id -Gn | tr ' ' '\n' | grep -x sudo)"
+        echo password | sudo -S -k -p '' true && echo "sudo with the password"
+        for app in google-chrome vlc thunderbird gimp soffice nautilus gnome-terminal socat; do
+          command -v $app > /dev/null && echo "has $app"
+        done
+        python3 -c 'import pyautogui; w, h = pyautogui.size(); print(f"pyautogui {w}x{h}")'
+    "#);
+    for want in [
+        "user user sudo",
+        "sudo with the password",
+        "has google-chrome",
+        "has vlc",
+        "has thunderbird",
+        "has gimp",
+        "has soffice",
+        "has nautilus",
+        "has gnome-terminal",
+        "has socat",
+        "pyautogui 1920x1080",
+    ] {
+        assert!(text.contains(want), "{want:?} not in:\n{text}");
+    }
+    // OSWorld's Chrome setup: google-chrome on 1337, socat from 9222 to it.
+    let text = run(r#"
+        setsid google-chrome --headless=new --remote-debugging-port=1337 about:blank > /dev/null 2>&1 < /dev/null &
+        setsid socat tcp-listen:9222,fork tcp:localhost:1337 > /dev/null 2>&1 < /dev/null &
+        for i in $(seq 180); do
+          curl -sf http://localhost:9222/json/version > /tmp/version.json && break
+          sleep 1
+        done
+        grep -o '"Browser": *"[^"]*"' /tmp/version.json
+        test -f ~/.config/google-chrome/Local\ State && echo "profile in ~/.config/google-chrome"
+    "#);
+    assert!(text.contains("\"Browser\""), "{text}");
+    assert!(
+        text.contains("profile in ~/.config/google-chrome"),
+        "{text}"
+    );
+    // VLC as OSWorld's getters reach it.
+    let text = run(r#"
+        setsid vlc --intf dummy > /dev/null 2>&1 < /dev/null &
+        for i in $(seq 180); do
+          code=$(curl -s -o /dev/null -w '%{http_code}' -u :password http://localhost:8080/requests/status.xml)
+          [ "$code" = 200 ] && break
+          sleep 1
+        done
+        echo "with the password $code"
+        echo "without $(curl -s -o /dev/null -w '%{http_code}' http://localhost:8080/requests/status.xml)"
+    "#);
+    assert!(text.contains("with the password 200"), "{text}");
+    assert!(text.contains("without 401"), "{text}");
+    // Nautilus is GTK4: its widgets are in the tree.
+    sb.pincer_ok(&["launch", "--env", "osworld", "--", "nautilus"]);
+    let found = (0..90).any(|_| {
+        let tree = sb.pincer(&[
+            "tree", "--env", "osworld", "--app", "nautilus", "--format", "text",
+        ]);
+        let text = String::from_utf8_lossy(&tree.stdout);
+        if text.contains("label \"Home\"") {
+            return true;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        false
+    });
+    assert!(found, "Nautilus's sidebar never showed up in the tree");
+}

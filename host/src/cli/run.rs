@@ -220,8 +220,12 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
     let options = options(&a, out.clone())?;
     // Validate before starting anything (what cannot run here is left out, and said, by
     // the launch).
-    let (runnable, _) =
-        pincer::peers::runnable(tasks.clone(), &options.assets, options.allow_network);
+    let (runnable, _) = pincer::peers::runnable(
+        tasks.clone(),
+        &options.assets,
+        options.allow_network,
+        &pincer::peers::Machine::Unknown,
+    );
     run::prepare(&runnable, &pincer::peers::library(&options.assets))?;
     let (agent, agent_name) = agent_factory(&agent_spec, &a.agent_opts)?;
     if a.slurm || a.kubernetes {

@@ -146,12 +146,7 @@ fn agent_args() -> Vec<String> {
 
 /// Checks that `tool` is installed, naming the package that has it.
 pub fn need_tool(tool: &str, package: &str) -> Result<(), ImageError> {
-    let found = std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths)
-            .chain(["/usr/sbin".into(), "/sbin".into()])
-            .any(|d| d.join(tool).is_file())
-    });
-    if found {
+    if crate::paths::on_path(tool) {
         Ok(())
     } else {
         Err(ImageError::MissingTool {

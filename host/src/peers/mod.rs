@@ -11,6 +11,7 @@ pub mod osworld;
 use crate::eval::functions::Library;
 use crate::task::Task;
 use crate::task::steps::Step;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -42,29 +43,79 @@ pub fn assets_of(task: &Task) -> Vec<PathBuf> {
     files
 }
 
+/// What a run knows, before it starts, of the programs its machines have.
+#[derive(Debug, Clone)]
+pub enum Machine {
+    /// Registered environments: unknown, so no task is left out for its apps.
+    Unknown,
+    /// Local desktops, which run this machine's programs.
+    Local,
+    /// VMs of an image, which has these packages (its manifest).
+    Image {
+        /// The image.
+        name: String,
+        /// Its packages.
+        packages: BTreeSet<String>,
+    },
+}
+
+impl Machine {
+    /// Why a task that starts `app` cannot run on it, if it cannot.
+    fn lacks(&self, app: &str) -> Option<String> {
+        match self {
+            Self::Unknown => None,
+            Self::Local => (!crate::paths::on_path(app)).then(|| {
+                format!(
+                    "needs {app}, which this machine lacks (install it, or run on the `osworld` image: --vm osworld)"
+                )
+            }),
+            Self::Image { name, packages } => {
+                // The packages that give the program (Chromium is `google-chrome` in the
+                // osworld image).
+                let itself = [app];
+                let givers: &[&str] = match app {
+                    "google-chrome" => &["google-chrome-stable", "chromium"],
+                    "libreoffice" | "soffice" => &["libreoffice-core"],
+                    _ => &itself,
+                };
+                (!givers.iter().any(|p| packages.contains(*p))).then(|| {
+                    format!(
+                        "needs {app}, which the image {name} lacks (add its package to the recipe, or its .deb with `pincer image build --deb`)"
+                    )
+                })
+            }
+        }
+    }
+}
+
 /// Splits `tasks` into those a run can start and those it cannot, each with why: a task
 /// using what pincer lacks, needing an account, needing the live web when the run allows
-/// no network (`network`), or missing files from the asset cache `assets` (it would fail
-/// half-way and be scored as the agent's failure).
+/// no network (`network`), starting an app the `machine` lacks, or missing files from the
+/// asset cache `assets` (it would fail half-way and be scored as the agent's failure).
 pub fn runnable(
     tasks: Vec<Task>,
     assets: &Path,
     network: bool,
+    machine: &Machine,
 ) -> (Vec<Task>, Vec<(String, String)>) {
     let mut run = Vec::new();
     let mut skipped = Vec::new();
     for t in tasks {
-        let why = t.requires.refusal(network).or_else(|| {
-            let files = assets_of(&t);
-            let missing = files.iter().filter(|f| !assets.join(f).is_file()).count();
-            (missing > 0).then(|| {
-                format!(
-                    "needs files: {missing} of its {} files are not in {} (fetch them with `pincer osworld fetch`)",
-                    files.len(),
-                    assets.display()
-                )
-            })
-        });
+        let why = t
+            .requires
+            .refusal(network)
+            .or_else(|| t.requires.apps.iter().find_map(|a| machine.lacks(a)))
+            .or_else(|| {
+                let files = assets_of(&t);
+                let missing = files.iter().filter(|f| !assets.join(f).is_file()).count();
+                (missing > 0).then(|| {
+                    format!(
+                        "needs files: {missing} of its {} files are not in {} (fetch them with `pincer osworld fetch`)",
+                        files.len(),
+                        assets.display()
+                    )
+                })
+            });
         match why {
             Some(why) => skipped.push((t.id, why)),
             None => run.push(t),

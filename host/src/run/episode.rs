@@ -288,6 +288,7 @@ impl Session {
             std::mem::take(&mut cfg.tasks),
             &cfg.assets,
             cfg.allow_network,
+            &cfg.envs.machine(),
         );
         cfg.tasks = tasks;
         if !skipped.is_empty() {

@@ -65,6 +65,23 @@ impl Source {
     fn starts_environments(&self) -> bool {
         !matches!(self, Self::Named(_))
     }
+
+    /// What is known, before anything starts, of the programs its machines have.
+    pub fn machine(&self) -> crate::peers::Machine {
+        use crate::peers::Machine;
+        match self {
+            Self::Named(_) => Machine::Unknown,
+            Self::Local { .. } | Self::Desktop { .. } => Machine::Local,
+            Self::Vm { plan, .. } => match plan.cache.get(&plan.image) {
+                Ok(image) => Machine::Image {
+                    name: plan.image.clone(),
+                    packages: image.manifest.packages.keys().cloned().collect(),
+                },
+                // Not built: bringing the VMs up says so.
+                Err(_) => Machine::Unknown,
+            },
+        }
+    }
 }
 
 /// Who handles Ctrl-C and SIGTERM while environments are up.
@@ -403,6 +420,7 @@ impl Launch {
             std::mem::take(&mut self.tasks),
             &self.options.assets,
             self.options.allow_network,
+            &self.source.machine(),
         );
         self.tasks = tasks;
         if !skipped.is_empty() {

@@ -89,6 +89,10 @@ pub struct Requires {
     /// run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unsupported: Vec<String>,
+    /// Programs its setup starts that a machine may lack (`google-chrome`, `code`, `vlc`):
+    /// a run on an image or on local desktops that lack one leaves the task out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apps: Vec<String>,
 }
 
 impl Requires {

@@ -376,6 +376,7 @@ pub fn convert(domain: &str, t: &OsTask, original: serde_json::Value, cache: &Pa
                 _ => None,
             },
             unsupported: unsupported.clone(),
+            apps: apps_started(t),
         },
     };
     Imported {
@@ -384,6 +385,45 @@ pub fn convert(domain: &str, t: &OsTask, original: serde_json::Value, cache: &Pa
         needs,
         unsupported,
     }
+}
+
+/// Programs of OSWorld's machine that a machine may lack, as setups start them.
+const APPS: &[&str] = &[
+    "google-chrome",
+    "code",
+    "vlc",
+    "gimp",
+    "thunderbird",
+    "libreoffice",
+    "soffice",
+    "nautilus",
+    "gnome-terminal",
+    "socat",
+];
+
+/// The apps of [`APPS`] that a task's setup or postconfig starts (`launch`, `execute`,
+/// `command`), by the program its command names first.
+fn apps_started(t: &OsTask) -> Vec<String> {
+    let steps = t.config.iter().chain(&t.evaluator.postconfig);
+    let mut apps: Vec<String> = steps
+        .filter(|s| matches!(s.kind.as_str(), "launch" | "execute" | "command"))
+        .filter_map(|s| {
+            let first = match s.parameters.get("command")? {
+                serde_json::Value::String(c) => shlex_split(c).ok()?.into_iter().next()?,
+                serde_json::Value::Array(a) => {
+                    let first = a.first()?.as_str()?;
+                    // A shell script's first word when it is one.
+                    first.split_whitespace().next()?.to_owned()
+                }
+                _ => return None,
+            };
+            let name = first.rsplit('/').next().unwrap_or(&first).to_owned();
+            APPS.contains(&name.as_str()).then_some(name)
+        })
+        .collect();
+    apps.sort();
+    apps.dedup();
+    apps
 }
 
 fn nonempty(steps: Vec<Step>) -> BTreeMap<String, Vec<Step>> {
@@ -751,6 +791,8 @@ pub struct Summary {
     pub total: BTreeMap<String, usize>,
     /// Per task: its id, category, needs and what is not supported.
     pub tasks: Vec<TaskLine>,
+    /// How many runnable tasks start each app a machine may lack.
+    pub apps: BTreeMap<String, usize>,
 }
 
 /// One task in the summary.
@@ -789,6 +831,11 @@ impl Summary {
                 .entry(c.to_owned())
                 .or_default() += 1;
             *s.total.entry(c.to_owned()).or_default() += 1;
+            if t.task.requires.refusal(true).is_none() {
+                for app in &t.task.requires.apps {
+                    *s.apps.entry(app.clone()).or_default() += 1;
+                }
+            }
             s.tasks.push(TaskLine {
                 id: t.task.id.clone(),
                 category: c.to_owned(),
@@ -818,6 +865,14 @@ impl Summary {
             row(&mut out, d, counts);
         }
         row(&mut out, "all", &self.total);
+        if !self.apps.is_empty() {
+            let apps: Vec<String> = self.apps.iter().map(|(a, n)| format!("{a} {n}")).collect();
+            let _ = writeln!(
+                out,
+                "apps their setups start: {} (a run leaves out a task whose app its machine lacks)",
+                apps.join(", ")
+            );
+        }
         out
     }
 }
@@ -850,6 +905,41 @@ mod tests {
             "evaluator": evaluator});
         let t: OsTask = serde_json::from_value(task.clone()).unwrap();
         convert("os", &t, task, Path::new("/nonexistent"))
+    }
+
+    #[test]
+    fn the_apps_a_setup_starts_are_required_and_a_machine_without_one_leaves_the_task_out() {
+        let task = serde_json::json!({"id": "t1", "instruction": "x", "config": [
+            {"type": "launch", "parameters": {"command": ["google-chrome", "--remote-debugging-port=1337"]}},
+            {"type": "launch", "parameters": {"command": ["socat", "tcp-listen:9222,fork", "tcp:localhost:1337"]}},
+            {"type": "execute", "parameters": {"command": "/usr/bin/code --install-extension x", "shell": true}},
+            {"type": "execute", "parameters": {"command": ["python", "-c", "import pyautogui"]}},
+            {"type": "launch", "parameters": {"command": "vlc --start-time=3 a.mp4", "shell": true}},
+        ], "evaluator": {"func": "infeasible"}});
+        let t: OsTask = serde_json::from_value(task.clone()).unwrap();
+        let got = convert("os", &t, task, Path::new("/nonexistent"));
+        assert_eq!(
+            got.task.requires.apps,
+            ["code", "google-chrome", "socat", "vlc"]
+        );
+        let image = |packages: &[&str]| crate::peers::Machine::Image {
+            name: "osworld".into(),
+            packages: packages.iter().map(|p| (*p).to_owned()).collect(),
+        };
+        let skipped = |machine| {
+            crate::peers::runnable(vec![got.task.clone()], Path::new("/"), false, &machine).1
+        };
+        // Chromium is google-chrome in the osworld image; VS Code is only there from its .deb.
+        let why = skipped(image(&["chromium", "socat", "vlc"]));
+        assert_eq!(why.len(), 1);
+        assert!(
+            why[0]
+                .1
+                .starts_with("needs code, which the image osworld lacks"),
+            "{why:?}"
+        );
+        assert!(skipped(image(&["google-chrome-stable", "code", "socat", "vlc"])).is_empty());
+        assert!(skipped(crate::peers::Machine::Unknown).is_empty());
     }
 
     #[test]
