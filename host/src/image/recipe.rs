@@ -625,7 +625,7 @@ name = "pincer"
         let mut l = load("osworld").unwrap();
         assert!(l.local_inputs().is_empty());
         l.add_debs(std::slice::from_ref(&deb)).unwrap();
-        assert_eq!(l.local_inputs(), [deb.clone()]);
+        assert_eq!(l.local_inputs(), [deb]);
         let e = l
             .add_debs(&[dir.path().join("chrome.zip")])
             .unwrap_err()
