@@ -198,6 +198,23 @@ fn imagesize(p: &Path) -> (u32, u32) {
     (w, h)
 }
 
+/// Runs a shell script in a container of image `tag` and returns what it printed, failing
+/// the test with its output unless it succeeds.
+fn podman_sh(tag: &str, script: &str) -> String {
+    let out = pincer_tests::podman_run()
+        .arg(tag)
+        .args(["sh", "-c", script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 #[test]
 fn the_image_is_also_a_container_image_with_the_agent_inside() {
     let sb = Sandbox::new();
@@ -210,16 +227,9 @@ fn the_image_is_also_a_container_image_with_the_agent_inside() {
         "{tag}"
     );
     // Real podman with runc; the image also carries pincer, to run shards as pods.
-    let out = pincer_tests::podman_run()
-        .arg(&tag)
-        .args(["sh", "-c", "cat /etc/debian_version && /usr/local/bin/pincer-agent --version && /usr/local/bin/pincer --version && grep ExecStart /etc/systemd/user/pincer-agent.service"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = podman_sh(
+        &tag,
+        "cat /etc/debian_version && /usr/local/bin/pincer-agent --version && /usr/local/bin/pincer --version && grep ExecStart /etc/systemd/user/pincer-agent.service",
     );
     assert!(text.starts_with("12."), "{text}");
     assert!(text.contains("pincer-agent "), "{text}");
@@ -965,17 +975,7 @@ fn a_recipe_adds_a_vendor_repository_a_local_deb_pip_and_a_sudo_user() {
         echo "sudo $(su user -c 'echo password | sudo -S -k -p "" id -u')"
         if su user -c 'echo wrong | sudo -S -k -p "" true' 2>/dev/null; then echo "wrong password accepted"; fi
     "#;
-    let out = pincer_tests::podman_run()
-        .arg(tag)
-        .args(["sh", "-c", script])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = podman_sh(tag, script);
     for want in [
         "jq 7",
         "pyautogui 0.9.54",

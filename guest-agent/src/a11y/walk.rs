@@ -160,9 +160,9 @@ struct App {
     down: OnceLock<String>,
     /// Its cache, once read.
     cache: OnceLock<AppCache>,
-    /// Whether its toolkit never says what is showing (GTK 4.8 marks only windows
-    /// `showing`, every widget `visible`), so that `visible` stands for it.
-    visible_is_showing: OnceLock<bool>,
+    /// Its toolkit and version as attributes, once read (for the filters, or the root's
+    /// attributes).
+    toolkit: OnceLock<Vec<(String, String)>>,
 }
 
 impl App {
@@ -174,14 +174,16 @@ impl App {
             permits: Semaphore::new(IN_FLIGHT_PER_APP),
             down: OnceLock::new(),
             cache: OnceLock::new(),
-            visible_is_showing: OnceLock::new(),
+            toolkit: OnceLock::new(),
         }
     }
 
-    /// Whether a node of this application is on screen, as far as its states tell.
+    /// Whether a node of this application is on screen, as far as its states tell. GTK 4.8
+    /// marks only windows `showing` and every widget `visible`, so for GTK 4 `visible`
+    /// stands for it.
     fn showing(&self, core: &Core) -> bool {
         core.has(STATE_SHOWING)
-            || (self.visible_is_showing.get() == Some(&true) && core.has(STATE_VISIBLE))
+            || (self.toolkit.get().is_some_and(|t| is_gtk4(t)) && core.has(STATE_VISIBLE))
     }
 
     fn cached(&self, obj: &Obj) -> Option<&Core> {
@@ -597,7 +599,9 @@ impl Walk {
         if let Some(cache) = items.and_then(|r| parse_cache(&app.bus, &r)) {
             let _ = app.cache.set(cache);
         }
-        let _ = app.visible_is_showing.set(is_gtk4(&toolkit));
+        if filters {
+            let _ = app.toolkit.set(toolkit);
+        }
         let mut node = self
             .visit(&app, root, depth, Kind::App, true)
             .await
@@ -879,7 +883,10 @@ impl Walk {
             },
             async {
                 if matches!(kind, Kind::App) && ifaces.application && self.attributes {
-                    self.toolkit(app, obj).await
+                    match app.toolkit.get() {
+                        Some(known) => known.clone(),
+                        None => self.toolkit(app, obj).await,
+                    }
                 } else {
                     Vec::new()
                 }

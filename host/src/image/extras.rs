@@ -5,7 +5,7 @@
 //! under any home directory); this module writes the source lines, package paths and
 //! hooks the build hands to mmdebstrap.
 
-use super::recipe::Loaded;
+use super::recipe::{AptSource, Loaded};
 use super::{ImageError, io};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -55,12 +55,7 @@ impl Staged {
         };
         let mut sources = Vec::new();
         for (i, src) in r.apt_sources.iter().enumerate() {
-            let ext = src
-                .key
-                .extension()
-                .and_then(|e| e.to_str())
-                .unwrap_or("gpg");
-            let key = copy(&src.key, &key_name(i, ext))?;
+            let key = copy(&src.key, &key_name(i, src))?;
             let mut line = format!(
                 "deb [signed-by={}] {} {}",
                 key.display(),
@@ -116,12 +111,7 @@ impl Staged {
         if !r.apt_sources.is_empty() {
             hooks.push(format!("mkdir -p \"$1\"{KEYRINGS}"));
             for (i, src) in r.apt_sources.iter().enumerate() {
-                let ext = src
-                    .key
-                    .extension()
-                    .and_then(|e| e.to_str())
-                    .unwrap_or("gpg");
-                let name = key_name(i, ext);
+                let name = key_name(i, src);
                 hooks.push(format!(
                     "install -m 0644 {}/{name} \"$1\"{KEYRINGS}/{name}",
                     self.dir.path().display()
@@ -159,8 +149,13 @@ impl Staged {
     }
 }
 
-/// The file name of the `i`th repository's key.
-fn key_name(i: usize, ext: &str) -> String {
+/// The file name of the `i`th repository's key, with its own extension (`.asc` or `.gpg`).
+fn key_name(i: usize, src: &AptSource) -> String {
+    let ext = src
+        .key
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("gpg");
     format!("pincer-{i}.{ext}")
 }
 
