@@ -1,5 +1,6 @@
 //! What a recipe adds beyond its distribution's archive: apt repositories with their keys,
-//! local `.deb` files, pip packages, and the user's password and sudo. Their files are
+//! local `.deb` files, pip packages, the user's password and sudo, and the recipe's own
+//! commands (`run`). Their files are
 //! staged in a private directory under `/tmp` whose path has no space or comma, because
 //! apt's source options and mmdebstrap's package list cannot quote one (the cache may live
 //! under any home directory); this module writes the source lines, package paths and
@@ -103,7 +104,8 @@ impl Staged {
     }
 
     /// Customize hooks, run after the user exists: the keys go to `/etc/apt/keyrings` and
-    /// the image's sources point there; the user's password and sudo; pip packages.
+    /// the image's sources point there; the user's password and sudo; pip packages; then
+    /// the recipe's `run` commands, each in its own `sh -e` inside the image.
     pub(super) fn hooks(&self, loaded: &Loaded) -> Vec<String> {
         let r = &loaded.recipe;
         let user = &r.user.name;
@@ -145,6 +147,9 @@ impl Staged {
                 specs.join(" ")
             ));
         }
+        for command in &r.run {
+            hooks.push(format!("chroot \"$1\" /bin/sh -ec {}", quote(command)));
+        }
         hooks
     }
 }
@@ -182,6 +187,7 @@ suite = "bookworm"
 kernel = "linux-image-amd64"
 debs = ["débs/code 1,2_amd64.deb"]
 pip = ["pyautogui==0.9.54"]
+run = ["glib-compile-schemas /usr/share/glib-2.0/schemas", "echo 'it''s' > /etc/x"]
 [[apt_sources]]
 uri = "https://dl.example.com/deb/"
 suite = "stable"
@@ -221,6 +227,15 @@ sudo = true
         assert!(
             hooks.contains("pip install") && hooks.contains("'pyautogui==0.9.54'"),
             "{hooks}"
+        );
+        // The recipe's commands come last, in order, quoted whole.
+        let all = staged.hooks(&loaded);
+        assert_eq!(
+            all[all.len() - 2..],
+            [
+                "chroot \"$1\" /bin/sh -ec 'glib-compile-schemas /usr/share/glib-2.0/schemas'",
+                "chroot \"$1\" /bin/sh -ec 'echo '\\''it'\\'''\\''s'\\'' > /etc/x'",
+            ]
         );
         // The staged files go with the build.
         let kept = staged.dir.path().to_owned();

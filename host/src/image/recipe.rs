@@ -98,6 +98,12 @@ pub struct Recipe {
     /// Files to add.
     #[serde(default)]
     pub files: Vec<FileSpec>,
+    /// Shell commands run as root inside the image, in order, after its packages, files,
+    /// user and pip packages are in (compiling GSettings overrides, editing a packaged
+    /// configuration); one that fails fails the build. Left out of the serialized recipe
+    /// when empty, so that recipes without it keep their hash.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub run: Vec<String>,
 }
 
 /// The user the desktop session runs as (uid 1000).
@@ -481,6 +487,12 @@ impl Loaded {
         for (i, deb) in r.debs.iter().enumerate() {
             self.local_file(&format!("debs[{i}]"), deb, &["deb"])?;
         }
+        if let Some(i) = r.run.iter().position(|c| c.trim().is_empty()) {
+            return Err(self.invalid(
+                &format!("run[{i}]"),
+                "is empty: write the shell command to run in the image, or remove the entry",
+            ));
+        }
         for (i, spec) in r.pip.iter().enumerate() {
             let ok = spec.starts_with(|c: char| c.is_ascii_alphanumeric())
                 && spec
@@ -681,6 +693,8 @@ name = "pincer"
         assert!(e.contains("`user.password`"), "{e}");
         let e = error(&format!("pip = [\"pyautogui; rm -rf /\"]\n{GOOD}"));
         assert!(e.contains("`pip[0]`"), "{e}");
+        let e = error(&format!("run = [\"true\", \" \"]\n{GOOD}"));
+        assert!(e.contains("`run[1]` is empty"), "{e}");
         let e = error(&format!("debs = [\"chrome.deb\"]\n{GOOD}"));
         assert!(
             e.contains("`debs[0]` bundled recipes carry no files"),
