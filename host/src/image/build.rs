@@ -225,6 +225,82 @@ fn sweep(cache: &Path) {
     }
 }
 
+/// One SHA-256 over the pincer-agent and pincer binaries a build puts into the image.
+pub fn binaries_sha256(opts: &Options) -> Result<String, ImageError> {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(file_sha256(&opts.agent)?.as_bytes());
+    if let Some(pincer) = &opts.pincer {
+        ctx.update(file_sha256(pincer)?.as_bytes());
+    }
+    Ok(hex(ctx.finish().as_ref()))
+}
+
+/// Puts this build's pincer-agent and pincer into an up-to-date image's container image as
+/// a new layer (`podman build`, copies only), tagged anew; the old tag is removed.
+async fn refresh_container(
+    mut image: Image,
+    old: &str,
+    opts: &Options,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<Image, ImageError> {
+    need_tool("podman", "podman")?;
+    let binaries = binaries_sha256(opts)?;
+    let tag = format!(
+        "localhost/pincer/{}:{}-{}",
+        image.manifest.name,
+        &image.manifest.recipe_hash[..12],
+        &binaries[..12]
+    );
+    progress(&format!(
+        "the image is up to date, but its container image {old} carries other pincer binaries: adding these as {tag}"
+    ));
+    let ctx = tempfile::Builder::new()
+        .prefix("pincer-container-")
+        .tempdir()
+        .map_err(io("making a build context"))?;
+    let mut containerfile = format!("FROM {old}\n");
+    for (src, name) in [
+        (Some(&opts.agent), "pincer-agent"),
+        (opts.pincer.as_ref(), "pincer"),
+    ] {
+        if let Some(src) = src {
+            std::fs::copy(src, ctx.path().join(name))
+                .map_err(io(format!("copying {}", src.display())))?;
+            containerfile.push_str(&format!("COPY {name} /usr/local/bin/{name}\n"));
+        }
+    }
+    std::fs::write(ctx.path().join("Containerfile"), containerfile)
+        .map_err(io("writing the Containerfile"))?;
+    let dir = ctx.path().display().to_string();
+    run_step(
+        "podman build",
+        "podman",
+        &[
+            "build".into(),
+            "--pull=never".into(),
+            "--tag".into(),
+            tag.clone(),
+            "--file".into(),
+            format!("{dir}/Containerfile"),
+            dir,
+        ],
+        &[],
+        progress,
+    )
+    .await?;
+    if old != tag {
+        // Only the name goes: the new image is built on the old one's layers.
+        let _ = std::process::Command::new("podman")
+            .args(["untag", old])
+            .output();
+    }
+    image.manifest.container = Some(tag);
+    image.manifest.container_binaries = Some(binaries);
+    let text = serde_json::to_string_pretty(&image.manifest).unwrap_or_default();
+    std::fs::write(image.dir.join(super::MANIFEST), text).map_err(io("writing the manifest"))?;
+    Ok(image)
+}
+
 /// Builds the image of `loaded` into `cache` (or finds it up to date), saying what it does
 /// through `progress`.
 pub async fn build(
@@ -245,6 +321,12 @@ pub async fn build(
             progress(
                 "the image is up to date, but was built without --container: building it again with the root file system kept",
             );
+        } else if let Some(old) = image.manifest.container.clone()
+            && image.manifest.container_binaries.as_deref() != Some(&binaries_sha256(opts)?)
+        {
+            return refresh_container(image, &old, opts, progress)
+                .await
+                .map(Built::Cached);
         } else {
             return Ok(Built::Cached(image));
         }
@@ -389,6 +471,10 @@ pub async fn build(
         agent_sha256: file_sha256(&opts.agent)?,
         built_at: crate::clock::unix_secs(),
         build_seconds: started.elapsed().as_secs_f64(),
+        container_binaries: match container {
+            Some(_) => Some(binaries_sha256(opts)?),
+            None => None,
+        },
         container,
     };
     for leftover in ["overlay", "packages.tsv", "kernel.txt"] {

@@ -47,6 +47,10 @@ pub struct Manifest {
     /// The container image it was exported as (`--container`), if it was.
     #[serde(default)]
     pub container: Option<String>,
+    /// The SHA-256 of the pincer-agent and pincer binaries that container carries (see
+    /// [`build::binaries_sha256`]): a build with other binaries puts them in a new layer.
+    #[serde(default)]
+    pub container_binaries: Option<String>,
 }
 
 /// Sizes of an image's parts, in bytes.
@@ -339,6 +343,7 @@ mod tests {
             built_at: 0,
             build_seconds: 1.0,
             container: None,
+            container_binaries: None,
         }
     }
 
