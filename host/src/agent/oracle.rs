@@ -98,13 +98,20 @@ impl Oracle {
                 self.next + 1
             )));
         }
+        // Each look costs the guest a screenshot and a UI tree: after the first seconds,
+        // look less often, so that a slow guest (a VM under TCG starting Chrome) is not
+        // kept busier by the waiting than by the app it waits for.
+        let seconds = if since.elapsed() < PATIENT { 0.25 } else { 1.0 };
         Ok(Decision {
-            actions: vec![AgentAction::Wait { seconds: 0.25 }],
+            actions: vec![AgentAction::Wait { seconds }],
             thought: Some(format!("waiting for {what}")),
             ..Decision::default()
         })
     }
 }
+
+/// How long the oracle looks four times a second while it waits; then once a second.
+const PATIENT: Duration = Duration::from_secs(5);
 
 /// How long a locator may be missing before the oracle gives up.
 const FIND_TIMEOUT: Duration = Duration::from_secs(20);
