@@ -19,7 +19,8 @@
 #                    Android shim on a stand-in phone, the bundled suite sharded over a
 #                    local three-node Slurm cluster against one machine, what the
 #                    Python interface and the MCP server add per step, OSWorld's import,
-#                    fetch and scoring
+#                    fetch and scoring, and OSWorld's offline tasks on the osworld image
+#                    with the oracle and the random agent
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -235,6 +236,14 @@ case "${1:-}" in
     "$P" task import-osworld "$osw/lab" --out "$osw/tasks" --assets "$osw/cache" >/dev/null
     "$P" task check --bind desktop=bench --tasks "$osw/tasks" --assets "$osw/cache" --no-setup \
       --repeat 50 libreoffice_calc/4172ea6e-6b77-4edb-a9cc-c0014bd1603b | tail -n 1
+    log "OSWorld's offline tasks (osworld-offline) on the osworld image: the oracle (expect every score 1.0), then the random agent (expect none)"
+    "$P" image build osworld
+    "$P" run --tasks osworld-offline --vm osworld --vm-memory 3072 --agent oracle \
+      --out "$osw/offline-oracle" --no-report | tail -n 5
+    python3 tests/osworld/campaign_stats.py "$osw/offline-oracle/results.jsonl"
+    "$P" run --tasks osworld-offline --vm osworld --vm-memory 3072 --agent random \
+      --out "$osw/offline-random" --no-report | tail -n 5
+    python3 tests/osworld/campaign_stats.py "$osw/offline-random/results.jsonl"
     log "the bundled suite with the oracle: one machine, then 3 shards on a local Slurm cluster"
     runs="$PINCER_STATE_DIR/runs-$(date +%s)"
     start=$(date +%s.%N)

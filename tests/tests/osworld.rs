@@ -16,6 +16,14 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// OSWorld's task folder as the project carries it.
+fn fixture() -> String {
+    repo()
+        .join("fixtures/osworld-2024/evaluation_examples")
+        .display()
+        .to_string()
+}
+
 /// The scorer's environment, which the lab's Python is.
 fn scorer_env() -> PathBuf {
     let env = pincer::peers::osworld::scorer::default_env();
@@ -90,7 +98,7 @@ fn pincer_scores_end_states_exactly_as_osworlds_own_code() {
     let mut lab = Lab::start();
     let folder = sb.path().join("osworld examples");
     let prepared = lab.ask(json!({"op": "prepare", "out": folder,
-        "fixture": repo().join("fixtures/osworld-2024/evaluation_examples")}));
+        "fixture": fixture()}));
     let cases = prepared["cases"].as_array().expect("cases").clone();
     let tasks = sb.path().join("tasks");
     let assets = sb.path().join("cache é");
@@ -242,10 +250,7 @@ fn imported_tasks_run_to_the_agents_end_and_what_cannot_run_is_skipped_with_why(
     sb.pincer_ok(&[
         "task",
         "import-osworld",
-        repo()
-            .join("fixtures/osworld-2024/evaluation_examples")
-            .to_str()
-            .unwrap(),
+        &fixture(),
         "--index",
         index_file.to_str().unwrap(),
         "--out",
@@ -861,4 +866,95 @@ async fn window_steps_find_windows_by_class_and_optional_ones_pass_when_missing(
         .await
         .unwrap_err();
     assert!(e.to_string().contains("Note"), "{e}");
+}
+
+/// The offline tasks of OSWorld that the `osworld-offline` suite leaves out, each with why
+/// (the README lists them the same way).
+const OFFLINE_LEFT_OUT: &[(&str, &str)] = &[
+    (
+        "multi_apps/69acbb55",
+        "installs a project's Python packages from the network",
+    ),
+    ("multi_apps/48d05431", "installs conda from the network"),
+    ("multi_apps/e1fc0df3", "downloads LanguageTool and a JRE"),
+    (
+        "multi_apps/f8369178",
+        "downloads a theme from gnome-look.org",
+    ),
+    (
+        "multi_apps/3c8f201a",
+        "downloads an image from Google Drive",
+    ),
+    ("os/94d95f96", "installs Spotify from the network"),
+    ("vs_code/", "VS Code is not in Debian (13 tasks)"),
+];
+
+/// The bundled `osworld-offline` suite is OSWorld's own task files as `import-osworld`
+/// writes them, each with an oracle added and nothing else changed, and it holds every
+/// offline task but those left out with a reason.
+#[test]
+fn the_offline_suite_is_osworlds_tasks_as_imported_each_with_an_oracle() {
+    let sb = Sandbox::new();
+    let out = sb.path().join("imported");
+    sb.pincer_ok(&[
+        "task",
+        "import-osworld",
+        &fixture(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join(".osworld-import.json")).unwrap())
+            .unwrap();
+    let offline: Vec<&str> = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["category"] == "offline")
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    let suite = repo().join("tasks/osworld-offline");
+    let mut in_suite = 0;
+    for id in &offline {
+        let path = suite.join(format!("{id}.json"));
+        let left_out = OFFLINE_LEFT_OUT.iter().find(|(p, _)| id.starts_with(p));
+        assert_eq!(
+            path.exists(),
+            left_out.is_none(),
+            "{id}: in the suite {}, left out {left_out:?}",
+            path.exists()
+        );
+        if left_out.is_some() {
+            continue;
+        }
+        in_suite += 1;
+        let mut task: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let oracle = task.as_object_mut().unwrap().remove("oracle");
+        assert!(
+            oracle
+                .as_ref()
+                .and_then(Value::as_array)
+                .is_some_and(|o| !o.is_empty()),
+            "{id} has no oracle"
+        );
+        let imported: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join(format!("{id}.json"))).unwrap())
+                .unwrap();
+        assert_eq!(
+            task, imported,
+            "{id} differs from its import (re-import it and keep its oracle)"
+        );
+    }
+    assert!(in_suite >= 40, "{in_suite} tasks");
+    // The suite is bundled: it runs by name.
+    let listed = sb.pincer_ok(&["task", "list", "--tasks", "osworld-offline"]);
+    assert_eq!(
+        listed
+            .lines()
+            .filter(|l| l.contains("single-desktop"))
+            .count(),
+        in_suite,
+        "{listed}"
+    );
 }

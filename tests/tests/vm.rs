@@ -6,8 +6,8 @@
 //! run takes its VMs with it (and leaves `vm up`'s), so does a killed first boot, bundled
 //! tasks pass with the oracle, and bad input is named.
 
-use pincer_tests::Sandbox;
-use serde_json::Value;
+use pincer_tests::{Sandbox, results};
+use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -235,6 +235,59 @@ fn the_image_is_also_a_container_image_with_the_agent_inside() {
     assert!(text.contains("pincer-agent "), "{text}");
     assert!(text.contains("\npincer "), "{text}");
     assert!(text.contains("--listen 0.0.0.0:7000"), "{text}");
+
+    // A cached image with other pincer binaries: its container image gets these in a new
+    // layer under a new tag (the recipe did not change, so nothing else is rebuilt), and
+    // the old tag goes.
+    let agent = pincer_tests::bin("pincer-agent");
+    let other = sb.path().join("pincer-agent");
+    let mut bytes = std::fs::read(&agent).unwrap();
+    bytes.extend_from_slice(b"another build");
+    std::fs::write(&other, &bytes).unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let sha = |path: &Path| {
+        let out = std::process::Command::new("sha256sum")
+            .arg(path)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)[..64].to_owned()
+    };
+    let in_container =
+        |tag: &str| podman_sh(tag, "sha256sum /usr/local/bin/pincer-agent")[..64].to_owned();
+    let out = sb.pincer(&[
+        "image",
+        "build",
+        IMAGE,
+        "--container",
+        "--agent",
+        other.to_str().unwrap(),
+    ]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("carries other pincer binaries"), "{log}");
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            pincer::paths::image_cache_dir()
+                .join(IMAGE)
+                .join("manifest.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let refreshed = manifest["container"].as_str().unwrap().to_owned();
+    assert_ne!(refreshed, tag);
+    assert_eq!(in_container(&refreshed), sha(&other));
+    assert!(
+        !std::process::Command::new("podman")
+            .args(["image", "exists", &tag])
+            .status()
+            .unwrap()
+            .success(),
+        "{tag} is still there"
+    );
+    // And back: the build's own agent again.
+    let back = pincer_tests::container_image(&sb, IMAGE);
+    assert_eq!(in_container(&back), sha(&agent));
 }
 
 #[test]
@@ -1118,4 +1171,73 @@ fn the_osworld_image_is_the_machine_osworlds_tasks_assume() {
         false
     });
     assert!(found, "Nautilus's sidebar never showed up in the tree");
+}
+
+/// One task of each domain of the `osworld-offline` suite (and an infeasible one), run on
+/// the `osworld` image: OSWorld's own metrics score each 1.0 after its oracle, and 0 when
+/// the agent says it is done at once, before acting (so no task passes as set up). The
+/// whole suite, with the random agent too, is in `./run.sh bench`.
+#[test]
+fn osworld_offline_tasks_pass_with_their_oracles_and_fail_untouched() {
+    const TASKS: &[&str] = &[
+        "os/b6781586-6346-41cd-935a-a6b1487918fc",
+        "vlc/215dfd39-f493-4bc3-a027-8a97d72c61bf",
+        "gimp/7b7617bd-57cc-468e-9c91-40c4ec2bcb3d",
+        "multi_apps/937087b6-f668-4ba6-9110-60682ee33441",
+        "libreoffice_impress/2cd43775-7085-45d8-89fa-9e35c0a915cf",
+        "chrome/030eeff7-b492-4218-b312-701ec99ee0cc",
+        "chrome/3720f614-37fd-4d04-8a6b-76f54f8c222d",
+    ];
+    let sb = Sandbox::new();
+    let out = sb.pincer(&["image", "build", "osworld"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let campaign = |tasks: &str, name: &str| {
+        let out = sb.path().join(name);
+        let mut args = vec![
+            "run",
+            "--tasks",
+            tasks,
+            "--agent",
+            "oracle",
+            "--vm",
+            "osworld",
+            "--vm-memory",
+            "3072",
+            "--no-report",
+            "--out",
+        ];
+        args.push(out.to_str().unwrap());
+        for t in TASKS {
+            args.extend(["--task", t]);
+        }
+        let log = sb.pincer_ok(&args);
+        let recs = results(&out);
+        assert_eq!(recs.len(), TASKS.len(), "{log}");
+        recs
+    };
+    for r in campaign("osworld-offline", "solved") {
+        assert_eq!(r["score"], 1.0, "{r}");
+        assert_eq!(r["termination"], "success", "{r}");
+    }
+    // The same tasks, each with an oracle that says it is done before doing anything.
+    let untouched = sb.path().join("untouched");
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tasks/osworld-offline");
+    for t in TASKS {
+        let mut task: Value = serde_json::from_str(
+            &std::fs::read_to_string(suite.join(format!("{t}.json"))).unwrap(),
+        )
+        .unwrap();
+        task["oracle"] = json!([{"do": "complete"}]);
+        let path = untouched.join(format!("{t}.json"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, task.to_string()).unwrap();
+    }
+    for r in campaign(untouched.to_str().unwrap(), "untouched") {
+        assert_eq!(r["score"], 0.0, "{r}");
+        assert_ne!(r["termination"], "success", "{r}");
+    }
 }
