@@ -664,13 +664,10 @@ fn descendants(pid: u32) -> Vec<u32> {
     found
 }
 
-#[test]
-fn a_scorer_worker_that_dies_or_hangs_is_an_error_and_the_next_score_starts_a_new_one() {
-    use pincer::peers::osworld::scorer::{Call, Request, Scorer, ScorerError};
-    // Generous: the first call imports the metric's module (pandas, openpyxl, formulas),
-    // seconds on a loaded machine.
-    let scorer = Scorer::new(scorer_env()).with_call_timeout(std::time::Duration::from_secs(20));
-    let req = Request {
+/// A request that OSWorld's `exact_match` scores 1.
+fn exact_match_request() -> pincer::peers::osworld::scorer::Request {
+    use pincer::peers::osworld::scorer::{Call, Request};
+    Request {
         metrics: vec![("general".into(), "exact_match".into())],
         single: true,
         conj: "and".into(),
@@ -682,7 +679,25 @@ fn a_scorer_worker_that_dies_or_hangs_is_an_error_and_the_next_score_starts_a_ne
             result_getter: None,
             expected_getter: None,
         }],
-    };
+    }
+}
+
+#[test]
+fn a_scorer_worker_that_dies_or_hangs_is_an_error_and_the_next_score_starts_a_new_one() {
+    use pincer::peers::osworld::scorer::{Scorer, ScorerError};
+    // Generous: the first call imports the metric's module (pandas, openpyxl, formulas),
+    // seconds on a loaded machine.
+    let scorer = Scorer::new(scorer_env()).with_call_timeout(std::time::Duration::from_secs(20));
+    let req = exact_match_request();
+    // The worker outlives the thread that asked first. bubblewrap kills it when the thread
+    // that started it ends, and a run scores on whichever of the async runtime's threads is
+    // free (idle blocking threads end after seconds): the worker died between two tasks,
+    // and `pincer run` died writing the next request (SIGPIPE).
+    std::thread::scope(|s| {
+        let first = s.spawn(|| scorer.score(&req).map(|r| r.score));
+        assert_eq!(first.join().unwrap().unwrap(), 1.0);
+    });
+    std::thread::sleep(std::time::Duration::from_secs(1));
     assert_eq!(scorer.score(&req).unwrap().score, 1.0);
     // The worker runs under bubblewrap, a child of this process; python under it. Other
     // tests of this binary run `pincer` subprocesses with workers of their own: only the

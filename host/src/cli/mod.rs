@@ -125,14 +125,38 @@ impl EnvArg {
     }
 }
 
+/// Whether a closed pipe may end this command quietly, as `head` expects of Unix tools
+/// (`pincer probe processes | head`), instead of a panic in `println!`: commands that print
+/// and end. Every other command keeps SIGPIPE ignored: a run, a server or a supervisor that
+/// writes to a scorer worker that has died, or to a socket its peer reset, gets an error it
+/// handles, where SIGPIPE would end it in the middle of a campaign without a word.
+fn quiet_on_closed_pipe(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Tree(_)
+            | Command::Probe(_)
+            | Command::Exec(_)
+            | Command::Env(_)
+            | Command::Task(
+                task::TaskCmd::List(_)
+                    | task::TaskCmd::Show { .. }
+                    | task::TaskCmd::Validate { .. }
+                    | task::TaskCmd::Graph { .. }
+                    | task::TaskCmd::Schema
+                    | task::TaskCmd::Functions { .. }
+                    | task::TaskCmd::Templates { .. }
+            )
+    )
+}
+
 pub(crate) fn main() -> ExitCode {
-    // Die quietly on a closed pipe (`pincer probe processes | head`) like other Unix tools,
-    // instead of panicking in println!.
-    // SAFETY: setting a signal disposition before any thread is started.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let cli = Cli::parse();
+    if quiet_on_closed_pipe(&cli.command) {
+        // SAFETY: setting a signal disposition before any thread is started.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let filter = match cli.verbose {
         0 => "warn",
         1 => "info,quinn=warn",

@@ -198,6 +198,39 @@ pub struct Scorer {
     scratch: PathBuf,
     next: AtomicU64,
     worker: Mutex<Option<Worker>>,
+    spawner: Mutex<Option<Spawner>>,
+}
+
+/// The thread that starts workers. bubblewrap's `--die-with-parent` kills the worker when
+/// the *thread* that forked it ends, not the process, and scoring runs on whatever thread
+/// asks, often one of the async runtime's blocking threads, which end after seconds idle:
+/// the worker then died between two tasks (and pincer, writing the next request to it, got
+/// a broken pipe). This thread lives as long as the scorer, so its workers do.
+#[derive(Debug)]
+struct Spawner {
+    orders: mpsc::Sender<(Command, mpsc::Sender<std::io::Result<Child>>)>,
+}
+
+impl Spawner {
+    fn start() -> Result<Self, ScorerError> {
+        let (orders, rx) = mpsc::channel::<(Command, mpsc::Sender<std::io::Result<Child>>)>();
+        std::thread::Builder::new()
+            .name("osworld-scorer-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .map_err(|e| ScorerError::Start(format!("a thread to start workers: {e}")))?;
+        Ok(Self { orders })
+    }
+
+    fn spawn(&self, cmd: Command) -> std::io::Result<Child> {
+        let gone = || std::io::Error::other("the scorer's spawner thread is gone");
+        let (tx, rx) = mpsc::channel();
+        self.orders.send((cmd, tx)).map_err(|_| gone())?;
+        rx.recv().map_err(|_| gone())?
+    }
 }
 
 #[derive(Debug)]
@@ -242,6 +275,7 @@ impl Scorer {
             scratch,
             next: AtomicU64::new(0),
             worker: Mutex::new(None),
+            spawner: Mutex::new(None),
         }
     }
 
@@ -396,7 +430,20 @@ impl Scorer {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().map_err(|e| match e.kind() {
+        let spawned = {
+            let mut spawner = self
+                .spawner
+                .lock()
+                .map_err(|_| ScorerError::Start("a previous start panicked".into()))?;
+            if spawner.is_none() {
+                *spawner = Some(Spawner::start()?);
+            }
+            match spawner.as_ref() {
+                Some(s) => s.spawn(cmd),
+                None => Err(std::io::Error::other("no spawner")),
+            }
+        };
+        let mut child = spawned.map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => ScorerError::NoBwrap,
             _ => ScorerError::Start(e.to_string()),
         })?;
