@@ -19,4 +19,5 @@ print(
 )
 for r in records:
     if r.get("score") != 1.0:
-        print(f"  {r['task']}: {r['termination']} score {r.get('score')} ({r.get('detail', '')})")
+        why = (r.get("detail") or "").splitlines()[0][:160] if r.get("detail") else ""
+        print(f"  {r['task']}: {r['termination']} score {r.get('score')} ({why})")
