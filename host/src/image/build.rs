@@ -240,11 +240,11 @@ pub fn binaries_sha256(opts: &Options) -> Result<String, ImageError> {
 async fn refresh_container(
     mut image: Image,
     old: &str,
+    binaries: String,
     opts: &Options,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Image, ImageError> {
     need_tool("podman", "podman")?;
-    let binaries = binaries_sha256(opts)?;
     let tag = format!(
         "localhost/pincer/{}:{}-{}",
         image.manifest.name,
@@ -322,9 +322,10 @@ pub async fn build(
                 "the image is up to date, but was built without --container: building it again with the root file system kept",
             );
         } else if let Some(old) = image.manifest.container.clone()
-            && image.manifest.container_binaries.as_deref() != Some(&binaries_sha256(opts)?)
+            && let binaries = binaries_sha256(opts)?
+            && image.manifest.container_binaries.as_deref() != Some(&binaries)
         {
-            return refresh_container(image, &old, opts, progress)
+            return refresh_container(image, &old, binaries, opts, progress)
                 .await
                 .map(Built::Cached);
         } else {

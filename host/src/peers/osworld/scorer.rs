@@ -435,13 +435,11 @@ impl Scorer {
                 .spawner
                 .lock()
                 .map_err(|_| ScorerError::Start("a previous start panicked".into()))?;
-            if spawner.is_none() {
-                *spawner = Some(Spawner::start()?);
-            }
-            match spawner.as_ref() {
-                Some(s) => s.spawn(cmd),
-                None => Err(std::io::Error::other("no spawner")),
-            }
+            let spawner = match &mut *spawner {
+                Some(s) => s,
+                empty => empty.insert(Spawner::start()?),
+            };
+            spawner.spawn(cmd)
         };
         let mut child = spawned.map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => ScorerError::NoBwrap,
