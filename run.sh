@@ -98,6 +98,16 @@ vm_deps() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       --allow-downgrades "qemu-system-x86=$want" "qemu-utils=$want"
   fi
+  # `pincer image import` edits users' disks with libguestfs (after QEMU, which it needs),
+  # whose small appliance VM boots the host's own kernel: containers and minimal machines
+  # have none in /boot. OVMF boots imported UEFI disks.
+  deps libguestfs-tools ovmf
+  if ! ls /boot/vmlinuz-* >/dev/null 2>&1; then
+    local k=linux-image-amd64
+    apt-cache show "$k" >/dev/null 2>&1 || k=linux-image-generic
+    log "installing $k: libguestfs boots the host's kernel and this machine has none in /boot"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$k"
+  fi
 }
 
 # The shim as phones run it: static musl binaries, linked by zig (no Android NDK needed).

@@ -4,11 +4,13 @@
 //! answering from inside. A reset must throw away files and settings, two VMs of one image
 //! run side by side, a run on VMs resets between tasks and replaces a VM that dies, a killed
 //! run takes its VMs with it (and leaves `vm up`'s), so does a killed first boot, bundled
-//! tasks pass with the oracle, and bad input is named.
+//! tasks pass with the oracle, and bad input is named. A user's own bootable disk (a
+//! stand-in built here, for BIOS and UEFI) is imported, boots through its own bootloader
+//! and resets.
 
 use pincer_tests::{Sandbox, results};
 use serde_json::{Value, json};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -878,7 +880,7 @@ fn run_ok(program: &str, args: &[&str], dir: &Path, env: &[(&str, &Path)]) {
 }
 
 /// Builds a `.deb` of `package` (with `depends`) in `dir`, the same bytes every time.
-fn make_deb(dir: &Path, package: &str, depends: &str) -> std::path::PathBuf {
+fn make_deb(dir: &Path, package: &str, depends: &str) -> PathBuf {
     let tree = dir.join(format!("{package}-tree"));
     std::fs::create_dir_all(tree.join("DEBIAN")).unwrap();
     std::fs::create_dir_all(tree.join("usr/share").join(package)).unwrap();
@@ -1240,4 +1242,239 @@ fn osworld_offline_tasks_pass_with_their_oracles_and_fail_untouched() {
         assert_eq!(r["score"], 0.0, "{r}");
         assert_ne!(r["termination"], "success", "{r}");
     }
+}
+
+/// A stand-in for a user's own VM disk, named as one: `tests/images/standin-disk.sh` (Debian
+/// 12 booted by its own GRUB for `firmware`, user `alex` with a desktop session at boot, no
+/// pincer inside). Built once per firmware (about 4 minutes) and kept beside the images,
+/// by the script's hash.
+fn standin_disk(firmware: &str) -> PathBuf {
+    use std::hash::{Hash as _, Hasher as _};
+    const SCRIPT: &str = include_str!("../images/standin-disk.sh");
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    SCRIPT.hash(&mut h);
+    let cache = pincer::paths::image_cache_dir();
+    let prefix = format!(".standin-{firmware}-");
+    let disk = cache.join(format!("{prefix}{:016x}.qcow2", h.finish()));
+    if disk.exists() {
+        return disk;
+    }
+    std::fs::create_dir_all(&cache).unwrap();
+    for e in std::fs::read_dir(&cache).unwrap().filter_map(Result::ok) {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    let part = disk.with_extension("part");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("images/standin-disk.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(&part)
+        .arg(firmware)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "building the stand-in disk failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::rename(&part, &disk).unwrap();
+    disk
+}
+
+/// `pincer image import` of the stand-in disk for `firmware`, then a VM of it: the agent
+/// answers from the disk's own desktop session as its user, the disk booted through its own
+/// bootloader, and a reset throws away what was done.
+fn a_users_own_disk_is_imported_and_resets(firmware: &str) {
+    let sb = Sandbox::new();
+    let standin = standin_disk(firmware);
+    // Where users keep disks: spaces and non-ASCII in the path.
+    let dir = sb.path().join("my disks é");
+    std::fs::create_dir_all(&dir).unwrap();
+    let disk = dir.join("lab machine.qcow2");
+    if std::fs::hard_link(&standin, &disk).is_err() {
+        std::fs::copy(&standin, &disk).unwrap();
+    }
+    let before = std::fs::metadata(&disk).unwrap();
+    let cache = sb.path().join("images");
+    let cache = cache.to_str().unwrap();
+    let name = format!("standin-{firmware}");
+    let said = sb.pincer_ok(&[
+        "image",
+        "import",
+        disk.to_str().unwrap(),
+        "--name",
+        &name,
+        "--cache",
+        cache,
+    ]);
+    assert!(
+        said.contains(&format!("boots under {firmware}, agent as alex")),
+        "{said}"
+    );
+    assert!(said.contains("debian bookworm"), "{said}");
+    // The user's file is only read.
+    let after = std::fs::metadata(&disk).unwrap();
+    assert_eq!(
+        (before.len(), before.modified().unwrap()),
+        (after.len(), after.modified().unwrap())
+    );
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(cache).join(&name).join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["firmware"], firmware);
+    assert_eq!(manifest["imported"]["user"], "alex");
+    assert_eq!(manifest["imported"]["session"], "linger");
+    assert!(manifest["packages"]["zenity"].is_string(), "{manifest}");
+    // A second import under the name is refused before anything is copied.
+    let again = sb.pincer(&[
+        "image",
+        "import",
+        disk.to_str().unwrap(),
+        "--name",
+        &name,
+        "--cache",
+        cache,
+    ]);
+    let e = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && e.contains("pincer image rm"),
+        "{e}"
+    );
+
+    let vm = format!("own-{firmware}");
+    let up = sb.pincer_ok(&[
+        "vm", "up", "--image", &name, "--name", &vm, "--cache", cache,
+    ]);
+    assert!(up.contains(&format!("VM '{vm}' is up")), "{up}");
+    let _vm = Vm {
+        sb: &sb,
+        name: vm.clone(),
+    };
+    // The agent sees the disk's own desktop: its screen, and the dialog its session opens.
+    let shot = sb.path().join("shot.png");
+    sb.pincer_ok(&["screenshot", "--env", &vm, "-o", shot.to_str().unwrap()]);
+    assert_eq!(imagesize(&shot), (1280, 800));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let t = sb.pincer(&["tree", "--env", &vm, "--app", "zenity", "--format", "text"]);
+        if String::from_utf8_lossy(&t.stdout).contains("the user's own desktop") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no zenity dialog in the VM's UI tree"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // As the disk's user, started with their session, and booted by the disk's GRUB under
+    // the firmware asked for (not by QEMU loading a kernel).
+    let facts = sh(
+        &sb,
+        &vm,
+        "id -un; systemctl --user is-active pincer-agent.service; cat /proc/cmdline; test -d /sys/firmware/efi && echo firmware=uefi || echo firmware=bios",
+    );
+    assert!(facts.starts_with("alex\nactive\n"), "{facts}");
+    assert!(
+        facts.contains("BOOT_IMAGE=") && !facts.contains("pincer.agent_disk"),
+        "{facts}"
+    );
+    assert!(facts.contains(&format!("firmware={firmware}")), "{facts}");
+
+    sh(&sb, &vm, "echo task > ~/mark.txt");
+    assert!(sh(&sb, &vm, "cat ~/mark.txt").contains("task"));
+    let reset = sb.pincer_ok(&["vm", "reset", &vm]);
+    assert!(reset.contains("reset"), "{reset}");
+    let gone = sh(
+        &sb,
+        &vm,
+        "test -e ~/mark.txt && echo still there; echo checked",
+    );
+    assert_eq!(gone.trim(), "checked");
+    let off = clock_offset(&sb, &vm);
+    assert!(
+        off.abs() < 1.0,
+        "the guest's clock is {off:+.2} s off after a reset"
+    );
+    sb.pincer_ok(&["vm", "down", &vm]);
+}
+
+#[test]
+fn a_users_own_bios_disk_is_imported_boots_through_its_grub_and_resets() {
+    a_users_own_disk_is_imported_and_resets("bios");
+}
+
+#[test]
+fn a_users_own_uefi_disk_is_imported_boots_under_ovmf_and_resets() {
+    a_users_own_disk_is_imported_and_resets("uefi");
+}
+
+#[test]
+fn disks_that_cannot_be_imported_are_refused_with_the_reason() {
+    let sb = Sandbox::new();
+    let cache = sb.path().join("images");
+    let cache = cache.to_str().unwrap();
+    let refused = |args: &[&str], want: &str| -> String {
+        let mut all = vec!["image", "import"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--cache", cache]);
+        let out = sb.pincer(&all);
+        let e = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success() && e.contains(want), "{all:?}: {e}");
+        e
+    };
+    let text = sb.path().join("notes.txt");
+    std::fs::write(&text, "not a disk\n".repeat(100)).unwrap();
+    refused(
+        &[text.to_str().unwrap(), "--name", "notes"],
+        "not a bootable disk",
+    );
+    let vmdk = sb.path().join("disk.vmdk");
+    let made = std::process::Command::new("qemu-img")
+        .args(["create", "-q", "-f", "vmdk"])
+        .arg(&vmdk)
+        .arg("16M")
+        .status()
+        .unwrap();
+    assert!(made.success());
+    refused(
+        &[vmdk.to_str().unwrap(), "--name", "v"],
+        "qemu-img convert -O qcow2",
+    );
+    refused(&["/nonexistent/disk.qcow2", "--name", "n"], "no such file");
+    refused(
+        &[text.to_str().unwrap(), "--name", "debian-12-minimal"],
+        "bundled recipe",
+    );
+    refused(
+        &[text.to_str().unwrap(), "--name", "My Disk"],
+        "cannot name an image",
+    );
+    refused(
+        &[text.to_str().unwrap(), "--name", "n", "--user", "x;reboot"],
+        "not a login name",
+    );
+    // A user the disk does not have: the disk's users are named.
+    let standin = standin_disk("bios");
+    let e = refused(
+        &[
+            standin.to_str().unwrap(),
+            "--name",
+            "n",
+            "--user",
+            "mallory",
+        ],
+        "the disk has no user 'mallory'",
+    );
+    assert!(e.contains("(the disk's users: alex"), "{e}");
+    // Nothing of the refused imports is left in the cache.
+    let left: Vec<_> = std::fs::read_dir(cache)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.iter()
+            .all(|n| n.to_string_lossy().starts_with(".lock-")),
+        "{left:?}"
+    );
 }

@@ -1,8 +1,9 @@
-//! `pincer image ...`: build VM images from recipes, list and remove them.
+//! `pincer image ...`: build VM images from recipes, import users' own disks, list and
+//! remove them.
 
 use clap::Subcommand;
 use pincer::image::build::{self, Built, Options};
-use pincer::image::{Cache, human_bytes, recipe};
+use pincer::image::{Cache, Firmware, human_bytes, import, recipe};
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -51,6 +52,26 @@ pub(crate) enum ImageCmd {
         #[command(flatten)]
         cache: CacheArg,
     },
+    /// Make an image of your own bootable disk (qcow2 or raw; BIOS or UEFI): it is copied
+    /// into the cache (your file is only read) and pincer's guest services are put in with
+    /// libguestfs; its VMs boot through the disk's own bootloader and the agent starts with
+    /// the user's graphical session (set up automatic login on the disk).
+    Import {
+        /// The disk.
+        disk: PathBuf,
+        /// The image's name.
+        #[arg(long)]
+        name: String,
+        /// The user whose desktop session the agent drives (default: the disk's user with
+        /// uid 1000).
+        #[arg(long, value_name = "USER")]
+        user: Option<String>,
+        /// How the disk boots (default: read from its partition table).
+        #[arg(long, value_enum)]
+        firmware: Option<FirmwareArg>,
+        #[command(flatten)]
+        cache: CacheArg,
+    },
     /// List built images and the bundled recipes.
     List {
         #[command(flatten)]
@@ -63,6 +84,15 @@ pub(crate) enum ImageCmd {
         #[command(flatten)]
         cache: CacheArg,
     },
+}
+
+/// `--firmware`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum FirmwareArg {
+    /// SeaBIOS: an MBR disk, or a GPT disk with a BIOS boot partition.
+    Bios,
+    /// OVMF: a GPT disk with an EFI system partition.
+    Uefi,
 }
 
 /// The agent next to this pincer binary.
@@ -118,6 +148,48 @@ pub(crate) async fn run(cmd: ImageCmd) -> anyhow::Result<()> {
                 println!("container image: {c}");
             }
         }
+        ImageCmd::Import {
+            disk,
+            name,
+            user,
+            firmware,
+            cache,
+        } => {
+            let cache = cache.cache();
+            let opts = import::ImportOptions {
+                disk,
+                name,
+                user,
+                firmware: firmware.map(|f| match f {
+                    FirmwareArg::Bios => Firmware::Bios,
+                    FirmwareArg::Uefi => Firmware::Uefi,
+                }),
+            };
+            let image = import::import(&cache, &opts, &mut |m| eprintln!("{m}")).await?;
+            let m = &image.manifest;
+            let user = m.imported.as_ref().map_or("", |i| i.user.as_str());
+            println!(
+                "{} imported in {:.1} s: {} {} ({} packages, kernel {}), boots under {}, agent as {user}; disk {} (qcow2 file {}), at {}",
+                m.name,
+                m.build_seconds,
+                m.distribution,
+                m.suite,
+                m.packages.len(),
+                if m.kernel.is_empty() {
+                    "unknown"
+                } else {
+                    &m.kernel
+                },
+                m.firmware,
+                human_bytes(m.sizes.disk_virtual),
+                human_bytes(m.sizes.disk_file),
+                image.dir.display()
+            );
+            println!(
+                "start it with: pincer vm up --image {} (its first boot makes the golden state)",
+                m.name
+            );
+        }
         ImageCmd::List { cache } => {
             let cache = cache.cache();
             let images = cache.images();
@@ -130,8 +202,9 @@ pub(crate) async fn run(cmd: ImageCmd) -> anyhow::Result<()> {
                 );
                 for i in images {
                     let m = &i.manifest;
-                    let fresh = recipe::load(&m.name)
-                        .ok()
+                    let fresh = (m.imported.is_none())
+                        .then(|| recipe::load(&m.name).ok())
+                        .flatten()
                         .and_then(|l| build::recipe_hash(&l).ok())
                         .map_or("", |h| {
                             if h == m.recipe_hash {

@@ -19,7 +19,7 @@ use std::time::Instant;
 use tokio::io::AsyncBufReadExt as _;
 
 /// pincer's own guest files (`images/guest/`).
-static GUEST: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/../images/guest");
+pub(crate) static GUEST: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/../images/guest");
 
 /// Bumped whenever what pincer adds to every image changes in a way the guest files do not
 /// show (packages, hooks), so that images built before are rebuilt.
@@ -140,7 +140,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 /// The agent's arguments in images: it listens on every interface of the VM; QEMU forwards
 /// only the host's 127.0.0.1 to it.
-fn agent_args() -> Vec<String> {
+pub(crate) fn agent_args() -> Vec<String> {
     vec!["--listen".into(), "0.0.0.0:7000".into()]
 }
 
@@ -156,12 +156,22 @@ pub fn need_tool(tool: &str, package: &str) -> Result<(), ImageError> {
     }
 }
 
-/// A build directory, removed when dropped unless it became the image.
-struct Scratch(Option<PathBuf>);
+/// A build or import directory, removed when dropped unless it became the image.
+pub(crate) struct Scratch(Option<PathBuf>);
 
 impl Scratch {
+    /// Removes `dir` when dropped.
+    pub(crate) fn new(dir: PathBuf) -> Self {
+        Self(Some(dir))
+    }
+
     fn path(&self) -> &Path {
         self.0.as_deref().unwrap_or(Path::new("/nonexistent"))
+    }
+
+    /// Keeps the directory: it became the image.
+    pub(crate) fn keep(mut self) {
+        self.0 = None;
     }
 }
 
@@ -211,14 +221,17 @@ fn remove_work(dir: &Path) {
     }
 }
 
-/// Removes what builds that were interrupted left behind (their process is gone).
-fn sweep(cache: &Path) {
+/// Removes what builds and imports that were interrupted left behind (their process is
+/// gone).
+pub(crate) fn sweep(cache: &Path) {
     let Ok(entries) = std::fs::read_dir(cache) else {
         return;
     };
     for e in entries.filter_map(Result::ok) {
         let name = e.file_name().to_string_lossy().into_owned();
-        let work = name.starts_with(".build-") || name.starts_with(".rm-");
+        let work = [".build-", ".import-", ".rm-"]
+            .iter()
+            .any(|p| name.starts_with(p));
         if work && !owner_alive(&name) {
             remove_work(&e.path());
         }
@@ -371,11 +384,11 @@ pub async fn build(
     ));
     simulate(loaded, opts, &staged, &packages, &sources).await?;
 
-    let mut scratch = Scratch(Some(cache.dir().join(format!(
+    let scratch = Scratch::new(cache.dir().join(format!(
         ".build-{}-{}",
         loaded.name,
         std::process::id()
-    ))));
+    )));
     let out = scratch.path().to_owned();
     let overlay = out.join("overlay");
     std::fs::create_dir_all(&overlay).map_err(io(format!("creating {}", overlay.display())))?;
@@ -477,6 +490,8 @@ pub async fn build(
             None => None,
         },
         container,
+        firmware: super::Firmware::Kernel,
+        imported: None,
     };
     for leftover in ["overlay", "packages.tsv", "kernel.txt"] {
         let p = out.join(leftover);
@@ -497,7 +512,7 @@ pub async fn build(
     std::fs::rename(&out, &target)
         .map_err(io(format!("moving the image to {}", target.display())))?;
     // It is the image now.
-    scratch.0 = None;
+    scratch.keep();
     Ok(Built::Fresh(cache.get(&loaded.name)?))
 }
 
@@ -867,7 +882,7 @@ fn mmdebstrap_args(
 
 /// Runs one step of the build, passing its progress lines on and keeping its last lines
 /// for the error.
-async fn run_step(
+pub(crate) async fn run_step(
     step: &str,
     program: &str,
     args: &[String],

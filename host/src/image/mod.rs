@@ -1,11 +1,14 @@
 //! VM images: built from declarative recipes (`recipe`, `images/*.toml`) with mmdebstrap
 //! into a cache directory (`build`), one directory per image holding the disk (qcow2), the
 //! kernel and initrd for direct boot, and a manifest (recipe hash, package versions, sizes,
-//! kernel). An image is rebuilt only when its recipe changes. This module finds, lists and
-//! removes them.
+//! kernel). An image is rebuilt only when its recipe changes. A user's own bootable disk
+//! becomes an image by `import`: its directory holds the disk (and for UEFI the firmware's
+//! variable store), and its VMs boot through the disk's own bootloader. This module finds,
+//! lists and removes them.
 
 pub mod build;
 mod extras;
+pub mod import;
 pub mod mirror;
 pub mod recipe;
 
@@ -51,6 +54,35 @@ pub struct Manifest {
     /// [`build::binaries_sha256`]): a build with other binaries puts them in a new layer.
     #[serde(default)]
     pub container_binaries: Option<String>,
+    /// How its VMs boot.
+    #[serde(default)]
+    pub firmware: Firmware,
+    /// Where an imported image came from (`pincer image import`); `None` for built ones.
+    #[serde(default)]
+    pub imported: Option<import::Imported>,
+}
+
+/// How an image's VMs boot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Firmware {
+    /// QEMU loads the image's kernel and initrd (built images).
+    #[default]
+    Kernel,
+    /// The disk's own bootloader under SeaBIOS.
+    Bios,
+    /// The disk's own bootloader under OVMF.
+    Uefi,
+}
+
+impl std::fmt::Display for Firmware {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Kernel => "kernel",
+            Self::Bios => "bios",
+            Self::Uefi => "uefi",
+        })
+    }
 }
 
 /// Sizes of an image's parts, in bytes.
@@ -89,6 +121,11 @@ impl Image {
     /// The initrd for direct boot.
     pub fn initrd(&self) -> PathBuf {
         self.dir.join("initrd.img")
+    }
+
+    /// The UEFI variable store an imported UEFI disk's first boot starts from.
+    pub fn efi_vars(&self) -> PathBuf {
+        self.dir.join("efivars.fd")
     }
 
     /// Where this image's golden states (saved first boots) live.
@@ -159,6 +196,30 @@ pub enum ImageError {
     /// The build was interrupted (Ctrl-C, SIGTERM); nothing of it is left in the cache.
     #[error("interrupted during {0}: nothing was left in the cache")]
     Interrupted(String),
+    /// A disk that cannot be imported.
+    #[error("cannot import {}: {why}", disk.display())]
+    Import {
+        /// The disk.
+        disk: PathBuf,
+        /// What is wrong and what to do.
+        why: String,
+    },
+    /// An image of that name is in the cache already.
+    #[error(
+        "an image '{name}' is in the cache already: remove it first (pincer image rm {name}) or pick another --name"
+    )]
+    Taken {
+        /// The name.
+        name: String,
+    },
+    /// A name that cannot be an image's.
+    #[error("'{name}' cannot name an image: {why}")]
+    BadName {
+        /// The name.
+        name: String,
+        /// Why.
+        why: String,
+    },
     /// No image of that name is built.
     #[error("no image '{name}' is built in {}: {}", dir.display(), if built.is_empty() { "none is; build one with `pincer image build RECIPE`".to_owned() } else { format!("built: {}", built.join(", ")) })]
     NotBuilt {
@@ -344,6 +405,8 @@ mod tests {
             build_seconds: 1.0,
             container: None,
             container_binaries: None,
+            firmware: Firmware::Kernel,
+            imported: None,
         }
     }
 

@@ -72,6 +72,11 @@ impl Golden {
         self.dir.join("agent.img")
     }
 
+    /// The UEFI variable store as the first boot left it (imported UEFI disks).
+    pub fn efi_vars(&self) -> PathBuf {
+        self.dir.join("efivars.fd")
+    }
+
     /// The token the agent expects (the envs file points here).
     pub fn token_file(&self) -> PathBuf {
         self.dir.join("identity/token")
@@ -260,14 +265,16 @@ async fn make(
     // overlay's directory), so that the cache stays usable wherever it is mounted: a shared
     // volume is /runs/.pincer/images in a pod and elsewhere on the machine that built it.
     super::overlay(Path::new(GOLDEN_TO_IMAGE_DISK), &golden.disk())?;
+    if image.manifest.firmware == crate::image::Firmware::Uefi {
+        super::writable_copy(&image.efi_vars(), &golden.efi_vars())?;
+    }
     let port = super::free_port()?;
     let machine = Machine {
         name: format!("golden-{name}"),
         memory_mib: spec.memory_mib,
         cpus: spec.cpus,
         accel: spec.accel,
-        kernel: image.kernel(),
-        initrd: image.initrd(),
+        boot: super::boot_of(image, golden.efi_vars()),
         disk: golden.disk(),
         agent_disk: golden.agent_disk(),
         ram: Ram {
@@ -360,6 +367,7 @@ async fn make(
         golden.ram(),
         golden.state(),
         golden.agent_disk(),
+        golden.efi_vars(),
     ] {
         use std::os::unix::fs::PermissionsExt as _;
         let _ = std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o444));

@@ -19,7 +19,7 @@ pub use supervise::supervise;
 
 use crate::env::registry::{EnvEntry, Registry, RegistryError, VmEntry};
 use crate::env::{Deadlines, Environment, Transport};
-use crate::image::{Cache, Image, ImageError};
+use crate::image::{Cache, Firmware, Image, ImageError};
 use crate::process::Process;
 use golden::Golden;
 use qemu::{Accel, Machine, Ram};
@@ -268,14 +268,38 @@ pub(crate) fn tail_of(log: &Path, serial: &Path) -> String {
     out
 }
 
+/// How a machine of `image` boots; `vars` is where that machine's own UEFI variable store
+/// is (used only by imported UEFI disks).
+pub(crate) fn boot_of(image: &Image, vars: PathBuf) -> qemu::Boot {
+    match image.manifest.firmware {
+        Firmware::Kernel => qemu::Boot::Kernel {
+            kernel: image.kernel(),
+            initrd: image.initrd(),
+        },
+        Firmware::Bios => qemu::Boot::Bios,
+        Firmware::Uefi => qemu::Boot::Uefi {
+            code: crate::image::import::OVMF_CODE.into(),
+            vars,
+        },
+    }
+}
+
+/// Copies `from` to `to` as a file QEMU may write (golden files are read-only).
+pub(crate) fn writable_copy(from: &Path, to: &Path) -> Result<(), VmError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let _ = std::fs::remove_file(to);
+    std::fs::copy(from, to).map_err(io(format!("copying {}", from.display())))?;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o644))
+        .map_err(io(format!("setting the mode of {}", to.display())))
+}
+
 fn machine_of(st: &VmState, golden: &Golden, image: &Image) -> Machine {
     Machine {
         name: st.name.clone(),
         memory_mib: st.memory_mib,
         cpus: st.cpus,
         accel: st.accel,
-        kernel: image.kernel(),
-        initrd: image.initrd(),
+        boot: boot_of(image, dir_of(&st.name).join("efivars.fd")),
         disk: dir_of(&st.name).join("disk.qcow2"),
         agent_disk: golden.agent_disk(),
         ram: Ram {
@@ -385,6 +409,9 @@ async fn start(st: &mut VmState, golden: &Golden, image: &Image) -> Result<Timin
     golden::touch(golden);
     let machine = machine_of(st, golden, image);
     overlay(&golden.disk(), &machine.disk)?;
+    if let qemu::Boot::Uefi { vars, .. } = &machine.boot {
+        writable_copy(&golden.efi_vars(), vars)?;
+    }
     let mut child = machine
         .spawn()
         .map_err(io("starting qemu-system-x86_64 (install qemu-system-x86)"))?;

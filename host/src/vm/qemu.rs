@@ -1,5 +1,6 @@
-//! One `qemu-system-x86_64` process: its command line (direct kernel boot, the root disk as
-//! a qcow2 overlay, the agent's disk, user-mode networking that reaches nothing but the
+//! One `qemu-system-x86_64` process: its command line (direct kernel boot for built images,
+//! the disk's own bootloader under SeaBIOS or OVMF for imported ones, the root disk as a
+//! qcow2 overlay, the agent's disk, user-mode networking that reaches nothing but the
 //! agent's forwarded TCP port on 127.0.0.1, the clock's virtio-serial port, QMP on a unix
 //! socket), the accelerator chosen by probing, and starting it detached from the caller.
 
@@ -82,6 +83,27 @@ pub struct Ram {
     pub shared: bool,
 }
 
+/// How the guest boots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Boot {
+    /// A kernel and initrd given to QEMU (images built from recipes).
+    Kernel {
+        /// The kernel.
+        kernel: PathBuf,
+        /// Its initrd.
+        initrd: PathBuf,
+    },
+    /// The disk's own bootloader under SeaBIOS (an imported BIOS disk).
+    Bios,
+    /// The disk's own bootloader under OVMF (an imported UEFI disk).
+    Uefi {
+        /// OVMF's code (read-only).
+        code: PathBuf,
+        /// The machine's own copy of the UEFI variable store (written by the firmware).
+        vars: PathBuf,
+    },
+}
+
 /// Everything one QEMU process is started with.
 #[derive(Debug, Clone)]
 pub struct Machine {
@@ -93,10 +115,8 @@ pub struct Machine {
     pub cpus: u32,
     /// The accelerator.
     pub accel: Accel,
-    /// Kernel for direct boot.
-    pub kernel: PathBuf,
-    /// Its initrd.
-    pub initrd: PathBuf,
+    /// How it boots.
+    pub boot: Boot,
     /// The root disk (a qcow2 overlay of this VM's own).
     pub disk: PathBuf,
     /// The agent's disk (raw ext4, read-only).
@@ -167,17 +187,30 @@ impl Machine {
                 "max".into(),
             ]),
         }
+        a.extend(["-display".into(), "none".into()]);
+        match &self.boot {
+            Boot::Kernel { kernel, initrd } => a.extend([
+                "-vga".into(),
+                "none".into(),
+                "-kernel".into(),
+                p(kernel),
+                "-initrd".into(),
+                p(initrd),
+                "-append".into(),
+                "root=/dev/vda rw console=ttyS0 quiet pincer.agent_disk".into(),
+            ]),
+            // A user's own system expects a graphics card (a display manager needs one).
+            Boot::Bios => a.extend(["-vga".into(), "std".into()]),
+            Boot::Uefi { code, vars } => a.extend([
+                "-vga".into(),
+                "std".into(),
+                "-drive".into(),
+                format!("if=pflash,format=raw,unit=0,readonly=on,file={}", p(code)),
+                "-drive".into(),
+                format!("if=pflash,format=raw,unit=1,file={}", p(vars)),
+            ]),
+        }
         a.extend([
-            "-display".into(),
-            "none".into(),
-            "-vga".into(),
-            "none".into(),
-            "-kernel".into(),
-            p(&self.kernel),
-            "-initrd".into(),
-            p(&self.initrd),
-            "-append".into(),
-            "root=/dev/vda rw console=ttyS0 quiet pincer.agent_disk".into(),
             "-drive".into(),
             format!(
                 "file={},if=none,id=root,format=qcow2,cache=unsafe,discard=unmap",
@@ -294,8 +327,10 @@ mod tests {
             memory_mib: 1024,
             cpus: 2,
             accel: Accel::Tcg,
-            kernel: "/i/vmlinuz".into(),
-            initrd: "/i/initrd.img".into(),
+            boot: Boot::Kernel {
+                kernel: "/i/vmlinuz".into(),
+                initrd: "/i/initrd.img".into(),
+            },
             disk: "/v/disk.qcow2".into(),
             agent_disk: "/g/agent.img".into(),
             ram: Ram {
