@@ -806,14 +806,38 @@ fn bad_input_is_named() {
     assert!(listed.contains("no images built"), "{listed}");
 }
 
-/// Runs `pincer ARGS` as a user whose home (and so cache and state) is `home`, failing
-/// the test with what it said on error.
-fn as_user_at(sb: &Sandbox, home: &Path, args: &[&str]) {
-    let out = sb
-        .pincer_command(args)
+/// The user the long-home test runs pincer as when the test runs as root: no passwd entry
+/// is needed, and nothing of root's (its cache, /dev/kvm) is within its reach.
+const USER_UID: u32 = 4242;
+
+/// Runs `pincer ARGS` as a user who is not root (uid [`USER_UID`] when the test runs as
+/// root), whose home (and so cache, state and envs file) is `home`, and returns what it
+/// printed, failing the test with what it said on error.
+fn as_user_at(home: &Path, args: &[&str]) -> String {
+    // SAFETY: geteuid has no preconditions.
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        let mut c = std::process::Command::new("setpriv");
+        c.args([
+            "--reuid",
+            &USER_UID.to_string(),
+            "--regid",
+            &USER_UID.to_string(),
+        ])
+        .arg("--clear-groups")
+        .arg(pincer_tests::bin("pincer"));
+        c
+    } else {
+        std::process::Command::new(pincer_tests::bin("pincer"))
+    };
+    let out = cmd
+        .args(args)
         .env("HOME", home)
         .env("PINCER_STATE_DIR", home.join(".local/state/pincer"))
+        .env("PINCER_ENVS", home.join(".config/pincer/envs.toml"))
+        .env("USER", "firstname.lastname")
         .env_remove("XDG_CACHE_HOME")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_RUNTIME_DIR")
         .env_remove("PINCER_IMAGE_CACHE")
         .output()
         .unwrap();
@@ -823,6 +847,23 @@ fn as_user_at(sb: &Sandbox, home: &Path, args: &[&str]) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Gives the directories `dirs` (not what is in them) to the test's user, when the test
+/// runs as root.
+fn give_to_user(dirs: &[&Path]) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let owner = format!("{USER_UID}:{USER_UID}");
+    let ok = std::process::Command::new("chown")
+        .arg(&owner)
+        .args(dirs)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "chown {dirs:?}");
 }
 
 #[test]
@@ -831,17 +872,35 @@ fn a_vm_boots_cold_and_runs_for_a_user_whose_home_is_long() {
     image(&sb);
     // Homes are often this long once a lab's layout is added: QEMU's sockets under the
     // cache or the state directory would pass the 108 bytes a unix socket path may have.
+    // The user is not root (QEMU then opens its files with the user's rights alone).
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(sb.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     let home = sb
         .path()
         .join("home/firstname.lastname/research projects é/gui agents 2026/benchmark runs");
-    // The image as built, in this user's cache; its golden states this user's own, so the
-    // first `vm up` boots cold in `<image>/golden/.new-<key>-<pid>/`.
+    // The image as built, in this user's cache (linked: root's cache is out of the user's
+    // reach); its golden states this user's own, so the first `vm up` boots cold in
+    // `<image>/golden/.new-<key>-<pid>/`.
     let real = pincer::paths::image_cache_dir().join(IMAGE);
     let mine = home.join(".cache/pincer/images").join(IMAGE);
     std::fs::create_dir_all(mine.join("golden")).unwrap();
     for f in ["disk.qcow2", "initrd.img", "vmlinuz", "manifest.json"] {
-        std::os::unix::fs::symlink(real.join(f), mine.join(f)).unwrap();
+        if std::fs::hard_link(real.join(f), mine.join(f)).is_err() {
+            std::fs::copy(real.join(f), mine.join(f)).unwrap();
+        }
     }
+    // The user's own directories; the image's files (links to root's) only readable.
+    let cache = home.join(".cache");
+    give_to_user(&[
+        &home,
+        &cache,
+        &cache.join("pincer"),
+        &cache.join("pincer/images"),
+        &mine,
+        &mine.join("golden"),
+    ]);
     let scratch = mine.join(format!(
         "golden/.new-m1024-c2-tcg-{}-r-{}/clock.sock",
         "f".repeat(16),
@@ -850,15 +909,20 @@ fn a_vm_boots_cold_and_runs_for_a_user_whose_home_is_long() {
     assert!(scratch.as_os_str().len() > 108, "{}", scratch.display());
 
     as_user_at(
-        &sb,
         &home,
         &["vm", "up", "--image", IMAGE, "--name", "long-home"],
     );
-    assert_eq!(sh(&sb, "long-home", "echo up").trim(), "up");
-    // Reset restores the golden state made in the long directory.
-    as_user_at(&sb, &home, &["vm", "reset", "long-home"]);
-    assert_eq!(sh(&sb, "long-home", "echo again").trim(), "again");
-    as_user_at(&sb, &home, &["vm", "down", "long-home"]);
+    let exec = |script: &str| {
+        as_user_at(
+            &home,
+            &["exec", "--env", "long-home", "--", "sh", "-c", script],
+        )
+    };
+    assert_eq!(exec("echo up").trim(), "up");
+    // Reset restores the golden state made in the long directory, by the user's QEMU.
+    as_user_at(&home, &["vm", "reset", "long-home"]);
+    assert_eq!(exec("echo again").trim(), "again");
+    as_user_at(&home, &["vm", "down", "long-home"]);
     assert!(!home.join(".local/state/pincer/vms/long-home").exists());
 }
 

@@ -169,8 +169,18 @@ fn prune(root: &Path) {
     }
 }
 
-/// Marks a golden state as used now (restores keep it from being pruned).
+/// Marks a golden state as used now (restores keep it from being pruned), and gives its
+/// RAM file back the write permission QEMU needs to open it (golden states made before
+/// this version made it read-only; see [`make`]).
 pub fn touch(g: &Golden) {
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        if let Ok(m) = std::fs::metadata(g.ram())
+            && m.permissions().mode() & 0o200 == 0
+        {
+            let _ = std::fs::set_permissions(g.ram(), std::fs::Permissions::from_mode(0o644));
+        }
+    }
     let f = g.dir.join("golden.json");
     if let Ok(file) = std::fs::File::options().append(true).open(&f) {
         let _ = file.set_modified(std::time::SystemTime::now());
@@ -361,10 +371,11 @@ async fn make(
     for f in ["qemu.log", "serial.log", super::supervise::LOG] {
         let _ = std::fs::remove_file(dir.join(f));
     }
-    // Read-only by convention from now on: every VM of the image builds on these.
+    // Read-only by convention from now on: every VM of the image builds on these. Not the
+    // RAM file: QEMU 7.2 opens a memory backend's file for writing even when it maps it
+    // privately (share=off), so a mode of 0444 stops every VM of a user who is not root.
     for f in [
         golden.disk(),
-        golden.ram(),
         golden.state(),
         golden.agent_disk(),
         golden.efi_vars(),
