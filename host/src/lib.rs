@@ -7,6 +7,7 @@
 //! `ARCHITECTURE.md` lists them (a test holds them to it). The `pincer` binary is a thin CLI
 //! over this library.
 
+pub mod accel;
 pub mod agent;
 pub mod android;
 pub mod bench;

@@ -164,6 +164,7 @@ pub(crate) async fn run(cmd: ImageCmd) -> anyhow::Result<()> {
                     FirmwareArg::Bios => Firmware::Bios,
                     FirmwareArg::Uefi => Firmware::Uefi,
                 }),
+                tcg: pincer::accel::probe_accel().0 == pincer::accel::Accel::Tcg,
             };
             let image = import::import(&cache, &opts, &mut |m| eprintln!("{m}")).await?;
             let m = &image.manifest;

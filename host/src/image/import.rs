@@ -33,6 +33,10 @@ pub struct ImportOptions {
     pub user: Option<String>,
     /// The firmware; `None` reads it from the disk's partition table.
     pub firmware: Option<Firmware>,
+    /// Run libguestfs's appliance under TCG, as pincer's VMs run where there is no usable
+    /// KVM (`accel::probe_accel`): a `/dev/kvm` without hardware virtualization (nested,
+    /// para-virtualized) aborts its QEMU.
+    pub tcg: bool,
 }
 
 /// Why a disk cannot be imported (the rest are [`ImageError`]'s other kinds).
@@ -154,14 +158,14 @@ pub async fn import(
     ));
     progress(&format!(
         "putting pincer's guest services in with libguestfs (its appliance VM boots in {})",
-        if crate::vm::qemu::probe_accel().0 == crate::vm::qemu::Accel::Tcg {
+        if opts.tcg {
             "half a minute under TCG"
         } else {
             "a few seconds"
         }
     ));
     let t = Instant::now();
-    let facts = install(disk, &work, opts.user.as_deref(), progress).await?;
+    let facts = install(disk, &work, opts, progress).await?;
     progress(&format!("  done in {:.1} s", t.elapsed().as_secs_f64()));
     if facts.session == "none" {
         progress(&format!(
@@ -368,9 +372,10 @@ struct Facts {
 async fn install(
     disk: &Path,
     work: &Path,
-    user: Option<&str>,
+    opts: &ImportOptions,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Facts, ImageError> {
+    let user = opts.user.as_deref();
     let files = work.join("files");
     let guest = |name: &str| {
         GUEST
@@ -437,9 +442,7 @@ async fn install(
     let script_file = work.join("import.guestfish");
     std::fs::write(&script_file, &script).map_err(io("writing the guestfish script"))?;
     let mut env: Vec<(&str, &Path)> = vec![("LIBGUESTFS_BACKEND", Path::new("direct"))];
-    // A /dev/kvm without hardware virtualization (nested, para-virtualized) aborts
-    // libguestfs's QEMU: use TCG wherever pincer's own VMs do.
-    if crate::vm::qemu::probe_accel().0 == crate::vm::qemu::Accel::Tcg {
+    if opts.tcg {
         env.push(("LIBGUESTFS_BACKEND_SETTINGS", Path::new("force_tcg")));
     }
     let ran = run_step(

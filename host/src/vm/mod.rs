@@ -344,7 +344,7 @@ pub async fn up(
     let image = cache.get(&opts.image)?;
     crate::image::build::need_tool("qemu-system-x86_64", "qemu-system-x86")?;
     crate::image::build::need_tool("qemu-img", "qemu-utils")?;
-    let (accel, accel_reason) = qemu::probe_accel();
+    let (accel, accel_reason) = crate::accel::probe_accel();
     let t = Instant::now();
     let golden = golden::ensure(
         &image,
