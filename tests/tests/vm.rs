@@ -1151,6 +1151,18 @@ fn the_osworld_image_is_the_machine_osworlds_tasks_assume() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // The manifest has OSWorld's versions next to the image's (Debian 12's GIMP is newer).
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("gimp 2.10.3"), "{said}");
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(pincer::paths::image_cache_dir().join("osworld/manifest.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let gimp = &manifest["compared"]["packages"]["gimp"];
+    assert_eq!(gimp["machine"], "2.10.30", "{manifest}");
+    assert_eq!(gimp["image"], manifest["packages"]["gimp"], "{manifest}");
+    assert!(manifest["compared"]["packages"]["code"]["image"].is_null());
     let _vm = Vm {
         sb: &sb,
         name: "osworld".into(),

@@ -147,6 +147,16 @@ pub(crate) async fn run(cmd: ImageCmd) -> anyhow::Result<()> {
             if let Some(c) = &m.container {
                 println!("container image: {c}");
             }
+            if let Some(c) = &m.compared {
+                eprintln!("versions of {} next to the image's:", c.machine);
+                for (p, v) in &c.packages {
+                    eprintln!(
+                        "  {p} {} (the image: {})",
+                        v.machine,
+                        v.image.as_deref().unwrap_or("not installed")
+                    );
+                }
+            }
         }
         ImageCmd::Import {
             disk,

@@ -96,7 +96,12 @@ pub enum Built {
 pub fn recipe_hash(loaded: &Loaded) -> Result<String, ImageError> {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     ctx.update(&FORMAT.to_le_bytes());
-    let canonical = serde_json::to_vec(&loaded.recipe).unwrap_or_default();
+    // `compare` is what the manifest says about the image, not what it is made of.
+    let recipe = super::recipe::Recipe {
+        compare: None,
+        ..loaded.recipe.clone()
+    };
+    let canonical = serde_json::to_vec(&recipe).unwrap_or_default();
     ctx.update(&canonical);
     for p in loaded.local_inputs() {
         let bytes = std::fs::read(&p).map_err(io(format!("reading {}", p.display())))?;
@@ -322,6 +327,58 @@ pub async fn build(
     opts: &Options,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Built, ImageError> {
+    let mut built = build_or_reuse(cache, loaded, opts, progress).await?;
+    let image = match &mut built {
+        Built::Cached(i) | Built::Fresh(i) => i,
+    };
+    let compared = loaded
+        .recipe
+        .compare
+        .as_ref()
+        .map(|c| compared(c, &image.manifest.packages));
+    if image.manifest.compared != compared {
+        image.manifest.compared = compared;
+        // Renamed into place: other pincer processes read the manifest meanwhile.
+        let path = image.dir.join(super::MANIFEST);
+        let part = image
+            .dir
+            .join(format!(".{}.{}", super::MANIFEST, std::process::id()));
+        std::fs::write(
+            &part,
+            serde_json::to_string_pretty(&image.manifest).unwrap_or_default(),
+        )
+        .and_then(|()| std::fs::rename(&part, &path))
+        .map_err(io("writing the manifest"))?;
+    }
+    Ok(built)
+}
+
+/// The recipe's `compare` next to the image's packages.
+fn compared(c: &super::recipe::Compare, packages: &BTreeMap<String, String>) -> super::Compared {
+    super::Compared {
+        machine: c.machine.clone(),
+        packages: c
+            .versions
+            .iter()
+            .map(|(p, theirs)| {
+                (
+                    p.clone(),
+                    super::Versions {
+                        machine: theirs.clone(),
+                        image: packages.get(p).cloned(),
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+async fn build_or_reuse(
+    cache: &Cache,
+    loaded: &Loaded,
+    opts: &Options,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<Built, ImageError> {
     let started = Instant::now();
     let hash = recipe_hash(loaded)?;
     let _lock = FileLock::take(&cache.dir().join(format!(".lock-{}", loaded.name)))?;
@@ -492,6 +549,7 @@ pub async fn build(
         container,
         firmware: super::Firmware::Kernel,
         imported: None,
+        compared: None,
     };
     for leftover in ["overlay", "packages.tsv", "kernel.txt"] {
         let p = out.join(leftover);
@@ -1029,6 +1087,36 @@ mod tests {
         )
         .unwrap();
         assert_ne!(recipe_hash(&a).unwrap(), recipe_hash(&changed).unwrap());
+        // What the manifest says about the image is not what it is made of.
+        let compared = recipe::parse(
+            "debian-12-minimal",
+            &a.text.replace(
+                "[user]",
+                "[compare]\nmachine = \"m\"\nversions = { zenity = \"3.42\" }\n[user]",
+            ),
+            None,
+        )
+        .unwrap();
+        assert!(compared.recipe.compare.is_some());
+        assert_eq!(recipe_hash(&a).unwrap(), recipe_hash(&compared).unwrap());
+    }
+
+    #[test]
+    fn the_manifest_lists_the_other_machines_versions_next_to_the_images() {
+        let osworld = recipe::load("osworld").unwrap();
+        let c = osworld.recipe.compare.as_ref().expect("osworld compares");
+        let packages: BTreeMap<String, String> =
+            [("gimp".to_owned(), "2.10.34-1+deb12u3".to_owned())].into();
+        let m = compared(c, &packages);
+        assert!(m.machine.contains("OSWorld"), "{}", m.machine);
+        assert_eq!(m.packages["gimp"].machine, "2.10.30");
+        assert_eq!(
+            m.packages["gimp"].image.as_deref(),
+            Some("2.10.34-1+deb12u3")
+        );
+        // VS Code is not in Debian: the image has none.
+        assert_eq!(m.packages["code"].machine, "1.91.1");
+        assert_eq!(m.packages["code"].image, None);
     }
 
     #[test]

@@ -203,6 +203,7 @@ pub async fn import(
             user: facts.user,
             session: facts.session,
         }),
+        compared: None,
     };
     for f in ["head.raw", "facts"] {
         let _ = std::fs::remove_file(work.join(f));

@@ -60,6 +60,27 @@ pub struct Manifest {
     /// Where an imported image came from (`pincer image import`); `None` for built ones.
     #[serde(default)]
     pub imported: Option<import::Imported>,
+    /// The recipe's `compare`: another machine's versions next to the image's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compared: Option<Compared>,
+}
+
+/// Another machine's package versions next to an image's (a recipe's `compare`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Compared {
+    /// Which machine, and where its versions are stated.
+    pub machine: String,
+    /// Both versions by package.
+    pub packages: BTreeMap<String, Versions>,
+}
+
+/// One package's version on the other machine and in the image.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Versions {
+    /// The other machine's.
+    pub machine: String,
+    /// The image's (`None`: the image does not have it).
+    pub image: Option<String>,
 }
 
 /// How an image's VMs boot.
@@ -407,6 +428,7 @@ mod tests {
             container_binaries: None,
             firmware: Firmware::Kernel,
             imported: None,
+            compared: None,
         }
     }
 

@@ -104,6 +104,20 @@ pub struct Recipe {
     /// when empty, so that recipes without it keep their hash.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub run: Vec<String>,
+    /// The versions a machine this image stands in for has (OSWorld's), by package: the
+    /// manifest lists each next to the image's own. Metadata: not part of the image's hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compare: Option<Compare>,
+}
+
+/// Another machine's package versions, to be listed next to an image's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Compare {
+    /// Which machine, and where its versions are stated.
+    pub machine: String,
+    /// Its version of each package, by the image's package name.
+    pub versions: std::collections::BTreeMap<String, String>,
 }
 
 /// The user the desktop session runs as (uid 1000).
@@ -333,8 +347,10 @@ impl Loaded {
         if r.components.is_empty() {
             return Err(self.invalid("components", "is empty: name at least `main`"));
         }
-        for (field, p) in
-            std::iter::once(("kernel", &r.kernel)).chain(r.packages.iter().map(|p| ("packages", p)))
+        let compared = r.compare.iter().flat_map(|c| c.versions.keys());
+        for (field, p) in std::iter::once(("kernel", &r.kernel))
+            .chain(r.packages.iter().map(|p| ("packages", p)))
+            .chain(compared.map(|p| ("compare.versions", p)))
         {
             if !package_name(p) {
                 return Err(self.invalid(

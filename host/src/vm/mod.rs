@@ -344,6 +344,15 @@ pub async fn up(
     let image = cache.get(&opts.image)?;
     crate::image::build::need_tool("qemu-system-x86_64", "qemu-system-x86")?;
     crate::image::build::need_tool("qemu-img", "qemu-utils")?;
+    if image.manifest.firmware == Firmware::Uefi
+        && !Path::new(crate::image::import::OVMF_CODE).exists()
+    {
+        return Err(ImageError::MissingTool {
+            tool: crate::image::import::OVMF_CODE.into(),
+            package: "ovmf".into(),
+        }
+        .into());
+    }
     let (accel, accel_reason) = crate::accel::probe_accel();
     let t = Instant::now();
     let golden = golden::ensure(
