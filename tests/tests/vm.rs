@@ -31,6 +31,17 @@ fn image(sb: &Sandbox) {
     });
 }
 
+/// Held by tests whose timing needs the machine's cores: the OSWorld oracle test (Chromium
+/// and gnome-terminal under TCG, with deadlines) never runs beside an import's libguestfs
+/// appliance and cold boot, which starved it past its 180 s in a CI run on 2 cores.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A VM that is stopped when dropped.
 struct Vm<'a> {
     sb: &'a Sandbox,
@@ -1257,6 +1268,7 @@ fn the_osworld_image_is_the_machine_osworlds_tasks_assume() {
 /// whole suite, with the random agent too, is in `./run.sh bench`.
 #[test]
 fn osworld_offline_tasks_pass_with_their_oracles_and_fail_untouched() {
+    let _heavy = heavy();
     const TASKS: &[&str] = &[
         "os/b6781586-6346-41cd-935a-a6b1487918fc",
         "vlc/215dfd39-f493-4bc3-a027-8a97d72c61bf",
@@ -1362,6 +1374,7 @@ fn standin_disk(firmware: &str) -> PathBuf {
 /// answers from the disk's own desktop session as its user, the disk booted through its own
 /// bootloader, and a reset throws away what was done.
 fn a_users_own_disk_is_imported_and_resets(firmware: &str) {
+    let _heavy = heavy();
     let sb = Sandbox::new();
     let standin = standin_disk(firmware);
     // Where users keep disks: spaces and non-ASCII in the path.
