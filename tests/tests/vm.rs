@@ -1388,7 +1388,7 @@ fn a_users_own_disk_is_imported_and_resets(firmware: &str) {
     let cache = sb.path().join("images");
     let cache = cache.to_str().unwrap();
     let name = format!("standin-{firmware}");
-    let said = sb.pincer_ok(&[
+    let import = [
         "image",
         "import",
         disk.to_str().unwrap(),
@@ -1396,7 +1396,8 @@ fn a_users_own_disk_is_imported_and_resets(firmware: &str) {
         &name,
         "--cache",
         cache,
-    ]);
+    ];
+    let said = sb.pincer_ok(&import);
     assert!(
         said.contains(&format!("boots under {firmware}, agent as alex")),
         "{said}"
@@ -1417,15 +1418,7 @@ fn a_users_own_disk_is_imported_and_resets(firmware: &str) {
     assert_eq!(manifest["imported"]["session"], "linger");
     assert!(manifest["packages"]["zenity"].is_string(), "{manifest}");
     // A second import under the name is refused before anything is copied.
-    let again = sb.pincer(&[
-        "image",
-        "import",
-        disk.to_str().unwrap(),
-        "--name",
-        &name,
-        "--cache",
-        cache,
-    ]);
+    let again = sb.pincer(&import);
     let e = String::from_utf8_lossy(&again.stderr);
     assert!(
         !again.status.success() && e.contains("pincer image rm"),
