@@ -588,22 +588,23 @@ fn random_hex(bytes: usize) -> Result<String, DesktopError> {
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Writes an Xauthority file with one MIT-MAGIC-COOKIE-1 entry for any display
-/// (FamilyWild), usable by the server (`-auth`) and by clients (`XAUTHORITY`).
+/// Writes an Xauthority file with a MIT-MAGIC-COOKIE-1 entry for any display
+/// (FamilyWild), usable by the server (`-auth`) and by clients (`XAUTHORITY`), and the same
+/// cookie for this host's local connections (FamilyLocal, the host name, any display):
+/// python-xlib, and so pyautogui and OSWorld's X11 getters, match only the latter.
 fn write_xauthority(path: &Path, cookie: &[u8]) -> Result<(), DesktopError> {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_err(io("reading /proc/sys/kernel/hostname"))?;
     let mut out = Vec::new();
-    let mut field = |b: &[u8]| {
-        out.extend_from_slice(&(b.len() as u16).to_be_bytes());
-        out.extend_from_slice(b);
-    };
-    // Family is written raw (not length-prefixed): 0xffff = FamilyWild.
-    let mut entry = vec![0xff, 0xff];
-    field(b"");
-    field(b"");
-    field(b"MIT-MAGIC-COOKIE-1");
-    field(cookie);
-    entry.extend_from_slice(&out);
-    write_private(path, &entry)
+    // Family is written raw (not length-prefixed): 0xffff = FamilyWild, 0x0100 = FamilyLocal.
+    for (family, address) in [([0xff, 0xff], ""), ([0x01, 0x00], host.trim())] {
+        out.extend_from_slice(&family);
+        for field in [address.as_bytes(), b"", b"MIT-MAGIC-COOKIE-1", cookie] {
+            out.extend_from_slice(&(field.len() as u16).to_be_bytes());
+            out.extend_from_slice(field);
+        }
+    }
+    write_private(path, &out)
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), DesktopError> {
@@ -1131,17 +1132,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn xauthority_entry_is_family_wild() {
+    fn xauthority_entries_are_family_wild_and_family_local() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("xa");
         write_xauthority(&p, &[1, 2, 3]).unwrap();
         let b = std::fs::read(&p).unwrap();
-        assert_eq!(&b[..2], &[0xff, 0xff]);
+        let mut wild = vec![0xff, 0xff, 0, 0, 0, 0, 0, 18];
+        wild.extend_from_slice(b"MIT-MAGIC-COOKIE-1");
+        wild.extend_from_slice(&[0, 3, 1, 2, 3]);
         // address "", number "", name, data
-        assert_eq!(&b[2..6], &[0, 0, 0, 0]);
-        assert_eq!(&b[6..8], &[0, 18]);
-        assert_eq!(&b[8..26], b"MIT-MAGIC-COOKIE-1");
-        assert_eq!(&b[26..], &[0, 3, 1, 2, 3]);
+        assert_eq!(&b[..wild.len()], &wild[..]);
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        let host = host.trim().as_bytes();
+        let mut local = vec![0x01, 0x00, 0, host.len() as u8];
+        local.extend_from_slice(host);
+        local.extend_from_slice(&wild[4..]);
+        assert_eq!(&b[wild.len()..], &local[..]);
     }
 
     #[test]
