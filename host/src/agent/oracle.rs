@@ -18,6 +18,8 @@ pub struct Oracle {
     next: usize,
     roles: BTreeMap<String, Platform>,
     waiting_since: Option<Instant>,
+    /// When a `wait_for` step last pressed its `again` key.
+    pressed_again: Option<Instant>,
     /// Values read off the screen by `read` steps, for `{{var}}` in later steps.
     vars: BTreeMap<String, String>,
 }
@@ -110,6 +112,21 @@ impl Oracle {
     }
 }
 
+/// The action that presses a key ("enter") or a combination ("ctrl+alt+t").
+fn key_action(env: String, key: &str) -> AgentAction {
+    if key.contains('+') && key.len() > 1 {
+        AgentAction::Hotkey {
+            env,
+            keys: key.split('+').map(str::to_owned).collect(),
+        }
+    } else {
+        AgentAction::Key {
+            env,
+            key: key.to_owned(),
+        }
+    }
+}
+
 /// How long the oracle looks four times a second while it waits; then once a second.
 const PATIENT: Duration = Duration::from_secs(5);
 
@@ -198,35 +215,38 @@ impl Agent for Oracle {
                         target: t,
                     }
                 }
-                OracleStep::Key { env, key } => {
-                    let role = self.role(env)?;
-                    if key.contains('+') && key.len() > 1 {
-                        AgentAction::Hotkey {
-                            env: role,
-                            keys: key.split('+').map(str::to_owned).collect(),
-                        }
-                    } else {
-                        AgentAction::Key {
-                            env: role,
-                            key: key.clone(),
-                        }
-                    }
-                }
+                OracleStep::Key { env, key } => key_action(self.role(env)?, key),
                 OracleStep::WaitFor {
                     env,
                     target,
                     timeout_ms,
+                    again,
+                    again_ms,
                 } => {
                     let role = self.role(env)?;
                     let present =
                         Self::locate(obs, &role, &Locator::Node(target.clone()))?.is_some();
                     if !present {
+                        let since = *self.waiting_since.get_or_insert_with(Instant::now);
+                        let last = self.pressed_again.unwrap_or(since);
+                        let every = Duration::from_millis(again_ms.unwrap_or(30_000));
+                        if let Some(key) = again.as_ref().filter(|_| last.elapsed() >= every) {
+                            self.pressed_again = Some(Instant::now());
+                            return Ok(Decision {
+                                actions: vec![key_action(role, key)],
+                                thought: Some(format!(
+                                    "pressing {key} again: {target} has not appeared"
+                                )),
+                                ..Decision::default()
+                            });
+                        }
                         let limit = Duration::from_millis(timeout_ms.unwrap_or(20_000));
                         return self.wait_for(target.to_string(), limit);
                     }
                     // Present: this step is done; take the next one at once.
                     self.next += 1;
                     self.waiting_since = None;
+                    self.pressed_again = None;
                     return self.act(obs).await;
                 }
                 OracleStep::Read {

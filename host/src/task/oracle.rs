@@ -68,6 +68,14 @@ pub enum OracleStep {
         /// Give up after this long (default 20 s).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<u64>,
+        /// While the node is missing, press this key or combination again every `again_ms`,
+        /// as a person would: an app that is starting can swallow a shortcut (GIMP grabs the
+        /// keyboard while it starts, so a Ctrl+Alt+T pressed then opens no terminal).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        again: Option<String>,
+        /// How long to wait before pressing `again` (default 30 s).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        again_ms: Option<u64>,
     },
     /// Read a value off the screen: the first node matching `target` whose text (or, when it
     /// does not match, name) matches `pattern`; the pattern's first group (or whole match) becomes
