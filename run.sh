@@ -29,11 +29,13 @@ BUILD_PKGS="build-essential pkg-config libzstd-dev libxcb1-dev libxcb-shm0-dev l
 # The agent's optional xcap capture (Wayland), which `test` checks still builds.
 XCAP_PKGS="libclang-dev libwayland-dev libpipewire-0.3-dev libegl-dev libgbm-dev"
 # Run: the local desktop (Xvfb, D-Bus, AT-SPI, a window manager) and the apps tests drive;
-# bubblewrap sandboxes API tools, Radicale and dovecot are their offline services in tests.
+# bubblewrap sandboxes API tools, Radicale and dovecot are their offline services in tests;
+# gnome-terminal and python3-xlib are what OSWorld's live getters read in tests.
 RUN_PKGS="xvfb xauth dbus dbus-x11 at-spi2-core libatk-adaptor libgail-common openbox
   x11-xserver-utils x11-utils libglib2.0-bin gsettings-desktop-schemas dconf-service
   dconf-gsettings-backend fonts-dejavu-core gtk-3-examples zenity mousepad xfce4-terminal
   gtk-4-examples nautilus galculator thunar libreoffice-calc libreoffice-writer libreoffice-gtk3 chromium
+  gnome-terminal python3-xlib
   xdotool xclip dconf-cli imagemagick x11vnc procps ffmpeg bubblewrap radicale dovecot-imapd curl"
 
 # VMs and images: mmdebstrap builds, QEMU runs (qemu-system-x86 and qemu-utils must come
@@ -246,11 +248,20 @@ case "${1:-}" in
     "$P" task import-osworld "$osw/lab" --out "$osw/tasks" --assets "$osw/cache" >/dev/null
     "$P" task check --bind desktop=bench --tasks "$osw/tasks" --assets "$osw/cache" --no-setup \
       --repeat 50 libreoffice_calc/4172ea6e-6b77-4edb-a9cc-c0014bd1603b | tail -n 1
-    log "OSWorld's offline tasks (osworld-offline) on the osworld image: the oracle (expect every score 1.0), then the random agent (expect none)"
+    log "OSWorld's offline tasks (osworld-offline) on the osworld image: the oracle (expect every score 1.0), then untouched and the random agent (expect none)"
     "$P" image build osworld
     "$P" run --tasks osworld-offline --vm osworld --vm-memory 3072 --agent oracle \
       --out "$osw/offline-oracle" --no-report | tail -n 5
     python3 tests/osworld/campaign_stats.py "$osw/offline-oracle/results.jsonl"
+    # Untouched: each task with an oracle that says it is done before acting (expect none).
+    python3 -c 'import json, pathlib, sys
+for f in pathlib.Path("tasks/osworld-offline").glob("*/*.json"):
+    t = json.loads(f.read_text()); t["oracle"] = [{"do": "complete"}]
+    out = pathlib.Path(sys.argv[1], f.parent.name, f.name); out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(t))' "$osw/untouched"
+    "$P" run --tasks "$osw/untouched" --vm osworld --vm-memory 3072 --agent oracle \
+      --out "$osw/offline-untouched" --no-report | tail -n 5
+    python3 tests/osworld/campaign_stats.py "$osw/offline-untouched/results.jsonl"
     "$P" run --tasks osworld-offline --vm osworld --vm-memory 3072 --agent random \
       --out "$osw/offline-random" --no-report | tail -n 5
     python3 tests/osworld/campaign_stats.py "$osw/offline-random/results.jsonl"

@@ -49,6 +49,42 @@ pub fn dial_in_host(
     (listener, host, token_file)
 }
 
+/// Writes an OSWorld task folder (`examples/<domain>/<id>.json` and `test_all.json`, in the
+/// sandbox, under a name with a space and non-ASCII) of tasks with these evaluators and no
+/// setup, and imports it with `pincer task import-osworld`; returns the imported folder.
+pub fn import_osworld_evaluators(
+    sb: &Sandbox,
+    domain: &str,
+    tasks: &[(&str, serde_json::Value)],
+) -> PathBuf {
+    let folder = sb.path().join("OSWorld tasks é");
+    std::fs::create_dir_all(folder.join("examples").join(domain)).unwrap();
+    for (id, evaluator) in tasks {
+        let task =
+            serde_json::json!({"id": id, "instruction": "-", "config": [], "evaluator": evaluator});
+        std::fs::write(
+            folder.join(format!("examples/{domain}/{id}.json")),
+            task.to_string(),
+        )
+        .unwrap();
+    }
+    let ids: Vec<&str> = tasks.iter().map(|(id, _)| *id).collect();
+    std::fs::write(
+        folder.join("test_all.json"),
+        serde_json::json!({ domain: ids }).to_string(),
+    )
+    .unwrap();
+    let out = sb.path().join("imported");
+    sb.pincer_ok(&[
+        "task",
+        "import-osworld",
+        folder.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    out
+}
+
 /// The records of the run in `out`, its own and its shards', as JSON in file order. A
 /// missing file gives none and a torn last line (a run killed mid-write) is left out, so
 /// tests count what a reader of the run would see.

@@ -8,7 +8,7 @@
 //! stand-in built here, for BIOS and UEFI) is imported, boots through its own bootloader
 //! and resets.
 
-use pincer_tests::{Sandbox, results};
+use pincer_tests::{Sandbox, import_osworld_evaluators, results};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -1233,9 +1233,10 @@ fn the_osworld_image_is_the_machine_osworlds_tasks_assume() {
         text.contains("profile in ~/.config/google-chrome"),
         "{text}"
     );
-    // VLC as OSWorld's getters reach it.
+    // VLC as OSWorld's getters reach it, playing a tone (ten minutes of silence).
     let text = run(r#"
-        setsid vlc --intf dummy > /dev/null 2>&1 < /dev/null &
+        python3 -c 'import wave; w = wave.open("/home/user/tone.wav", "wb"); w.setnchannels(1); w.setsampwidth(2); w.setframerate(8000); w.writeframes(bytes(2 * 8000 * 600)); w.close()'
+        setsid vlc --intf dummy --aout dummy /home/user/tone.wav > /dev/null 2>&1 < /dev/null &
         for i in $(seq 180); do
           code=$(curl -s -o /dev/null -w '%{http_code}' -u :password http://localhost:8080/requests/status.xml)
           [ "$code" = 200 ] && break
@@ -1246,6 +1247,48 @@ fn the_osworld_image_is_the_machine_osworlds_tasks_assume() {
     "#);
     assert!(text.contains("with the password 200"), "{text}");
     assert!(text.contains("without 401"), "{text}");
+    // OSWorld's vlc_playing_info getter and is_vlc_playing metric on it: the tone is
+    // playing by its name, not by another; stopped, it is not.
+    let playing = |file: &str| {
+        json!({"func": "is_vlc_playing",
+            "result": {"type": "vlc_playing_info", "dest": "status.xml"},
+            "expected": {"type": "rule", "rules": {"type": "file_name", "file_name": file}}})
+    };
+    let tasks = import_osworld_evaluators(
+        &sb,
+        "vlc",
+        &[
+            ("tone", playing("tone.wav")),
+            ("other", playing("other.wav")),
+        ],
+    );
+    let score = |task: &str| {
+        let out = sb.pincer_ok(&[
+            "task",
+            "check",
+            "--tasks",
+            tasks.to_str().unwrap(),
+            task,
+            "--no-setup",
+            "--json",
+        ]);
+        let v: Value = serde_json::from_str(out.trim()).unwrap();
+        (v["score"].as_f64(), out)
+    };
+    run(r#"for i in $(seq 60); do
+          curl -s -u :password http://localhost:8080/requests/status.xml | grep -q '<state>playing</state>' && break
+          sleep 1
+        done"#);
+    assert_eq!(score("vlc/tone").0, Some(1.0), "{}", score("vlc/tone").1);
+    assert_eq!(score("vlc/other").0, Some(0.0), "{}", score("vlc/other").1);
+    run(
+        r#"curl -s -o /dev/null -u :password 'http://localhost:8080/requests/status.xml?command=pl_stop'
+        for i in $(seq 60); do
+          curl -s -u :password http://localhost:8080/requests/status.xml | grep -q '<state>stopped</state>' && break
+          sleep 1
+        done"#,
+    );
+    assert_eq!(score("vlc/tone").0, Some(0.0), "{}", score("vlc/tone").1);
     // Nautilus is GTK4: its widgets are in the tree.
     sb.pincer_ok(&["launch", "--env", "osworld", "--", "nautilus"]);
     let found = (0..90).any(|_| {
@@ -1263,9 +1306,10 @@ fn the_osworld_image_is_the_machine_osworlds_tasks_assume() {
 }
 
 /// One task of each domain of the `osworld-offline` suite (and an infeasible one), run on
-/// the `osworld` image: OSWorld's own metrics score each 1.0 after its oracle, and 0 when
-/// the agent says it is done at once, before acting (so no task passes as set up). The
-/// whole suite, with the random agent too, is in `./run.sh bench`.
+/// the `osworld` image: OSWorld's own metrics score each 1.0 after its oracle, and three
+/// of them 0 when the agent says it is done at once, before acting (so they do not pass
+/// as set up). The whole suite, with the untouched and the random agent too, is in
+/// `./run.sh bench`.
 #[test]
 fn osworld_offline_tasks_pass_with_their_oracles_and_fail_untouched() {
     let _heavy = heavy();
@@ -1285,7 +1329,10 @@ fn osworld_offline_tasks_pass_with_their_oracles_and_fail_untouched() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let campaign = |tasks: &str, name: &str| {
+    // Set up as they come, they must not pass: three of them here (one with an app to
+    // start), the whole suite in `./run.sh bench`.
+    const UNTOUCHED: &[&str] = &[TASKS[0], TASKS[1], TASKS[4]];
+    let campaign = |tasks: &str, name: &str, ids: &[&str]| {
         let out = sb.path().join(name);
         let mut args = vec![
             "run",
@@ -1301,22 +1348,22 @@ fn osworld_offline_tasks_pass_with_their_oracles_and_fail_untouched() {
             "--out",
         ];
         args.push(out.to_str().unwrap());
-        for t in TASKS {
+        for t in ids {
             args.extend(["--task", t]);
         }
         let log = sb.pincer_ok(&args);
         let recs = results(&out);
-        assert_eq!(recs.len(), TASKS.len(), "{log}");
+        assert_eq!(recs.len(), ids.len(), "{log}");
         recs
     };
-    for r in campaign("osworld-offline", "solved") {
+    for r in campaign("osworld-offline", "solved", TASKS) {
         assert_eq!(r["score"], 1.0, "{r}");
         assert_eq!(r["termination"], "success", "{r}");
     }
     // The same tasks, each with an oracle that says it is done before doing anything.
     let untouched = sb.path().join("untouched");
     let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tasks/osworld-offline");
-    for t in TASKS {
+    for t in UNTOUCHED {
         let mut task: Value = serde_json::from_str(
             &std::fs::read_to_string(suite.join(format!("{t}.json"))).unwrap(),
         )
@@ -1326,7 +1373,7 @@ fn osworld_offline_tasks_pass_with_their_oracles_and_fail_untouched() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, task.to_string()).unwrap();
     }
-    for r in campaign(untouched.to_str().unwrap(), "untouched") {
+    for r in campaign(untouched.to_str().unwrap(), "untouched", UNTOUCHED) {
         assert_eq!(r["score"], 0.0, "{r}");
         assert_ne!(r["termination"], "success", "{r}");
     }

@@ -7,7 +7,10 @@
 //! judged, see [`Kept`]), `vm_wallpaper` the GNOME wallpaper's file (an empty file when
 //! there is none), `list_directory` a folder's tree as OSWorld's server builds it,
 //! `default_video_player` the application `xdg-mime` names most often for video types,
-//! `vscode_config` the file VS Code's command wrote. Chrome's profile getters
+//! `vscode_config` the file VS Code's command wrote, `vm_terminal_output` the text of
+//! gnome-terminal's focused terminal, `vm_screen_size` and `vm_window_size` sizes as
+//! OSWorld's server reads them from X11, `vlc_playing_info` VLC's `status.xml` from its
+//! HTTP interface. Chrome's profile getters
 //! ([`REPLAYED`]) are OSWorld's own, called in the worker on the profile files fetched here.
 //! Each getter's probes are sent with the check's; its value is computed from their replies.
 
@@ -16,7 +19,9 @@ use super::model::Getter;
 use super::scorer::{Replay, Workspace};
 use crate::eval::{EvalError, ProbeResult, reply, unexpected};
 use pincer_shared::limits::MAX_INLINE_FILE;
+use pincer_shared::observe::{TreeRequest, TreeScope};
 use pincer_shared::probe::{Probe, ProbeReply};
+use pincer_shared::tree::UiNode;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -62,6 +67,17 @@ pub(super) enum Get {
     Tree { path: String },
     /// The application named most often by `xdg-mime query default video/<type>`.
     VideoPlayer,
+    /// The text of the focused terminal in gnome-terminal's active window
+    /// (`vm_terminal_output`; `None` when there is not exactly one).
+    Terminal,
+    /// The X screen's size (`vm_screen_size`), `{"width": .., "height": ..}`.
+    ScreenSize,
+    /// The size of the first window in `_NET_CLIENT_LIST` of this class or instance,
+    /// compared without case (`vm_window_size`; `None` when there is none).
+    WindowSize { class: String },
+    /// VLC's `status.xml` from its HTTP interface, by its `dest` (`vlc_playing_info`;
+    /// `None` when VLC answers with an HTTP error).
+    VlcStatus { dest: String },
     /// OSWorld's own getter, called in the worker on the guest files it reads (fetched
     /// here): the Chrome profile getters of [`REPLAYED`].
     Replay {
@@ -125,6 +141,45 @@ d = os.path.expanduser(sys.argv[1])
 if not os.path.isdir(d):
     sys.exit("The provided path is not a directory")
 print(json.dumps(walk(d)))"#;
+
+/// Prints the X screen's size as OSWorld's server (`/screen_size`) reads it, as JSON.
+const SCREEN_SIZE: &str = r#"import json
+from Xlib import display
+s = display.Display().screen()
+print(json.dumps({"width": s.width_in_pixels, "height": s.height_in_pixels}))"#;
+
+/// Prints the size of the first client window of class or instance `sys.argv[1]` as
+/// OSWorld's server (`/window_size`) finds it, as JSON (`null` where its route fails).
+const WINDOW_SIZE: &str = r#"import json, sys
+import Xlib.error
+from Xlib import X, display
+d = display.Display()
+names = d.screen().root.get_full_property(d.intern_atom("_NET_CLIENT_LIST"), X.AnyPropertyType)
+size = None
+for w in names.value if names else []:
+    try:
+        window = d.create_resource_object("window", w)
+        c = window.get_wm_class()
+        if c is None:
+            continue
+        if sys.argv[1].lower() in [n.lower() for n in c]:
+            g = window.get_geometry()
+            size = {"width": g.width, "height": g.height}
+            break
+    except Xlib.error.XError:
+        continue
+print(json.dumps(size))"#;
+
+/// Writes VLC's `status.xml` from its HTTP interface as OSWorld's getter asks for it
+/// (port 8080, password `password`); exit 3 when VLC answers with an HTTP error.
+const VLC_STATUS: &str = r#"import base64, sys, urllib.error, urllib.request
+auth = base64.b64encode(b":password").decode()
+req = urllib.request.Request("http://localhost:8080/requests/status.xml", headers={"Authorization": "Basic " + auth})
+try:
+    body = urllib.request.urlopen(req, timeout=30).read()
+except urllib.error.HTTPError:
+    sys.exit(3)
+sys.stdout.buffer.write(body)"#;
 
 /// The video types OSWorld's `default_video_player` getter asks `xdg-mime` about, in its
 /// order (with its repeats: the order decides ties).
@@ -358,6 +413,17 @@ impl Get {
                 path: super::import::home(g.str("path").ok_or("list_directory has no `path`")?),
             }),
             "default_video_player" => Ok(Self::VideoPlayer),
+            "vm_terminal_output" => Ok(Self::Terminal),
+            "vm_screen_size" => Ok(Self::ScreenSize),
+            "vm_window_size" => Ok(Self::WindowSize {
+                class: g
+                    .str("app_class_name")
+                    .ok_or("vm_window_size has no `app_class_name`")?
+                    .to_owned(),
+            }),
+            "vlc_playing_info" => Ok(Self::VlcStatus {
+                dest: dest(g.str("dest").ok_or("vlc_playing_info has no `dest`")?)?,
+            }),
             other => match REPLAYED.iter().find(|(n, _)| *n == other) {
                 Some((name, files)) => Ok(Self::Replay {
                     name: (*name).to_owned(),
@@ -408,6 +474,17 @@ impl Get {
                     ])
                 })
                 .collect(),
+            Self::Terminal => vec![Probe::UiTree(TreeRequest {
+                scope: TreeScope::App(TERMINAL_APP.into()),
+                showing_only: false,
+                visible_only: false,
+                max_depth: None,
+                max_nodes: None,
+                attributes: false,
+            })],
+            Self::ScreenSize => vec![command(python(SCREEN_SIZE, &[]))],
+            Self::WindowSize { class } => vec![command(python(WINDOW_SIZE, &[class]))],
+            Self::VlcStatus { .. } => vec![command(python(VLC_STATUS, &[]))],
             Self::CloudFile { .. } | Self::Rule(_) => Vec::new(),
         }
     }
@@ -539,6 +616,36 @@ impl Get {
                 serde_json::from_slice(&out.stdout)
                     .map_err(|e| EvalError::Scorer(format!("the tree of {path} is not JSON ({e})")))
             }
+            Self::Terminal => {
+                let probe = format!("the UI tree of {TERMINAL_APP}");
+                match replies.first().map(|r| reply(r, &probe)).transpose()? {
+                    Some(ProbeReply::UiTree(tree)) => {
+                        Ok(terminal_output(&tree.root).map_or(Value::Null, Value::String))
+                    }
+                    Some(other) => Err(unexpected(&probe, other)),
+                    None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
+                }
+            }
+            Self::ScreenSize => x11_size(replies, "vm_screen_size"),
+            Self::WindowSize { .. } => x11_size(replies, "vm_window_size"),
+            Self::VlcStatus { dest } => {
+                let out = output(replies.first().copied(), &["vlc_playing_info".into()])?;
+                use pincer_shared::setup::ExitStatus::Exited;
+                match out.status {
+                    Exited(0) if out.truncated => Err(EvalError::Scorer(format!(
+                        "VLC's status is larger than {COMMAND_OUTPUT} bytes"
+                    ))),
+                    Exited(0) => {
+                        write(dest, &out.stdout)?;
+                        Ok(Value::String(ws.inside_path(dest)))
+                    }
+                    Exited(3) => Ok(Value::Null),
+                    _ => Err(EvalError::Scorer(format!(
+                        "VLC's HTTP interface (port 8080) did not answer: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ))),
+                }
+            }
             Self::Replay { files, .. } => {
                 for (rel, r) in files.iter().zip(replies) {
                     let probe = format!("read ~/{rel}");
@@ -601,6 +708,85 @@ impl Get {
     }
 }
 
+/// gnome-terminal's application name on the accessibility bus.
+const TERMINAL_APP: &str = "gnome-terminal-server";
+
+/// What OSWorld's server (`/terminal`) answers: the text of the one terminal that is
+/// focused in an active frame of gnome-terminal, without U+FFFC and U+FFFD and with
+/// trailing whitespace removed (Python's `rstrip`); `None` when there is not exactly one
+/// such terminal or its text is empty (the server's XML node then has no text).
+fn terminal_output(root: &UiNode) -> Option<String> {
+    fn all<'a>(n: &'a UiNode, out: &mut Vec<&'a UiNode>) {
+        out.push(n);
+        for c in &n.children {
+            all(c, out);
+        }
+    }
+    let mut nodes = Vec::new();
+    all(root, &mut nodes);
+    let mut terminals = Vec::new();
+    for app in nodes
+        .iter()
+        .filter(|n| n.role == "application" && n.name == TERMINAL_APP)
+    {
+        for frame in app
+            .children
+            .iter()
+            .filter(|f| f.role == "frame" && f.has_state("active"))
+        {
+            let mut inside = Vec::new();
+            all(frame, &mut inside);
+            terminals.extend(
+                inside
+                    .into_iter()
+                    .filter(|t| t.role == "terminal" && t.has_state("focused")),
+            );
+        }
+    }
+    let [one] = terminals[..] else {
+        return None;
+    };
+    let text: String = one
+        .text
+        .as_deref()?
+        .chars()
+        .filter(|c| !matches!(c, '\u{fffc}' | '\u{fffd}'))
+        .collect();
+    if text.is_empty() {
+        return None;
+    }
+    // str.rstrip(): Unicode whitespace and the four ASCII separators Python counts too.
+    Some(
+        text.trim_end_matches(|c: char| c.is_whitespace() || ('\x1c'..='\x1f').contains(&c))
+            .to_owned(),
+    )
+}
+
+/// The size a `vm_screen_size` or `vm_window_size` script printed.
+fn x11_size(replies: &[&ProbeResult], getter: &str) -> Result<Value, EvalError> {
+    let out = output(replies.first().copied(), &[getter.to_owned()])?;
+    if !out.status.success() {
+        return Err(EvalError::Scorer(format!(
+            "{getter} failed in the guest (it needs python3 with Xlib and the X display): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| EvalError::Scorer(format!("{getter} did not print JSON ({e})")))
+}
+
+/// `python3 -c script` with `args` as its `sys.argv[1..]`: the system's Python
+/// (`/usr/bin/python3`, where the distribution's python3-xlib goes) when there is one,
+/// else the first `python3` on the `PATH` (pyenv or a venv can come first there).
+fn python(script: &str, args: &[&str]) -> Vec<String> {
+    let mut argv = sh(
+        "p=/usr/bin/python3; [ -x \"$p\" ] || p=python3; exec \"$p\" -c \"$0\" \"$@\"",
+        &[script],
+    );
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    argv
+}
+
 /// A command probe with the getters' time and output limits.
 fn command(argv: Vec<String>) -> Probe {
     Probe::Command {
@@ -629,5 +815,102 @@ fn output<'a>(
         Some(ProbeReply::Command(out)) => Ok(out),
         Some(other) => Err(unexpected(&probe, other)),
         None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(role: &str, name: &str, states: &[&str], children: Vec<UiNode>) -> UiNode {
+        UiNode {
+            role: role.into(),
+            name: name.into(),
+            states: states.iter().map(|s| (*s).to_owned()).collect(),
+            children,
+            ..UiNode::default()
+        }
+    }
+
+    fn terminal(states: &[&str], text: &str) -> UiNode {
+        UiNode {
+            text: Some(text.into()),
+            ..node("terminal", "Terminal", states, Vec::new())
+        }
+    }
+
+    fn desktop(frames: Vec<UiNode>) -> UiNode {
+        node(
+            "desktop frame",
+            "main",
+            &[],
+            vec![
+                node("application", "gnome-terminal-server", &[], frames),
+                node(
+                    "application",
+                    "gedit",
+                    &[],
+                    vec![node(
+                        "frame",
+                        "gedit",
+                        &["active"],
+                        vec![terminal(&["focused"], "not a terminal of gnome-terminal")],
+                    )],
+                ),
+            ],
+        )
+    }
+
+    fn frame(states: &[&str], terminals: Vec<UiNode>) -> UiNode {
+        node(
+            "frame",
+            "user@host: ~",
+            states,
+            vec![node("filler", "", &[], terminals)],
+        )
+    }
+
+    #[test]
+    fn the_terminal_output_is_the_focused_terminal_of_the_active_gnome_terminal_window() {
+        let text = "$ stty size\n43 132\n\u{fffc}$ \n\n  \u{1f}";
+        let tree = desktop(vec![
+            frame(&[], vec![terminal(&["focused"], "an inactive window")]),
+            frame(
+                &["active"],
+                vec![
+                    terminal(&[], "a tab in the background"),
+                    terminal(&["focused"], text),
+                ],
+            ),
+        ]);
+        assert_eq!(
+            terminal_output(&tree).as_deref(),
+            Some("$ stty size\n43 132\n$")
+        );
+    }
+
+    #[test]
+    fn no_terminal_output_without_exactly_one_focused_terminal_with_text() {
+        // No active window (another application has the focus).
+        let tree = desktop(vec![frame(&[], vec![terminal(&["focused"], "x")])]);
+        assert_eq!(terminal_output(&tree), None);
+        // Two focused terminals: OSWorld's server answers None.
+        let two = || vec![terminal(&["focused"], "a"), terminal(&["focused"], "b")];
+        assert_eq!(
+            terminal_output(&desktop(vec![frame(&["active"], two())])),
+            None
+        );
+        // Only replacement characters: the server's node has no text.
+        let empty = desktop(vec![frame(
+            &["active"],
+            vec![terminal(&["focused"], "\u{fffc}\u{fffd}")],
+        )]);
+        assert_eq!(terminal_output(&empty), None);
+        // Only whitespace: an empty string, as `"  ".rstrip()`.
+        let blank = desktop(vec![frame(
+            &["active"],
+            vec![terminal(&["focused"], " \n")],
+        )]);
+        assert_eq!(terminal_output(&blank).as_deref(), Some(""));
     }
 }

@@ -43,6 +43,10 @@ pub const GETTERS: &[&str] = &[
     "list_directory",
     "default_video_player",
     "vscode_config",
+    "vm_terminal_output",
+    "vm_screen_size",
+    "vm_window_size",
+    "vlc_playing_info",
 ];
 
 /// What a task needs to run here.
@@ -198,6 +202,17 @@ const WEB_GETTERS: &[&str] = &[
     "url_dashPart",
 ];
 
+/// The web address a `rule` getter expects (`{"type": "url"}`): the page or stream the
+/// agent must open.
+fn played_url(g: &Getter) -> Option<&str> {
+    let rules = g.fields.get("rules")?;
+    let url = rules.get("url")?.as_str()?;
+    (g.kind == "rule"
+        && rules.get("type").and_then(serde_json::Value::as_str) == Some("url")
+        && (url.starts_with("http://") || url.starts_with("https://")))
+    .then_some(url)
+}
+
 /// Converts one task.
 pub fn convert(domain: &str, t: &OsTask, original: serde_json::Value, cache: &Path) -> Imported {
     let mut unsupported = Vec::new();
@@ -252,6 +267,8 @@ pub fn convert(domain: &str, t: &OsTask, original: serde_json::Value, cache: &Pa
                 "its getter {} reads the browser's live page",
                 g.kind
             ));
+        } else if let Some(url) = played_url(g) {
+            web.get_or_insert(format!("its expected result is the web address {url}"));
         } else if g.kind == "cloud_file" {
             for (path, url) in gold_files(&t.id, g) {
                 files.push((path, url));
@@ -538,11 +555,21 @@ fn map_step(
             if let Some(code) = python_code(p.get("command")) {
                 return pyautogui::steps(&code);
             }
-            Ok(vec![Step::Exec {
-                argv: guest_command(p)?,
+            let argv = guest_command(p)?;
+            let mut steps = Vec::new();
+            if argv.iter().any(|a| a == "sudo" || a.contains("sudo ")) {
+                steps.push(Step::Exec {
+                    argv: ["sh", "-c", SUDO_CHECK].map(str::to_owned).to_vec(),
+                    timeout_ms: Some(30_000),
+                    check: true,
+                });
+            }
+            steps.push(Step::Exec {
+                argv,
                 timeout_ms: Some(120_000),
                 check: false,
-            }])
+            });
+            Ok(steps)
         }
         // OSWorld only logs a window it cannot find; `strict` (an exact title) is read as
         // a part of it.
@@ -574,15 +601,17 @@ fn map_step(
     }
 }
 
-/// The command of an `execute`/`command` step as pincer runs it in the guest.
+/// Checked before a setup command that runs `sudo` with OSWorld's password: OSWorld
+/// ignores a failing setup command, so without this a machine whose user cannot sudo with
+/// that password would leave the task set up wrong and score the agent on it.
+const SUDO_CHECK: &str = "echo password | sudo -S -k -p '' true 2>/dev/null || { echo \"this task's setup runs sudo with OSWorld's password ('password'), which this machine's user cannot: run it on the osworld image, or as a user who can\" >&2; exit 1; }";
+
+/// The command of an `execute`/`command` step as pincer runs it in the guest. Commands
+/// that run `sudo` pipe OSWorld's password (`password`) into it: they work on OSWorld's
+/// machine (the `osworld` image), as root, or for a user with that password; elsewhere a
+/// setup step checked first ([`SUDO_CHECK`]) fails, the environment's failure.
 fn guest_command(p: &serde_json::Value) -> Result<Vec<String>, String> {
-    let argv = command(p.get("command"), shell(p))?;
-    if argv.iter().any(|a| a == "sudo" || a.contains("sudo ")) {
-        return Err(
-            "runs sudo, which needs OSWorld's machine (user `user` with its password)".into(),
-        );
-    }
-    Ok(argv)
+    command(p.get("command"), shell(p))
 }
 
 /// The outputs a postconfig `execute`/`command` step keeps for `cache_file` (its `stdout`
@@ -942,6 +971,45 @@ mod tests {
         assert!(skipped(crate::peers::Machine::Unknown).is_empty());
     }
 
+    /// A setup command that runs sudo with OSWorld's password is preceded by a checked
+    /// step that fails, saying why, on a machine whose user cannot sudo with it (OSWorld
+    /// itself ignores the failing command, which would leave the task set up wrong).
+    #[test]
+    fn sudo_in_setup_is_checked_first_and_fails_loudly_without_osworlds_password() {
+        let task = serde_json::json!({"id": "t1", "instruction": "x", "config": [
+            {"type": "execute", "parameters": {"command": "echo 'password' | sudo -S mkdir ~/Desktop/a", "shell": true}},
+            {"type": "execute", "parameters": {"command": "mkdir -p ~/b", "shell": true}},
+        ], "evaluator": {"func": "infeasible"}});
+        let t: OsTask = serde_json::from_value(task.clone()).unwrap();
+        let got = convert("os", &t, task, Path::new("/nonexistent"));
+        assert!(
+            got.task.requires.unsupported.is_empty(),
+            "{:?}",
+            got.task.requires
+        );
+        let steps = &got.task.setup["desktop"];
+        let checked: Vec<bool> = steps
+            .iter()
+            .map(|s| match s {
+                Step::Exec { check, .. } => *check,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(checked, [true, false, false]);
+        // The check itself, run here where there is no sudo at all.
+        let empty = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", SUDO_CHECK])
+            .env("PATH", empty.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("run it on the osworld image"),
+            "{out:?}"
+        );
+    }
+
     #[test]
     fn kept_outputs_become_commands_run_at_judgement_when_nothing_changes_after_them() {
         let ls = serde_json::json!({"type": "execute", "parameters": {
@@ -1000,6 +1068,32 @@ mod tests {
                 .unsupported
                 .iter()
                 .any(|u| u.contains("not a plain relative name"))
+        );
+    }
+
+    #[test]
+    fn a_task_that_expects_a_web_address_played_needs_the_web() {
+        let getter = |rules: serde_json::Value| Getter {
+            kind: "rule".into(),
+            fields: serde_json::from_value(serde_json::json!({ "rules": rules })).unwrap(),
+        };
+        let youtube = "https://www.youtube.com/watch?v=pgBsyTKAwLw";
+        assert_eq!(
+            played_url(&getter(serde_json::json!({"type": "url", "url": youtube}))),
+            Some(youtube)
+        );
+        // A file name, or an address that is not on the web, is not.
+        assert_eq!(
+            played_url(&getter(
+                serde_json::json!({"type": "file_name", "file_name": "a.mp4"})
+            )),
+            None
+        );
+        assert_eq!(
+            played_url(&getter(
+                serde_json::json!({"type": "url", "url": "file:///home/user/a.mp4"})
+            )),
+            None
         );
     }
 
