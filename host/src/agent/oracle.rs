@@ -229,7 +229,7 @@ impl Agent for Oracle {
                     if !present {
                         let since = *self.waiting_since.get_or_insert_with(Instant::now);
                         let last = self.pressed_again.unwrap_or(since);
-                        let every = Duration::from_millis(again_ms.unwrap_or(30_000));
+                        let every = Duration::from_millis(again_ms.unwrap_or(90_000));
                         if let Some(key) = again.as_ref().filter(|_| last.elapsed() >= every) {
                             self.pressed_again = Some(Instant::now());
                             return Ok(Decision {

@@ -73,7 +73,7 @@ pub enum OracleStep {
         /// keyboard while it starts, so a Ctrl+Alt+T pressed then opens no terminal).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         again: Option<String>,
-        /// How long to wait before pressing `again` (default 30 s).
+        /// How long to wait before pressing `again` (default 90 s: long enough that a slow first press is not doubled, whose second window would take the typing).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         again_ms: Option<u64>,
     },
