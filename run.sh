@@ -250,7 +250,7 @@ case "${1:-}" in
       --repeat 50 libreoffice_calc/4172ea6e-6b77-4edb-a9cc-c0014bd1603b | tail -n 1
     log "OSWorld's offline tasks (osworld-offline) on the osworld image: the oracle (expect every score 1.0), then untouched and the random agent (expect none)"
     "$P" image build osworld
-    "$P" run --tasks osworld-offline --vm osworld --vm-memory 3072 --agent oracle \
+    "$P" run --tasks osworld-offline --vm osworld --agent oracle \
       --out "$osw/offline-oracle" --no-report | tail -n 5
     python3 tests/osworld/campaign_stats.py "$osw/offline-oracle/results.jsonl"
     # Untouched: each task with an oracle that says it is done before acting (expect none).
@@ -259,10 +259,10 @@ for f in pathlib.Path("tasks/osworld-offline").glob("*/*.json"):
     t = json.loads(f.read_text()); t["oracle"] = [{"do": "complete"}]
     out = pathlib.Path(sys.argv[1], f.parent.name, f.name); out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(t))' "$osw/untouched"
-    "$P" run --tasks "$osw/untouched" --vm osworld --vm-memory 3072 --agent oracle \
+    "$P" run --tasks "$osw/untouched" --vm osworld --agent oracle \
       --out "$osw/offline-untouched" --no-report | tail -n 5
     python3 tests/osworld/campaign_stats.py "$osw/offline-untouched/results.jsonl"
-    "$P" run --tasks osworld-offline --vm osworld --vm-memory 3072 --agent random \
+    "$P" run --tasks osworld-offline --vm osworld --agent random \
       --out "$osw/offline-random" --no-report | tail -n 5
     python3 tests/osworld/campaign_stats.py "$osw/offline-random/results.jsonl"
     log "the bundled suite with the oracle: one machine, then 3 shards on a local Slurm cluster"

@@ -135,7 +135,7 @@ class PincerEnv(gymnasium.Env):
         out: Optional[str] = None,
         envs: Optional[str] = None,
         vm: Optional[str] = None,
-        vm_memory: int = 1024,
+        vm_memory: Optional[int] = None,
         vm_cpus: int = 2,
         tools: bool = False,
     ):

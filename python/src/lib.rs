@@ -139,7 +139,7 @@ fn observation_config(observe: &str, max_size: Option<(u32, u32)>) -> PyResult<O
 fn source(
     sets: Vec<String>,
     vm: Option<String>,
-    (memory_mib, cpus): (u32, u32),
+    (memory_mib, cpus): (Option<u32>, u32),
     count: usize,
     size: (u32, u32),
 ) -> PyResult<Source> {
@@ -351,7 +351,7 @@ impl Session {
 impl Session {
     /// Opens a session: `tasks` is a task file, directory or bundled suite (`demo`);
     /// `task_ids` narrows it; `sets` names registered environments as `ROLE=ENV,...`, `vm`
-    /// an image whose VMs are started (each reset before every task; `vm_memory` MiB,
+    /// an image whose VMs are started (each reset before every task; `vm_memory` MiB, default the image's,
     /// `vm_cpus`), and without either local desktops are started, at `size`; `observe` is a comma-separated
     /// choice of marks, screenshot, tree and video=2s@5fps; `tools` offers the API tools
     /// tasks declare (local desktops then serve them; without it a tool action is refused as
@@ -360,7 +360,7 @@ impl Session {
     /// imported OSWorld tasks) and `allow_network` lets tasks that need the live web start.
     /// Tasks that cannot run here are left out, said on stderr; starting one says why.
     #[new]
-    #[pyo3(signature = (tasks, task_ids=None, sets=None, observe="marks", max_size=None, size=(1920, 1080), out=None, agent="python", envs=None, vm=None, vm_memory=1024, vm_cpus=2, tools=false, assets=None, allow_network=false))]
+    #[pyo3(signature = (tasks, task_ids=None, sets=None, observe="marks", max_size=None, size=(1920, 1080), out=None, agent="python", envs=None, vm=None, vm_memory=None, vm_cpus=2, tools=false, assets=None, allow_network=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -374,7 +374,7 @@ impl Session {
         agent: &str,
         envs: Option<PathBuf>,
         vm: Option<String>,
-        vm_memory: u32,
+        vm_memory: Option<u32>,
         vm_cpus: u32,
         tools: bool,
         assets: Option<PathBuf>,
@@ -635,7 +635,7 @@ impl Agent for PyAgent {
 /// need the live web run too). Tasks that cannot run here are left out, each said on
 /// stderr and listed in the run's `skipped.json`. Returns {"out", "records", "report"}.
 #[pyfunction]
-#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=1024, vm_cpus=2, feedback="none", attempts=1, tools=false, video=None, end=None, assets=None, allow_network=false))]
+#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=None, vm_cpus=2, feedback="none", attempts=1, tools=false, video=None, end=None, assets=None, allow_network=false))]
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
@@ -655,7 +655,7 @@ fn run(
     name: &str,
     envs: Option<PathBuf>,
     vm: Option<String>,
-    vm_memory: u32,
+    vm_memory: Option<u32>,
     vm_cpus: u32,
     feedback: &str,
     attempts: u32,

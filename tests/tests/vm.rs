@@ -1178,9 +1178,8 @@ fn the_osworld_image_is_the_machine_osworlds_tasks_assume() {
         sb: &sb,
         name: "osworld".into(),
     };
-    sb.pincer_ok(&[
-        "vm", "up", "--image", "osworld", "--name", "osworld", "--memory", "3072",
-    ]);
+    // No --memory: the recipe's `vm_memory_mib` (3072) is the image's default.
+    sb.pincer_ok(&["vm", "up", "--image", "osworld", "--name", "osworld"]);
     let run = |script: &str| {
         sb.pincer_ok(&[
             "exec",
@@ -1201,6 +1200,7 @@ fn the_osworld_image_is_the_machine_osworlds_tasks_assume() {
           command -v $app > /dev/null && echo "has $app"
         done
         python3 -c 'import pyautogui; w, h = pyautogui.size(); print(f"pyautogui {w}x{h}")'
+        awk '/^MemTotal/ { print "memory", int($2 / 1024 / 256) * 256 + 256, "MiB" }' /proc/meminfo
     "#);
     for want in [
         "user user sudo",
@@ -1214,6 +1214,8 @@ fn the_osworld_image_is_the_machine_osworlds_tasks_assume() {
         "has gnome-terminal",
         "has socat",
         "pyautogui 1920x1080",
+        // MemTotal rounded up to 256 MiB (the kernel keeps ~100 MiB of 3072 for itself).
+        "memory 3072 MiB",
     ] {
         assert!(text.contains(want), "{want:?} not in:\n{text}");
     }
@@ -1340,10 +1342,9 @@ fn osworld_offline_tasks_pass_with_their_oracles_and_fail_untouched() {
             tasks,
             "--agent",
             "oracle",
+            // The image's 3072 MiB (`vm_memory_mib`), with no --vm-memory.
             "--vm",
             "osworld",
-            "--vm-memory",
-            "3072",
             "--no-report",
             "--out",
         ];

@@ -72,7 +72,7 @@ pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
         reg.clone(),
         SessionConfig {
             tasks,
-            envs: super::run::source(a.set.into_iter().collect(), a.vm, (1024, 2), 1, a.size)?,
+            envs: super::run::source(a.set.into_iter().collect(), a.vm, (None, 2), 1, a.size)?,
             observation,
             out,
             agent: "mcp".into(),

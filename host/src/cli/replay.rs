@@ -27,9 +27,10 @@ pub(crate) struct ReplayArgs {
     /// stopped after it.
     #[arg(long, value_name = "IMAGE", conflicts_with = "env")]
     vm: Option<String>,
-    /// Guest memory of --vm VMs, MiB.
-    #[arg(long, default_value_t = 1024, requires = "vm")]
-    vm_memory: u32,
+    /// Guest memory of --vm VMs, MiB (default: the image's, from its recipe's
+    /// `vm_memory_mib`, else 1024).
+    #[arg(long, value_parser = super::vm::memory_mib, requires = "vm")]
+    vm_memory: Option<u32>,
     /// Virtual CPUs of --vm VMs.
     #[arg(long, default_value_t = 2, requires = "vm")]
     vm_cpus: u32,

@@ -60,9 +60,10 @@ pub(crate) struct RunArgs {
     /// to the image's golden state before every task.
     #[arg(long, value_name = "IMAGE")]
     pub(super) vm: Option<String>,
-    /// Guest memory of --vm VMs, MiB.
-    #[arg(long, default_value_t = 1024, requires = "vm")]
-    pub(super) vm_memory: u32,
+    /// Guest memory of --vm VMs, MiB (default: the image's, from its recipe's
+    /// `vm_memory_mib`, else 1024).
+    #[arg(long, value_parser = super::vm::memory_mib, requires = "vm")]
+    pub(super) vm_memory: Option<u32>,
     /// Virtual CPUs of --vm VMs.
     #[arg(long, default_value_t = 2, requires = "vm")]
     pub(super) vm_cpus: u32,
@@ -283,11 +284,11 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
 }
 
 /// Where a run's environments come from: `--set` specifications, else `--vm IMAGE`
-/// (memory MiB, CPUs), else local desktops; `parallel` sets of those started for the run.
+/// (memory MiB or the image's default, CPUs), else local desktops; `parallel` sets of those started for the run.
 pub(super) fn source(
     sets: Vec<String>,
     vm: Option<String>,
-    (memory_mib, cpus): (u32, u32),
+    (memory_mib, cpus): (Option<u32>, u32),
     parallel: usize,
     size: (u32, u32),
 ) -> anyhow::Result<Source> {
@@ -355,7 +356,9 @@ pub(crate) fn shard_args(a: &RunArgs, tasks: &str, out: &std::path::Path) -> Vec
     }
     if let Some(image) = &a.vm {
         push("--vm", image.clone());
-        push("--vm-memory", a.vm_memory.to_string());
+        if let Some(memory) = a.vm_memory {
+            push("--vm-memory", memory.to_string());
+        }
         push("--vm-cpus", a.vm_cpus.to_string());
     }
     push("--parallel", a.parallel.to_string());

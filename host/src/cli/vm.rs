@@ -17,9 +17,10 @@ pub(crate) enum VmCmd {
         /// The VM's name (and its environment's).
         #[arg(long)]
         name: String,
-        /// Guest memory in MiB.
-        #[arg(long, default_value_t = 1024)]
-        memory: u32,
+        /// Guest memory in MiB (default: the image's, from its recipe's `vm_memory_mib`, else
+        /// 1024).
+        #[arg(long, value_parser = memory_mib)]
+        memory: Option<u32>,
         /// Virtual CPUs.
         #[arg(long, default_value_t = 2)]
         cpus: u32,
@@ -75,6 +76,15 @@ pub(crate) enum VmCmd {
     },
 }
 
+/// Parses a guest memory size in MiB, within what a VM may be given.
+pub(super) fn memory_mib(text: &str) -> Result<u32, String> {
+    let range = vm::MEMORY_MIB;
+    text.parse()
+        .ok()
+        .filter(|m| range.contains(m))
+        .ok_or_else(|| format!("give {} to {} (MiB)", range.start(), range.end()))
+}
+
 pub(crate) async fn run(cmd: VmCmd, reg: &Registry) -> anyhow::Result<()> {
     match cmd {
         VmCmd::Up {
@@ -85,9 +95,6 @@ pub(crate) async fn run(cmd: VmCmd, reg: &Registry) -> anyhow::Result<()> {
             agent,
             cache,
         } => {
-            if !(256..=65_536).contains(&memory) {
-                anyhow::bail!("--memory {memory}: give 256 to 65536 MiB");
-            }
             if !(1..=64).contains(&cpus) {
                 anyhow::bail!("--cpus {cpus}: give 1 to 64");
             }
@@ -192,7 +199,7 @@ async fn bench(
     let opts = UpOptions {
         name: name.clone(),
         image: image.into(),
-        memory_mib: 1024,
+        memory_mib: None,
         cpus: 2,
         agent: default_agent(),
         // The benchmark's VM is its own: it goes if the benchmark is killed.
@@ -247,7 +254,7 @@ async fn bench(
             Some("revert + 3-60 s sleep"),
             format!(
                 "{} MiB guest, {}; clock off by at most {:.2} s",
-                opts.memory_mib,
+                first.state.memory_mib,
                 first.state.accel,
                 offsets.last().copied().unwrap_or(0.0)
             ),

@@ -96,9 +96,11 @@ pub enum Built {
 pub fn recipe_hash(loaded: &Loaded) -> Result<String, ImageError> {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     ctx.update(&FORMAT.to_le_bytes());
-    // `compare` is what the manifest says about the image, not what it is made of.
+    // `compare` and `vm_memory_mib` are what the manifest says about the image and how it
+    // runs, not what it is made of.
     let recipe = super::recipe::Recipe {
         compare: None,
+        vm_memory_mib: None,
         ..loaded.recipe.clone()
     };
     let canonical = serde_json::to_vec(&recipe).unwrap_or_default();
@@ -336,8 +338,11 @@ pub async fn build(
         .compare
         .as_ref()
         .map(|c| compared(c, &image.manifest.packages));
-    if image.manifest.compared != compared {
+    let memory = loaded.recipe.vm_memory_mib;
+    // A cached image takes the recipe's metadata as it is now.
+    if image.manifest.compared != compared || image.manifest.vm_memory_mib != memory {
         image.manifest.compared = compared;
+        image.manifest.vm_memory_mib = memory;
         // Renamed into place: other pincer processes read the manifest meanwhile.
         let path = image.dir.join(super::MANIFEST);
         let part = image
@@ -550,6 +555,7 @@ async fn build_or_reuse(
         firmware: super::Firmware::Kernel,
         imported: None,
         compared: None,
+        vm_memory_mib: None,
     };
     for leftover in ["overlay", "packages.tsv", "kernel.txt"] {
         let p = out.join(leftover);
@@ -1099,6 +1105,22 @@ mod tests {
         .unwrap();
         assert!(compared.recipe.compare.is_some());
         assert_eq!(recipe_hash(&a).unwrap(), recipe_hash(&compared).unwrap());
+        // Nor is how its VMs run.
+        let memory = recipe::parse(
+            "debian-12-minimal",
+            &a.text.replace("[user]", "vm_memory_mib = 3072\n[user]"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(memory.recipe.vm_memory_mib, Some(3072));
+        assert_eq!(recipe_hash(&a).unwrap(), recipe_hash(&memory).unwrap());
+        let err = recipe::parse(
+            "debian-12-minimal",
+            &a.text.replace("[user]", "vm_memory_mib = 100\n[user]"),
+            None,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("vm_memory_mib"), "{err}");
     }
 
     #[test]

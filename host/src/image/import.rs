@@ -204,6 +204,7 @@ pub async fn import(
             session: facts.session,
         }),
         compared: None,
+        vm_memory_mib: None,
     };
     for f in ["head.raw", "facts"] {
         let _ = std::fs::remove_file(work.join(f));

@@ -63,6 +63,16 @@ pub struct Manifest {
     /// The recipe's `compare`: another machine's versions next to the image's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compared: Option<Compared>,
+    /// The recipe's `vm_memory_mib`: guest memory of its VMs when the user names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_memory_mib: Option<u32>,
+}
+
+impl Manifest {
+    /// Guest memory, MiB, of this image's VMs when the user names none.
+    pub fn default_memory_mib(&self) -> u32 {
+        self.vm_memory_mib.unwrap_or(crate::vm::DEFAULT_MEMORY_MIB)
+    }
 }
 
 /// Another machine's package versions next to an image's (a recipe's `compare`).
@@ -429,6 +439,7 @@ mod tests {
             firmware: Firmware::Kernel,
             imported: None,
             compared: None,
+            vm_memory_mib: None,
         }
     }
 

@@ -108,6 +108,11 @@ pub struct Recipe {
     /// manifest lists each next to the image's own. Metadata: not part of the image's hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compare: Option<Compare>,
+    /// Guest memory, MiB, for VMs of this image when the user names none (`vm up
+    /// --memory`, `run --vm-memory`); 1024 when left out. How the image runs, not what it is
+    /// made of: not part of its hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_memory_mib: Option<u32>,
 }
 
 /// Another machine's package versions, to be listed next to an image's.
@@ -361,6 +366,13 @@ impl Loaded {
         }
         if !(1..=512).contains(&r.disk_gib) {
             return Err(self.invalid("disk_gib", "must be 1 to 512"));
+        }
+        let memory = crate::vm::MEMORY_MIB;
+        if r.vm_memory_mib.is_some_and(|m| !memory.contains(&m)) {
+            return Err(self.invalid(
+                "vm_memory_mib",
+                format!("must be {} to {} (MiB)", memory.start(), memory.end()),
+            ));
         }
         let valid_locale = r.locale == "C.UTF-8"
             || r.locale.split_once('.').is_some_and(|(lang, codeset)| {

@@ -281,8 +281,8 @@ pub struct VmPlan {
     pub cache: crate::image::Cache,
     /// The image.
     pub image: String,
-    /// Guest memory, MiB.
-    pub memory_mib: u32,
+    /// Guest memory, MiB; `None`: the image's default.
+    pub memory_mib: Option<u32>,
     /// Virtual CPUs.
     pub cpus: u32,
     /// The agent to run in them.
@@ -292,7 +292,7 @@ pub struct VmPlan {
 impl VmPlan {
     /// VMs of `image` from the user's image cache (`pincer image list`), running the agent
     /// beside this program.
-    pub fn new(image: String, memory_mib: u32, cpus: u32) -> Result<Self, DesktopError> {
+    pub fn new(image: String, memory_mib: Option<u32>, cpus: u32) -> Result<Self, DesktopError> {
         Ok(Self {
             cache: crate::image::Cache::at(crate::paths::image_cache_dir()),
             image,

@@ -99,6 +99,12 @@ pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> VmEr
     move |source| VmError::Io { what, source }
 }
 
+/// Guest memory of a VM whose user and image name none, MiB.
+pub const DEFAULT_MEMORY_MIB: u32 = 1024;
+
+/// The guest memory a VM may be given, MiB.
+pub const MEMORY_MIB: std::ops::RangeInclusive<u32> = 256..=65_536;
+
 /// What `vm up` is asked for.
 #[derive(Debug, Clone)]
 pub struct UpOptions {
@@ -106,8 +112,9 @@ pub struct UpOptions {
     pub name: String,
     /// The image.
     pub image: String,
-    /// Guest memory, MiB.
-    pub memory_mib: u32,
+    /// Guest memory, MiB; `None`: the image's default
+    /// ([`Manifest::default_memory_mib`](crate::image::Manifest::default_memory_mib)).
+    pub memory_mib: Option<u32>,
     /// Virtual CPUs.
     pub cpus: u32,
     /// The agent to run in it.
@@ -353,12 +360,15 @@ pub async fn up(
         }
         .into());
     }
+    let memory_mib = opts
+        .memory_mib
+        .unwrap_or_else(|| image.manifest.default_memory_mib());
     let (accel, accel_reason) = crate::accel::probe_accel();
     let t = Instant::now();
     let golden = golden::ensure(
         &image,
         &golden::Spec {
-            memory_mib: opts.memory_mib,
+            memory_mib,
             cpus: opts.cpus,
             accel,
             agent: opts.agent.clone(),
@@ -378,7 +388,7 @@ pub async fn up(
         image: opts.image.clone(),
         image_dir: image.dir.clone(),
         golden: golden.dir.clone(),
-        memory_mib: opts.memory_mib,
+        memory_mib,
         cpus: opts.cpus,
         accel,
         port: free_port()?,
