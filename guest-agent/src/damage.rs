@@ -49,7 +49,7 @@ struct Watcher {
 
 impl Client for Watcher {
     fn connect(display: Option<&str>) -> Result<Self, WireError> {
-        let (conn, screen) = x11::connect(display)?;
+        let (conn, screen) = x11::connect_desktop(display, "video")?;
         let label = || x11::display_label(display);
         if conn
             .extension_information(damage::X11_EXTENSION_NAME)

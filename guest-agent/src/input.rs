@@ -119,7 +119,7 @@ impl Drop for Session {
 
 impl Client for Session {
     fn connect(display: Option<&str>) -> Result<Self, WireError> {
-        let (conn, screen) = x11::connect(display)?;
+        let (conn, screen) = x11::connect_desktop(display, "input")?;
         let (root, width, height) = (screen.root, screen.width_in_pixels, screen.height_in_pixels);
         if conn
             .extension_information(xtest::X11_EXTENSION_NAME)

@@ -52,6 +52,13 @@ impl Platform for Linux {
         capability::VIDEO,
         capability::RECORD,
     ];
+    const SCREEN_CAPABILITIES: &'static [&'static str] = &[
+        capability::INPUT,
+        capability::SCREENSHOT,
+        capability::WINDOW,
+        capability::VIDEO,
+        capability::RECORD,
+    ];
 
     /// PRETTY_NAME from os-release, or the kernel name.
     fn os(&self) -> String {

@@ -12,6 +12,7 @@ mod install;
 mod linux;
 mod memory;
 mod screen;
+mod session;
 mod settings;
 #[cfg(test)]
 mod testutil;
@@ -95,15 +96,6 @@ fn setup_command(cmd: Cmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What works without an X display, for the warning at start.
-fn no_display_warning() -> &'static str {
-    if cfg!(feature = "xcap") {
-        "no DISPLAY and no --display: input, window and clipboard requests will fail until one is given; screenshots will try xcap (Wayland); UI trees need only the D-Bus session"
-    } else {
-        "no DISPLAY and no --display: input, screenshots, window and clipboard requests will fail until one is given (this build has no xcap fallback); UI trees need only the D-Bus session"
-    }
-}
-
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(cmd) = args.command {
@@ -134,7 +126,16 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .clone()
         .or_else(|| std::env::var("DISPLAY").ok());
     if display.is_none() && !args.guest.print_fingerprint {
-        eprintln!("pincer-agent: warning: {}", no_display_warning());
+        let why = if session::wayland_session() {
+            "this is a Wayland session without an X display, and pincer-agent has no Wayland \
+             route yet: input, screenshot and window requests will be refused"
+        } else {
+            "input, screenshot, window and clipboard requests will fail until one is given"
+        };
+        eprintln!(
+            "pincer-agent: warning: no DISPLAY and no --display: {why}; UI trees need only the \
+             D-Bus session"
+        );
     }
     let program = Program {
         name: "pincer-agent",

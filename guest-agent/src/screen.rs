@@ -9,9 +9,9 @@
 //!   socket transfer.
 //! - `x11-getimage`: plain `GetImage` when the server lacks MIT-SHM 1.2 or attaching fails
 //!   (a remote display); 8 MB travel through the socket per 1080p frame.
-//! - `xcap` (feature `xcap`): when no X11 display answers and no display name was given
-//!   (xcap always reads `$DISPLAY` itself, so it could not honour one). On a Wayland session
-//!   with XWayland the X11 backends win, and they see only X clients.
+//!
+//! A Wayland session's Xwayland is refused (see [`session`](crate::session)): it sees only
+//! X11 apps, so its frames are black where Wayland apps draw.
 
 use crate::x11::{self, Client, Lazy, display_label};
 use pincer_guest_core::encode::{self, Frame, FrameEncoder, PixelFormat};
@@ -33,8 +33,7 @@ use x11rb::rust_connection::RustConnection;
 /// Owns the capture backend; connects lazily, reconnects after the display goes away.
 #[derive(Debug)]
 pub(crate) struct Screen {
-    /// The open backend. The display name `None` means `$DISPLAY` and also allows the xcap
-    /// backend.
+    /// The open backend. The display name `None` means `$DISPLAY`.
     backend: Lazy<Backend>,
 }
 
@@ -181,26 +180,20 @@ struct Grab<'a> {
 
 #[derive(Debug)]
 enum Backend {
-    // Boxed: the connection's buffers make it much larger than the xcap variant.
+    // Boxed: the connection's buffers make it large.
     X11(Box<X11>),
-    #[cfg(feature = "xcap")]
-    Xcap(XcapCapture),
 }
 
 impl Backend {
     fn grab(&mut self, req: &ScreenshotRequest) -> Result<Grab<'_>, Fault> {
         match self {
             Self::X11(x11) => x11.grab(req),
-            #[cfg(feature = "xcap")]
-            Self::Xcap(xcap) => xcap.grab(req),
         }
     }
 
     fn info(&mut self) -> Result<ScreenInfo, Fault> {
         match self {
             Self::X11(x11) => x11.info(),
-            #[cfg(feature = "xcap")]
-            Self::Xcap(xcap) => xcap.info(),
         }
     }
 }
@@ -232,18 +225,6 @@ fn connect(display: Option<&str>) -> Result<Backend, WireError> {
         Err(OpenError::ShmBroke(why)) => Err(WireError::Display {
             message: format!("{}: {why}", display_label(display)),
         }),
-        #[cfg(feature = "xcap")]
-        Err(OpenError::Wire(WireError::Display { message })) if display.is_none() => {
-            match XcapCapture::open() {
-                Ok(xcap) => {
-                    tracing::info!(x11 = %message, "no usable X11 display; capturing with xcap");
-                    Ok(Backend::Xcap(xcap))
-                }
-                Err(why) => Err(WireError::Display {
-                    message: format!("{message}; xcap cannot capture either: {why}"),
-                }),
-            }
-        }
         Err(OpenError::Wire(e)) => Err(e),
     }
 }
@@ -278,7 +259,8 @@ impl X11 {
     /// Connects to `display` and, if `try_shm`, attaches a segment for the whole screen.
     fn open(display: Option<&str>, try_shm: bool) -> Result<Self, OpenError> {
         let label = || display_label(display);
-        let (conn, screen) = x11::connect(display).map_err(OpenError::Wire)?;
+        let (conn, screen) =
+            x11::connect_desktop(display, "screenshots").map_err(OpenError::Wire)?;
         let scanline_pad = check_pixel_format(conn.setup(), &screen).map_err(|why| {
             OpenError::Wire(WireError::Unsupported {
                 what: format!(
@@ -672,148 +654,6 @@ fn sealed_memfd(len: usize) -> std::io::Result<OwnedFd> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(file.into())
-}
-
-/// Capture through xcap, whose calls each run on a fresh std thread: its Wayland path blocks
-/// on D-Bus with zbus, which panics inside a tokio runtime, and a fresh thread carries no
-/// runtime context however the caller was scheduled. The thread also contains any panic
-/// inside xcap, which becomes an error instead of taking the agent down.
-#[cfg(feature = "xcap")]
-#[derive(Debug, Default)]
-struct XcapCapture {
-    /// The composed BGRX frame of the last grab.
-    pixels: Vec<u8>,
-}
-
-#[cfg(feature = "xcap")]
-impl XcapCapture {
-    fn open() -> Result<Self, String> {
-        let monitors = off_runtime(xcap_monitors)??;
-        if monitors.is_empty() {
-            return Err("xcap sees no monitors".to_owned());
-        }
-        Ok(Self::default())
-    }
-
-    fn info(&mut self) -> Result<ScreenInfo, Fault> {
-        let monitors = off_runtime(xcap_monitors)
-            .and_then(|m| m)
-            .map_err(Fault::Gone)?;
-        let (width, height) = extent(&monitors);
-        Ok(ScreenInfo {
-            width,
-            height,
-            monitors,
-            capture: "xcap".to_owned(),
-        })
-    }
-
-    /// Captures every monitor that overlaps the requested area and composes them into one
-    /// BGRX frame; areas no monitor covers stay black.
-    fn grab(&mut self, req: &ScreenshotRequest) -> Result<Grab<'_>, Fault> {
-        let pixels = &mut self.pixels;
-        let source = off_runtime(|| -> Result<Rect, Fault> {
-            let gone = |e: xcap::XCapError| Fault::Gone(format!("xcap: {e}"));
-            let monitors = xcap::Monitor::all().map_err(gone)?;
-            let rects = monitors
-                .iter()
-                .map(|m| monitor_rect(m).map_err(gone))
-                .collect::<Result<Vec<_>, _>>()?;
-            let (width, height) = extent(&rects);
-            let source = encode::source_rect(req.region, width, height)?;
-            encode::check_output(source, req.max_size)?;
-            let stride = source.width as usize * 4;
-            pixels.clear();
-            pixels.resize(stride * source.height as usize, 0);
-            for (monitor, rect) in monitors.iter().zip(&rects) {
-                let Some(part) = rect.intersect(&source) else {
-                    continue;
-                };
-                let image = monitor
-                    .capture_region(
-                        part.x.abs_diff(rect.x),
-                        part.y.abs_diff(rect.y),
-                        part.width,
-                        part.height,
-                    )
-                    .map_err(gone)?;
-                if (image.width(), image.height()) != (part.width, part.height) {
-                    return Err(Fault::Gone(format!(
-                        "xcap returned {}x{} pixels for a {}x{} region",
-                        image.width(),
-                        image.height(),
-                        part.width,
-                        part.height
-                    )));
-                }
-                let left = part.x.abs_diff(source.x) as usize * 4;
-                let top = part.y.abs_diff(source.y) as usize;
-                let rows = image.as_raw().chunks_exact(part.width as usize * 4);
-                for (i, row) in rows.enumerate() {
-                    let start = (top + i) * stride + left;
-                    let out = &mut pixels[start..start + row.len()];
-                    for (d, s) in out.chunks_exact_mut(4).zip(row.chunks_exact(4)) {
-                        d.copy_from_slice(&[s[2], s[1], s[0], 0]);
-                    }
-                }
-            }
-            Ok(source)
-        })
-        .map_err(Fault::Gone)??;
-        Ok(Grab {
-            pixels: Cow::Borrowed(&self.pixels),
-            stride: source.width as usize * 4,
-            source,
-        })
-    }
-}
-
-#[cfg(feature = "xcap")]
-fn monitor_rect(m: &xcap::Monitor) -> Result<Rect, xcap::XCapError> {
-    Ok(Rect::new(m.x()?, m.y()?, m.width()?, m.height()?))
-}
-
-#[cfg(feature = "xcap")]
-fn xcap_monitors() -> Result<Vec<Rect>, String> {
-    let monitors = xcap::Monitor::all().map_err(|e| format!("xcap: {e}"))?;
-    monitors
-        .iter()
-        .map(|m| monitor_rect(m).map_err(|e| format!("xcap: {e}")))
-        .collect()
-}
-
-/// Width and height of the screen that holds `monitors`, measured from 0,0.
-#[cfg(feature = "xcap")]
-fn extent(monitors: &[Rect]) -> (u32, u32) {
-    let right = monitors
-        .iter()
-        .map(|m| i64::from(m.x) + i64::from(m.width))
-        .max();
-    let bottom = monitors
-        .iter()
-        .map(|m| i64::from(m.y) + i64::from(m.height))
-        .max();
-    let clamp = |v: Option<i64>| u32::try_from(v.unwrap_or(0).max(0)).unwrap_or(u32::MAX);
-    (clamp(right), clamp(bottom))
-}
-
-/// Runs `f` on a fresh thread (see [`XcapCapture`]); a panic comes back as an error.
-#[cfg(feature = "xcap")]
-fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T, String> {
-    std::thread::scope(|scope| {
-        let thread = std::thread::Builder::new()
-            .name("pincer-xcap".to_owned())
-            .spawn_scoped(scope, f)
-            .map_err(|e| format!("cannot start the xcap thread: {e}"))?;
-        thread.join().map_err(|panic| {
-            let text = panic
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("no message");
-            format!("xcap panicked: {text}")
-        })
-    })
 }
 
 #[cfg(test)]
@@ -1284,25 +1124,61 @@ mod tests {
         }
     }
 
-    /// With no display at all, both X11 and the xcap fallback are tried, and the answer is a
-    /// Display error that says so; no panic from either library.
+    /// With no display at all, the answer is a Display error that says so; no panic.
     #[test]
     fn no_display_at_all_is_a_display_error() {
-        if isolated("no_display_at_all_is_a_display_error", &[("DISPLAY", None)]) {
+        let outside_wayland = [
+            ("DISPLAY", None),
+            ("WAYLAND_DISPLAY", None),
+            ("XDG_SESSION_TYPE", None),
+        ];
+        if isolated("no_display_at_all_is_a_display_error", &outside_wayland) {
             return;
         }
         let mut screen = Screen::new(None);
         for _ in 0..2 {
             match shoot(&mut screen, &request(ImageFormat::Png)) {
                 Err(WireError::Display { message }) => {
-                    println!("{message}");
                     assert!(message.contains("$DISPLAY is not set"), "{message}");
-                    #[cfg(feature = "xcap")]
-                    assert!(message.contains("xcap cannot capture either"), "{message}");
                 }
                 other => panic!("got {:?}", other.map(|(meta, _)| meta)),
             }
         }
+    }
+
+    /// In a Wayland session without an X display, screenshots are refused as unsupported,
+    /// naming the session; an X server that is not Xwayland still serves though the
+    /// environment names a Wayland session (a pincer desktop started from one).
+    #[test]
+    fn a_wayland_session_without_x_is_refused_by_name() {
+        let xvfb = (std::env::var_os(CHILD).is_none()).then(|| Xvfb::start(320, 240));
+        let wayland = [
+            ("DISPLAY", None),
+            ("WAYLAND_DISPLAY", Some("wayland-7")),
+            ("XDG_CURRENT_DESKTOP", Some("sway")),
+            (
+                "PINCER_TEST_XVFB",
+                xvfb.as_ref().map(|x| x.display.as_str()),
+            ),
+        ];
+        if isolated("a_wayland_session_without_x_is_refused_by_name", &wayland) {
+            return;
+        }
+        let mut screen = Screen::new(None);
+        match shoot(&mut screen, &request(ImageFormat::Png)) {
+            Err(WireError::Unsupported { what }) => {
+                assert!(what.starts_with("screenshots: "), "{what}");
+                assert!(
+                    what.contains("a Wayland session (sway, WAYLAND_DISPLAY=wayland-7)"),
+                    "{what}"
+                );
+                assert!(what.contains("GNOME on Xorg"), "{what}");
+            }
+            other => panic!("got {:?}", other.map(|(meta, _)| meta)),
+        }
+        let display = std::env::var("PINCER_TEST_XVFB").expect("the parent's Xvfb");
+        let mut screen = Screen::new(Some(display));
+        assert_eq!(screen.info().expect("Xvfb serves").capture, "x11-shm");
     }
 
     /// Counts open fds and resident memory of this process.
@@ -1552,49 +1428,6 @@ mod tests {
             "the new server's screen"
         );
         assert_eq!(screen.info().expect("info").capture, "x11-shm");
-    }
-
-    /// xcap against a real X server. It runs in its own process because xcap reads
-    /// `$DISPLAY`, and from inside a tokio runtime to show that the capture does not care.
-    #[cfg(feature = "xcap")]
-    #[test]
-    fn xcap_backend_shows_the_screen() {
-        if std::env::var_os(CHILD).is_none() {
-            let xvfb = Xvfb::start(320, 240);
-            let _scene = paint(&xvfb.display, BG);
-            isolated(
-                "xcap_backend_shows_the_screen",
-                &[("DISPLAY", Some(&xvfb.display))],
-            );
-            return;
-        }
-        let mut screen = Screen {
-            backend: Lazy::holding(
-                None,
-                Backend::Xcap(XcapCapture::open().expect("xcap sees the Xvfb")),
-            ),
-        };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .build()
-            .expect("runtime");
-        let (info, (meta, bytes), (region_meta, region)) = runtime.block_on(async {
-            let info = screen.info().expect("info");
-            let whole = capture(&mut screen, &request(ImageFormat::Raw { zstd: None }));
-            let req = ScreenshotRequest {
-                region: Some(Rect::new(90, 40, 20, 20)),
-                ..request(ImageFormat::Raw { zstd: None })
-            };
-            (info, whole, capture(&mut screen, &req))
-        });
-        assert_eq!(
-            (info.width, info.height, info.capture.as_str()),
-            (320, 240, "xcap")
-        );
-        assert_eq!(meta.source, Rect::new(0, 0, 320, 240));
-        assert_scene(&decode_raw(&meta, &bytes));
-        let img = decode_raw(&region_meta, &region);
-        assert_eq!((img.at(0, 0), img.at(19, 19)), (rgb(BG), rgb(FG)));
     }
 
     /// Paints a full-screen gradient on the root, a stand-in for a wallpaper.

@@ -340,7 +340,7 @@ struct Session {
 
 impl Client for Session {
     fn connect(display: Option<&str>) -> Result<Self, WireError> {
-        let (conn, screen) = x11::connect(display)?;
+        let (conn, screen) = x11::connect_desktop(display, "window management")?;
         let root = screen.root;
         let atoms =
             Atoms::new(&conn)

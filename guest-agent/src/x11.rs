@@ -2,7 +2,8 @@
 //! subsystem (input, screen, windows, clipboard): [`connect`] opens one and finds its
 //! screen, [`Lazy`] holds a subsystem's client, made on first use and replaced once the
 //! server went away (the agent runs for days across X server restarts), and [`lost`] and
-//! [`refused`] turn x11rb's errors into the protocol's. Each subsystem keeps a connection
+//! [`refused`] turn x11rb's errors into the protocol's; [`connect_desktop`] also refuses
+//! a Wayland session's Xwayland. Each subsystem keeps a connection
 //! of its own: a request that blocks on one (a window operation waiting for its effect, a
 //! clipboard owner slow to answer) never holds up another.
 
@@ -52,6 +53,26 @@ pub(crate) fn connect(
             message: format!("{} has no screen {screen_num}", label()),
         });
     };
+    Ok((conn, screen))
+}
+
+/// Connects to `display` as [`connect`] does, for what needs the X server to be the whole
+/// desktop (`what`: "screenshots", "input", ...): refused in a Wayland session, where the
+/// display is Xwayland or there is none (see [`session`](crate::session)).
+pub(crate) fn connect_desktop(
+    display: Option<&str>,
+    what: &str,
+) -> Result<(RustConnection, xproto::Screen), WireError> {
+    let no_display = display.is_none() && std::env::var_os("DISPLAY").is_none();
+    let (conn, screen) = match connect(display) {
+        Err(WireError::Display { .. }) if no_display && crate::session::wayland_session() => {
+            return Err(crate::session::refusal(what, None));
+        }
+        connected => connected?,
+    };
+    if crate::session::is_xwayland(&conn, screen.root) {
+        return Err(crate::session::refusal(what, Some(&display_label(display))));
+    }
     Ok((conn, screen))
 }
 

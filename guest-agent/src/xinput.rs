@@ -55,7 +55,7 @@ struct Listener {
 
 impl Client for Listener {
     fn connect(display: Option<&str>) -> Result<Self, WireError> {
-        let (conn, screen) = x11::connect(display)?;
+        let (conn, screen) = x11::connect_desktop(display, "input recording")?;
         let label = || x11::display_label(display);
         if conn
             .extension_information(xinput::X11_EXTENSION_NAME)

@@ -134,8 +134,16 @@ impl<P: Platform> Guest<P> {
     /// whatever the display does: with the last known geometry (or none) if the screen is
     /// busy or hung; a read that was started goes on and refreshes it for the next host.
     pub async fn info(&self) -> GuestInfo {
+        let mut refused = false;
         let screen = match tokio::time::timeout(HANDSHAKE_SCREEN_WAIT, self.screen_info()).await {
             Ok(Ok(info)) => info,
+            Ok(Err(WireError::Unsupported { what })) => {
+                refused = true;
+                ScreenInfo {
+                    capture: format!("refused: {what}"),
+                    ..ScreenInfo::default()
+                }
+            }
             _ => self
                 .last_screen
                 .lock()
@@ -143,7 +151,11 @@ impl<P: Platform> Guest<P> {
                 .clone()
                 .unwrap_or_default(),
         };
-        let mut capabilities: Vec<String> = P::CAPABILITIES.iter().map(|&c| c.into()).collect();
+        let mut capabilities: Vec<String> = P::CAPABILITIES
+            .iter()
+            .filter(|c| !(refused && P::SCREEN_CAPABILITIES.contains(c)))
+            .map(|&c| c.into())
+            .collect();
         if !self.config.read_only {
             capabilities.push(capability::SETUP.into());
             if self.config.allow_tools && P::SANDBOXED_TOOLS {

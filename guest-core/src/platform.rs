@@ -53,6 +53,11 @@ pub trait Platform: Send + Sync + 'static {
     /// ([`capability`](pincer_shared::message::capability) names), in order; the core adds
     /// `setup` unless the guest is read-only.
     const CAPABILITIES: &'static [&'static str];
+    /// Those of [`CAPABILITIES`](Self::CAPABILITIES) that work only where the screen does:
+    /// the handshake leaves them out while the screen refuses its display as `Unsupported`
+    /// (a Wayland session's Xwayland on Linux), and names the reason as the screen's
+    /// capture.
+    const SCREEN_CAPABILITIES: &'static [&'static str] = &[];
     /// Whether the platform can run API tools in a sandbox (bubblewrap); the others answer
     /// the tool class `Unsupported`.
     const SANDBOXED_TOOLS: bool = false;

@@ -284,7 +284,8 @@ pub struct ScreenInfo {
     pub height: u32,
     /// Monitors, if the guest can tell them apart.
     pub monitors: Vec<Rect>,
-    /// How the guest captures the screen ("x11-shm", "xcap", ...).
+    /// How the guest captures the screen ("x11-shm", "x11-getimage", ...), or in a
+    /// handshake why it cannot ("refused: ...", with the other fields zero).
     pub capture: String,
 }
 

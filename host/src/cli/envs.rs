@@ -138,10 +138,14 @@ pub(crate) async fn run(cmd: EnvCmd, reg: &Registry) -> anyhow::Result<()> {
                         Transport::Tcp => "tcp (a tunnel)",
                     }
                 );
-                println!(
-                    "screen        {}x{} via {}",
-                    info.screen.width, info.screen.height, info.screen.capture
-                );
+                if info.screen.capture.starts_with("refused") {
+                    println!("screen        {}", info.screen.capture);
+                } else {
+                    println!(
+                        "screen        {}x{} via {}",
+                        info.screen.width, info.screen.height, info.screen.capture
+                    );
+                }
                 println!("capabilities  {}", info.capabilities.join(", "));
                 println!("read-only     {}", info.read_only);
             }
