@@ -126,8 +126,8 @@ pub(crate) enum TaskCmd {
         /// checkpoints) and each checkpoint's state.
         #[arg(long, conflicts_with = "repeat")]
         json: bool,
-        /// OSWorld's file cache, for the gold files of imported OSWorld tasks [default:
-        /// ~/.cache/pincer/osworld].
+        /// OSWorld's file cache, for the setup files and gold files of imported OSWorld
+        /// tasks [default: ~/.cache/pincer/osworld].
         #[arg(long, value_name = "CACHE")]
         assets: Option<PathBuf>,
         /// Set up and check this many times, one line each, and fail if a setup fails or
@@ -426,7 +426,7 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
             let set = tasks.load()?;
             let assets = assets.unwrap_or_else(pincer::peers::osworld::cache::default_dir);
             let lib = pincer::peers::library(&assets);
-            let checking = Checking::connect(reg, &set, &id, &bind, &lib).await?;
+            let checking = Checking::connect(reg, &set, &id, &bind, &lib, assets).await?;
             if json {
                 checking.json(!no_setup, &log).await?;
             } else if repeat == 1 {
@@ -444,6 +444,8 @@ struct Checking<'a> {
     task: &'a Task,
     graph: Graph,
     envs: Envs,
+    /// The asset cache setups put files from (OSWorld's file cache).
+    assets: PathBuf,
 }
 
 impl<'a> Checking<'a> {
@@ -453,6 +455,7 @@ impl<'a> Checking<'a> {
         id: &str,
         bind: &[String],
         lib: &Library,
+        assets: PathBuf,
     ) -> anyhow::Result<Self> {
         let task = find(set, id)?;
         let graph = Graph::build(task, lib)?;
@@ -479,6 +482,7 @@ impl<'a> Checking<'a> {
             task,
             graph,
             envs: Envs(envs),
+            assets,
         })
     }
 
@@ -488,7 +492,8 @@ impl<'a> Checking<'a> {
         each: &mut (dyn FnMut(&str, &task::steps::Step) + Send),
     ) -> anyhow::Result<()> {
         for (role, steps) in &self.task.setup {
-            task::steps::run_all(&self.envs.0[role], steps, None, &mut |s| each(role, s))
+            let assets = Some(self.assets.as_path());
+            task::steps::run_all(&self.envs.0[role], steps, assets, &mut |s| each(role, s))
                 .await
                 .map_err(|(i, e)| anyhow::anyhow!("setup step {i} on '{role}' failed: {e}"))?;
         }

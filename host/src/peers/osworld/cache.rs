@@ -48,6 +48,16 @@ pub fn gold(task_id: &str, dest: &str) -> PathBuf {
     Path::new(task_id).join(dest)
 }
 
+/// Where OSWorld's `update_browse_history` setup gets the empty Chrome history it fills:
+/// one file for every task, from the folder of the one task that uses it.
+pub const BROWSE_HISTORY_URL: &str = "https://huggingface.co/datasets/xlangai/ubuntu_osworld_file_cache/resolve/main/chrome/44ee5668-ecd5-4366-a6ce-c1c9b8d4e938/history_empty.sqlite?download=true";
+
+/// Where that empty history lives, relative to the cache (`history_new.sqlite` in the
+/// task's folder, as OSWorld keeps it).
+pub fn browse_history(task_id: &str) -> PathBuf {
+    Path::new(task_id).join("history_new.sqlite")
+}
+
 /// The default cache: `$PINCER_OSWORLD_CACHE`, else `~/.cache/pincer/osworld` (next to the
 /// image cache).
 pub fn default_dir() -> PathBuf {

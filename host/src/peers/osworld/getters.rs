@@ -10,7 +10,8 @@
 //! `vscode_config` the file VS Code's command wrote, `vm_terminal_output` the text of
 //! gnome-terminal's focused terminal, `vm_screen_size` and `vm_window_size` sizes as
 //! OSWorld's server reads them from X11, `vlc_playing_info` VLC's `status.xml` from its
-//! HTTP interface. Chrome's profile getters
+//! HTTP interface, `accessibility_tree` the desktop's UI tree in the XML OSWorld's server
+//! writes ([`atspi_xml`](super::atspi_xml)). Chrome's profile getters
 //! ([`REPLAYED`]) are OSWorld's own, called in the worker on the profile files fetched here.
 //! Each getter's probes are sent with the check's; its value is computed from their replies.
 
@@ -78,6 +79,8 @@ pub(super) enum Get {
     /// VLC's `status.xml` from its HTTP interface, by its `dest` (`vlc_playing_info`;
     /// `None` when VLC answers with an HTTP error).
     VlcStatus { dest: String },
+    /// The whole desktop's UI tree as OSWorld's server writes it (`accessibility_tree`).
+    AccessibilityTree,
     /// OSWorld's own getter, called in the worker on the guest files it reads (fetched
     /// here): the Chrome profile getters of [`REPLAYED`].
     Replay {
@@ -421,6 +424,7 @@ impl Get {
                     .ok_or("vm_window_size has no `app_class_name`")?
                     .to_owned(),
             }),
+            "accessibility_tree" => Ok(Self::AccessibilityTree),
             "vlc_playing_info" => Ok(Self::VlcStatus {
                 dest: dest(g.str("dest").ok_or("vlc_playing_info has no `dest`")?)?,
             }),
@@ -481,6 +485,14 @@ impl Get {
                 max_depth: None,
                 max_nodes: None,
                 attributes: false,
+            })],
+            Self::AccessibilityTree => vec![Probe::UiTree(TreeRequest {
+                scope: TreeScope::Desktop,
+                showing_only: false,
+                visible_only: false,
+                max_depth: Some(super::atspi_xml::PROBE_DEPTH),
+                max_nodes: None,
+                attributes: true,
             })],
             Self::ScreenSize => vec![command(python(SCREEN_SIZE, &[]))],
             Self::WindowSize { class } => vec![command(python(WINDOW_SIZE, &[class]))],
@@ -623,6 +635,16 @@ impl Get {
                         Ok(terminal_output(&tree.root).map_or(Value::Null, Value::String))
                     }
                     Some(other) => Err(unexpected(&probe, other)),
+                    None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
+                }
+            }
+            Self::AccessibilityTree => {
+                let probe = "the desktop's UI tree";
+                match replies.first().map(|r| reply(r, probe)).transpose()? {
+                    Some(ProbeReply::UiTree(tree)) => {
+                        Ok(Value::String(super::atspi_xml::xml(&tree.root)))
+                    }
+                    Some(other) => Err(unexpected(probe, other)),
                     None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
                 }
             }
@@ -778,7 +800,7 @@ fn x11_size(replies: &[&ProbeResult], getter: &str) -> Result<Value, EvalError> 
 /// `python3 -c script` with `args` as its `sys.argv[1..]`: the system's Python
 /// (`/usr/bin/python3`, where the distribution's python3-xlib goes) when there is one,
 /// else the first `python3` on the `PATH` (pyenv or a venv can come first there).
-fn python(script: &str, args: &[&str]) -> Vec<String> {
+pub(super) fn python(script: &str, args: &[&str]) -> Vec<String> {
     let mut argv = sh(
         "p=/usr/bin/python3; [ -x \"$p\" ] || p=python3; exec \"$p\" -c \"$0\" \"$@\"",
         &[script],

@@ -47,6 +47,7 @@ pub const GETTERS: &[&str] = &[
     "vm_screen_size",
     "vm_window_size",
     "vlc_playing_info",
+    "accessibility_tree",
 ];
 
 /// What a task needs to run here.
@@ -595,11 +596,69 @@ fn map_step(
                 ms: (secs.max(0.0) * 1000.0).round() as u64,
             }])
         }
+        "update_browse_history" => {
+            let history = p
+                .get("history")
+                .and_then(serde_json::Value::as_array)
+                .ok_or("no `history` list")?;
+            let valid = history.iter().all(|h| {
+                h.get("url").is_some_and(serde_json::Value::is_string)
+                    && h.get("title").is_some_and(serde_json::Value::is_string)
+                    && h.get("visit_time_from_now_in_seconds")
+                        .is_some_and(serde_json::Value::is_number)
+            });
+            if !valid {
+                return Err(
+                    "a history entry without `url`, `title` and `visit_time_from_now_in_seconds`"
+                        .into(),
+                );
+            }
+            let asset = cache::browse_history(task);
+            files.push((asset.clone(), cache::BROWSE_HISTORY_URL.to_owned()));
+            let path = home(CHROME_HISTORY);
+            let entries = serde_json::Value::Array(history.clone()).to_string();
+            Ok(vec![
+                Step::PutAsset {
+                    asset: asset.to_string_lossy().into_owned(),
+                    path: path.clone(),
+                },
+                Step::Exec {
+                    argv: super::getters::python(BROWSE_HISTORY, &[&path, &entries]),
+                    timeout_ms: Some(60_000),
+                    check: true,
+                },
+            ])
+        }
         other => Err(format!(
             "the step kind {other} is not implemented in pincer yet"
         )),
     }
 }
+
+/// Chrome's history on OSWorld's machine, where `update_browse_history` puts it.
+const CHROME_HISTORY: &str = "/home/user/.config/google-chrome/Default/History";
+
+/// OSWorld's `update_browse_history` after the empty history is in place (argv: its path,
+/// the entries as JSON): each entry a row of `urls` and one of `visits`, at the entry's
+/// seconds before now in Chrome's microseconds since 1601, with OSWorld's values
+/// (`_update_browse_history_setup` in desktop-env's `controllers/setup.py`). The clock is
+/// the guest's, where OSWorld's is the host's; both take local time.
+const BROWSE_HISTORY: &str = r#"
+import json, sqlite3, sys
+from datetime import datetime, timedelta
+path, entries = sys.argv[1], json.loads(sys.argv[2])
+conn = sqlite3.connect(path)
+for e in entries:
+    visit = datetime.now() - timedelta(seconds=e["visit_time_from_now_in_seconds"])
+    stamp = int((visit - datetime(1601, 1, 1)).total_seconds() * 1000000)
+    cur = conn.execute(
+        "INSERT INTO urls (url, title, visit_count, typed_count, last_visit_time, hidden) "
+        "VALUES (?, ?, ?, ?, ?, ?)", (e["url"], e["title"], 1, 0, stamp, 0))
+    conn.execute(
+        "INSERT INTO visits (url, visit_time, from_visit, transition, segment_id, visit_duration) "
+        "VALUES (?, ?, ?, ?, ?, ?)", (cur.lastrowid, stamp, 0, 805306368, 0, 0))
+conn.commit()
+"#;
 
 /// Checked before a setup command that runs `sudo` with OSWorld's password: OSWorld
 /// ignores a failing setup command, so without this a machine whose user cannot sudo with
@@ -927,6 +986,40 @@ mod tests {
         // Run from the home, paths under /home/user moved there.
         let argv = command(Some(&serde_json::json!("ls '/home/user/My Files'")), false).unwrap();
         assert_eq!(argv[4..], ["ls", "~/My Files"]);
+    }
+
+    /// `update_browse_history` needs OSWorld's one empty history file, cached in the task's
+    /// folder, and refuses entries it could not insert.
+    #[test]
+    fn browse_history_setups_need_the_empty_history_and_whole_entries() {
+        let with = |entry: serde_json::Value| {
+            let task = serde_json::json!({"id": "t1", "instruction": "x", "config": [
+                {"type": "update_browse_history", "parameters": {"history": [entry]}}],
+                "evaluator": {"func": "infeasible"}});
+            let t: OsTask = serde_json::from_value(task.clone()).unwrap();
+            convert("chrome", &t, task, Path::new("/nonexistent"))
+        };
+        let good = with(
+            serde_json::json!({"url": "https://a.example/", "title": "A",
+            "visit_time_from_now_in_seconds": 60}),
+        );
+        assert!(good.unsupported.is_empty(), "{:?}", good.unsupported);
+        match &good.needs {
+            Needs::Files { files, .. } => assert_eq!(
+                files,
+                &[(
+                    PathBuf::from("t1/history_new.sqlite"),
+                    cache::BROWSE_HISTORY_URL.to_owned()
+                )]
+            ),
+            other => panic!("{other:?}"),
+        }
+        let bad = with(serde_json::json!({"url": "https://a.example/", "title": "A"}));
+        assert!(
+            bad.unsupported[0].contains("visit_time_from_now_in_seconds"),
+            "{:?}",
+            bad.unsupported
+        );
     }
 
     fn import(evaluator: serde_json::Value) -> Imported {
