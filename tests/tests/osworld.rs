@@ -184,7 +184,7 @@ const NOT_HERE: &[(&str, &str)] = &[
     ),
     (
         "libreoffice_impress/c59742c0-4323-4b9d-8a02-723c251deaa0",
-        "not supported: getter audio_in_slide",
+        "not supported: metric compare_audios",
     ),
     (
         "multi_apps/46407397-a7d5-4c6b-92c6-dbe038b1457b",
@@ -1281,4 +1281,111 @@ fn the_browse_history_setup_fills_chromes_history_as_osworlds_does() {
     // The agent's work: the YouTube visits deleted.
     sqlite(&history, "DELETE FROM urls WHERE url LIKE '%youtube%'");
     assert_eq!(check(false), Some(1.0));
+}
+
+/// Makes `talk.pptx` in `dir` with python-pptx from the scorer's environment: slide 1
+/// carries an audio file (`voice.mp3`, ID3 title PINCER-AUDIO) as a relationship, slide 2
+/// a background picture (`red.png`), both also left in `dir`, as LibreOffice saves them.
+const SLIDES: &str = r#"
+import sys
+from lxml import etree
+from mutagen.easyid3 import EasyID3
+from mutagen.id3 import ID3
+from PIL import Image
+from pptx import Presentation
+from pptx.opc.package import Part
+from pptx.opc.packuri import PackURI
+d = sys.argv[1]
+Image.new("RGB", (64, 48), (200, 30, 30)).save(d + "/red.png")
+with open(d + "/voice.mp3", "wb") as f:
+    f.write(bytes(400))
+ID3().save(d + "/voice.mp3")
+tags = EasyID3(d + "/voice.mp3")
+tags["title"] = "PINCER-AUDIO"
+tags.save()
+prs = Presentation()
+first = prs.slides.add_slide(prs.slide_layouts[6])
+second = prs.slides.add_slide(prs.slide_layouts[6])
+with open(d + "/voice.mp3", "rb") as f:
+    audio = Part(PackURI("/ppt/media/media1.mp3"), "audio/mpeg", prs.part.package, f.read())
+first.part.relate_to(audio, "http://schemas.openxmlformats.org/officeDocument/2006/relationships/audio")
+pic = second.shapes.add_picture(d + "/red.png", 0, 0)
+rid = pic._element.blip_rId
+bg = etree.fromstring(
+    '<p:bg xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main" '
+    'xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main" '
+    'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">'
+    '<p:bgPr><a:blipFill><a:blip r:embed="%s"/><a:stretch><a:fillRect/></a:stretch>'
+    '</a:blipFill><a:effectLst/></p:bgPr></p:bg>' % rid)
+second._element.cSld.insert(0, bg)
+pic._element.getparent().remove(pic._element)
+prs.save(d + "/talk.pptx")
+"#;
+
+/// `background_image_in_slide` and `audio_in_slide`: OSWorld's own getters, called in the
+/// worker on the presentation fetched from the desktop, each scored by OSWorld's metric
+/// (`compare_images` against the picture, `check_mp3_meta` on the audio's tags); a slide
+/// without a background gives `None`, which scores 0.
+#[test]
+fn the_slide_getters_take_a_slides_background_and_audio_as_osworlds_do() {
+    let sb = Sandbox::new();
+    let slide = |kind: &str, index: u32, dest: &str| {
+        json!({"type": kind, "ppt_file_path": "/home/user/Desktop/talk.pptx",
+            "slide_index": index, "dest": dest})
+    };
+    let red = json!({"type": "vm_file", "path": "/home/user/Desktop/red.png", "dest": "red.png"});
+    let tasks = import_osworld_evaluators(
+        &sb,
+        "multi_apps",
+        &[
+            (
+                "background",
+                json!({"func": "compare_images", "expected": red,
+                    "result": slide("background_image_in_slide", 1, "bg.png")}),
+            ),
+            (
+                "no-background",
+                json!({"func": "compare_images", "expected": red,
+                    "result": slide("background_image_in_slide", 0, "bg.png")}),
+            ),
+            (
+                "audio",
+                json!({"func": "check_mp3_meta",
+                    "result": slide("audio_in_slide", 0, "voice.mp3"),
+                    "expected": {"type": "rule", "rules":
+                        {"title": {"method": "eq", "ref": "PINCER-AUDIO"}}}}),
+            ),
+            (
+                "other-audio",
+                json!({"func": "check_mp3_meta",
+                    "result": slide("audio_in_slide", 0, "voice.mp3"),
+                    "expected": {"type": "rule", "rules":
+                        {"title": {"method": "eq", "ref": "someone else"}}}}),
+            ),
+        ],
+    );
+    let _desktop = sb.desktop("osworld-slides", "800x600", &["--no-wm"]);
+    let desk = sb.path().join("state/desktops/osworld-slides/home/Desktop");
+    std::fs::create_dir_all(&desk).unwrap();
+    let made = Command::new(scorer_env().join("bin/python"))
+        .args(["-c", SLIDES])
+        .arg(&desk)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let assets = sb.path().join("no files");
+    let score = |task: &str| pincer_score(&sb, &tasks, &assets, &format!("multi_apps/{task}"));
+    for (task, want) in [
+        ("background", 1.0),
+        ("no-background", 0.0),
+        ("audio", 1.0),
+        ("other-audio", 0.0),
+    ] {
+        let (got, detail) = score(task);
+        assert_eq!(got, Some(want), "{task}: {detail}");
+    }
 }

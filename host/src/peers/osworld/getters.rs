@@ -11,8 +11,9 @@
 //! gnome-terminal's focused terminal, `vm_screen_size` and `vm_window_size` sizes as
 //! OSWorld's server reads them from X11, `vlc_playing_info` VLC's `status.xml` from its
 //! HTTP interface, `accessibility_tree` the desktop's UI tree in the XML OSWorld's server
-//! writes ([`atspi_xml`](super::atspi_xml)). Chrome's profile getters
-//! ([`REPLAYED`]) are OSWorld's own, called in the worker on the profile files fetched here.
+//! writes ([`atspi_xml`](super::atspi_xml)). Chrome's profile getters ([`REPLAYED`]) and
+//! the slide getters ([`SLIDE_GETTERS`]) are OSWorld's own, called in the worker on the
+//! files fetched here.
 //! Each getter's probes are sent with the check's; its value is computed from their replies.
 
 use super::check::Kept;
@@ -82,11 +83,13 @@ pub(super) enum Get {
     /// The whole desktop's UI tree as OSWorld's server writes it (`accessibility_tree`).
     AccessibilityTree,
     /// OSWorld's own getter, called in the worker on the guest files it reads (fetched
-    /// here): the Chrome profile getters of [`REPLAYED`].
+    /// here; paths under the home): the Chrome profile getters of [`REPLAYED`] and the
+    /// slide getters of [`SLIDE_GETTERS`].
     Replay {
+        module: &'static str,
         name: String,
         config: Value,
-        files: &'static [&'static str],
+        files: Vec<String>,
     },
 }
 
@@ -117,6 +120,11 @@ pub const REPLAYED: &[(&str, &[&str])] = &[
     ("history", &[".config/google-chrome/Default/History"]),
     ("cookie_data", &[".config/google-chrome/Default/Cookies"]),
 ];
+
+/// The getters pincer calls in OSWorld's own code (module `impress`) on the presentation
+/// their `ppt_file_path` names: each fetches it as `vm_file` does and takes one slide's
+/// background image or audio out of it.
+pub const SLIDE_GETTERS: &[&str] = &["background_image_in_slide", "audio_in_slide"];
 
 /// Where VLC keeps its configuration on Linux (OSWorld's `vlc_config` getter).
 const VLCRC: &str = "~/.config/vlc/vlcrc";
@@ -428,11 +436,29 @@ impl Get {
             "vlc_playing_info" => Ok(Self::VlcStatus {
                 dest: dest(g.str("dest").ok_or("vlc_playing_info has no `dest`")?)?,
             }),
+            slides if SLIDE_GETTERS.contains(&slides) => {
+                let path = g
+                    .str("ppt_file_path")
+                    .ok_or(format!("{slides} has no `ppt_file_path`"))?;
+                let rel = path
+                    .strip_prefix("/home/user/")
+                    .and_then(|rel| dest(rel).ok())
+                    .ok_or(format!(
+                        "{slides} reads {path:?}, which is not a file under /home/user"
+                    ))?;
+                Ok(Self::Replay {
+                    module: "impress",
+                    name: slides.to_owned(),
+                    config: serde_json::to_value(&g.fields).unwrap_or_default(),
+                    files: vec![rel],
+                })
+            }
             other => match REPLAYED.iter().find(|(n, _)| *n == other) {
                 Some((name, files)) => Ok(Self::Replay {
+                    module: "chrome",
                     name: (*name).to_owned(),
                     config: serde_json::to_value(&g.fields).unwrap_or_default(),
-                    files,
+                    files: files.iter().map(|f| (*f).to_owned()).collect(),
                 }),
                 None => Err(format!(
                     "the getter {other} is not implemented in pincer yet"
@@ -718,8 +744,13 @@ impl Get {
     /// OSWorld's getter for the worker to call, for a replayed one.
     pub(super) fn replay(&self, ws: &Workspace) -> Option<Replay> {
         match self {
-            Self::Replay { name, config, .. } => Some(Replay {
-                module: "chrome".into(),
+            Self::Replay {
+                module,
+                name,
+                config,
+                ..
+            } => Some(Replay {
+                module: (*module).into(),
                 name: name.clone(),
                 config: config.clone(),
                 home: ws.inside_path(REPLAY_HOME),

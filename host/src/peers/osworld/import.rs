@@ -300,6 +300,7 @@ pub fn convert(domain: &str, t: &OsTask, original: serde_json::Value, cache: &Pa
         }
         if !GETTERS.contains(&g.kind.as_str())
             && !super::getters::REPLAYED.iter().any(|(n, _)| *n == g.kind)
+            && !super::getters::SLIDE_GETTERS.contains(&g.kind.as_str())
         {
             unsupported.push(format!(
                 "getter {} is not implemented in pincer yet",
