@@ -279,11 +279,13 @@ pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Imag
 }
 
 /// An exclusive lock on a file, held until dropped: builds of one image, and golden
-/// boots of one image, wait for each other instead of racing.
+/// boots of one image, wait for each other instead of racing. A lock file may be removed
+/// ([`FileLock::remove_if_free`]) while nobody holds it: a taker that waited on the removed
+/// file finds it gone once it has the lock and takes the file now at the path instead.
 #[derive(Debug)]
 pub(crate) struct FileLock {
     /// Holds the lock: closing it releases.
-    _file: std::fs::File,
+    file: std::fs::File,
 }
 
 impl FileLock {
@@ -292,15 +294,57 @@ impl FileLock {
         if let Some(d) = path.parent() {
             std::fs::create_dir_all(d).map_err(io(format!("creating {}", d.display())))?;
         }
-        let f = std::fs::File::create(path).map_err(io(format!("creating {}", path.display())))?;
-        use std::os::fd::AsRawFd as _;
-        // SAFETY: flock on a descriptor this struct owns.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(io(format!("locking {}", path.display()))(
-                std::io::Error::last_os_error(),
-            ));
+        loop {
+            let f = std::fs::File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(path)
+                .map_err(io(format!("creating {}", path.display())))?;
+            // A blocking lock is taken or fails; it never finds the file busy.
+            let lock =
+                Self::flock(f, libc::LOCK_EX).map_err(io(format!("locking {}", path.display())))?;
+            if let Some(lock) = lock.filter(|l| l.is_at(path)) {
+                return Ok(lock);
+            }
         }
-        Ok(Self { _file: f })
+    }
+
+    /// Removes the lock file at `path` if nobody holds or waits on it now; true when it
+    /// was removed (or already gone).
+    pub(crate) fn remove_if_free(path: &Path) -> bool {
+        let Ok(f) = std::fs::File::open(path) else {
+            return !path.exists();
+        };
+        match Self::flock(f, libc::LOCK_EX | libc::LOCK_NB) {
+            // Removed while held: whoever waits on this file retries on a fresh one.
+            Ok(Some(lock)) if lock.is_at(path) => std::fs::remove_file(path).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// `flock(op)` on `f`: the lock, or `None` when a non-blocking lock is held elsewhere.
+    fn flock(f: std::fs::File, op: libc::c_int) -> std::io::Result<Option<Self>> {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            return Ok(Some(Self { file: f }));
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            Ok(None)
+        } else {
+            Err(e)
+        }
+    }
+
+    /// Whether the locked file is still the one at `path` (not removed meanwhile).
+    fn is_at(&self, path: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        match (self.file.metadata(), std::fs::metadata(path)) {
+            (Ok(held), Ok(now)) => (held.dev(), held.ino()) == (now.dev(), now.ino()),
+            _ => false,
+        }
     }
 }
 
@@ -395,6 +439,44 @@ pub fn human_bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A taker that waited on a lock file removed meanwhile (pruned while free) takes the
+    /// file now at the path, so it never runs beside whoever locked that one.
+    #[test]
+    fn a_lock_file_removed_under_a_waiter_is_not_shared() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".lock-k");
+        let first = FileLock::take(&path).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let waiter = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let lock = FileLock::take(&path).unwrap();
+                tx.send(()).unwrap();
+                lock
+            })
+        };
+        // The waiter has opened the file and waits on it.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!FileLock::remove_if_free(&path), "held, so kept");
+        // Removed while held (as remove_if_free does once it holds it), then a newcomer
+        // locks the new file.
+        std::fs::remove_file(&path).unwrap();
+        let newcomer = FileLock::take(&path).unwrap();
+        drop(first);
+        assert!(
+            rx.recv_timeout(Duration::from_millis(500)).is_err(),
+            "the waiter got a lock beside the newcomer's"
+        );
+        drop(newcomer);
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the waiter gets the lock once it is free");
+        drop(waiter.join().unwrap());
+        assert!(FileLock::remove_if_free(&path));
+        assert!(!path.exists());
+    }
 
     /// A build directory whose owner exited but was not reaped yet is a leftover: a zombie
     /// holds nothing.

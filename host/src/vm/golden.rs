@@ -145,12 +145,17 @@ pub async fn ensure(
 /// makes its own, and old ones would pile up (hundreds of MiB each).
 const UNUSED_FOR: Duration = Duration::from_secs(24 * 3600);
 
-/// Removes golden states no VM has started from for [`UNUSED_FOR`].
+/// Removes golden states no VM has started from for [`UNUSED_FOR`], unfinished ones of
+/// dead builds, and the lock files (`.lock-KEY`) of states that are gone and that no build
+/// holds.
 fn prune(root: &Path) {
     let Ok(entries) = std::fs::read_dir(root) else {
         return;
     };
-    for e in entries.filter_map(Result::ok) {
+    let (locks, states): (Vec<_>, Vec<_>) = entries
+        .filter_map(Result::ok)
+        .partition(|e| e.file_name().to_string_lossy().starts_with(".lock-"));
+    for e in states {
         let used = std::fs::metadata(e.path().join("golden.json"))
             .and_then(|m| m.modified())
             .ok()
@@ -165,6 +170,13 @@ fn prune(root: &Path) {
         };
         if stale {
             let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+    for e in locks {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let key = &name[".lock-".len()..];
+        if !root.join(key).exists() {
+            FileLock::remove_if_free(&e.path());
         }
     }
 }
@@ -441,5 +453,37 @@ mod tests {
             }
             assert_eq!(at, image.join("disk.qcow2"), "from {}", golden.display());
         }
+    }
+
+    /// A lock file goes with its golden state, unless a build holds it; the states and
+    /// unfinished builds are pruned as before.
+    #[test]
+    fn lock_files_of_gone_states_are_pruned_unless_held() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path();
+        let fresh = root.join("m1024-fresh");
+        std::fs::create_dir(&fresh).unwrap();
+        std::fs::write(fresh.join("golden.json"), "{}").unwrap();
+        let dead_build = root.join(".new-m1024-gone-999999999");
+        std::fs::create_dir(&dead_build).unwrap();
+        for key in [
+            "m1024-fresh",
+            "m1024-gone",
+            "m1024-held",
+            ".new-m1024-gone-999999999",
+        ] {
+            std::fs::write(root.join(format!(".lock-{key}")), "").unwrap();
+        }
+        let _held = FileLock::take(&root.join(".lock-m1024-held")).unwrap();
+        prune(root);
+        let mut left: Vec<String> = std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [".lock-m1024-fresh", ".lock-m1024-held", "m1024-fresh"]
+        );
     }
 }
