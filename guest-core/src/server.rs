@@ -87,7 +87,7 @@ pub async fn dial<P: Platform>(
     loop {
         let attempt = async {
             let (cfg, seen) =
-                quic::client_config(pin, Some(&identity)).map_err(|e| e.to_string())?;
+                quic::dialling_guest_config(pin, &identity).map_err(|e| e.to_string())?;
             quic::connect(&endpoint, addr, cfg, &seen, pin)
                 .await
                 .map_err(|e| e.to_string())
@@ -100,9 +100,13 @@ pub async fn dial<P: Platform>(
                 tracing::info!(host = %addr, "connected to host");
                 backoff = Duration::from_millis(250);
                 failures = 0;
-                let link = Link::Quic(conn);
+                let link = Link::Quic(conn.clone());
                 let welcomed = match check_hello_within(&guest, &link, PREAUTH_TIMEOUT).await {
-                    Ok(welcome) => welcome.send().await,
+                    Ok(welcome) => {
+                        // The host proved itself: now it gets the full budgets.
+                        quic::open_windows(&conn);
+                        welcome.send().await
+                    }
                     Err(e) => Err(e),
                 };
                 match welcomed {
@@ -450,5 +454,93 @@ mod tests {
             streams.push((s, r));
         }
         endpoint.close(0u32.into(), b"done");
+    }
+
+    /// Pushes junk at a connection that has not authenticated: a hello that never ends on
+    /// its one stream. Returns whether a second stream opened and how many bytes of 10 MiB
+    /// were taken in.
+    async fn push_before_hello(conn: &quinn::Connection) -> (bool, usize) {
+        let (mut first, _r) = conn.open_bi().await.unwrap();
+        first
+            .write_all(&(MAX_HELLO - 1).to_le_bytes())
+            .await
+            .unwrap();
+        first.write_all(&[0; 1000]).await.unwrap();
+        let second = tokio::time::timeout(Duration::from_millis(300), conn.open_bi())
+            .await
+            .is_ok();
+        let junk = vec![7u8; 10 << 20];
+        let mut sent = 0;
+        let _ = tokio::time::timeout(Duration::from_millis(500), async {
+            while sent < junk.len() {
+                match first.write(&junk[sent..]).await {
+                    Ok(n) => sent += n,
+                    Err(_) => break,
+                }
+            }
+        })
+        .await;
+        (second, sent)
+    }
+
+    /// A guest that dials its host grants it one stream and a small window until the
+    /// host's hello verifies, as a listening guest does; then the full budgets.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dialling_guest_gives_its_host_a_small_window_until_the_hello() {
+        let host_id = Identity::generate("host").unwrap();
+        let cfg = quic::server_config(&host_id, true).unwrap();
+        let host = quic::server_endpoint("127.0.0.1:0".parse().unwrap(), cfg, &host_id).unwrap();
+        let addr = host.local_addr().unwrap();
+        let token = Token::generate();
+        let config = Config {
+            name: "dialler".into(),
+            token: token.clone(),
+            ..config(true)
+        };
+        let guest = Arc::new(Guest::new(config, &Fake::default()));
+        let pin = quic::ServerPin::Pinned(host_id.fingerprint());
+        let ep = quic::client_endpoint(addr).unwrap();
+        let dialler = tokio::spawn(dial(
+            guest,
+            ep,
+            addr,
+            Identity::generate("guest").unwrap(),
+            pin,
+        ));
+        let accept = || async {
+            tokio::time::timeout(Duration::from_secs(10), host.accept())
+                .await
+                .expect("the guest dials")
+                .unwrap()
+                .await
+                .unwrap()
+        };
+        // Before the hello: one stream, and about the window of a hello.
+        let conn = accept().await;
+        let (second, sent) = push_before_hello(&conn).await;
+        assert!(!second, "a second stream opened before the hello");
+        assert!(
+            sent <= 2 * quic::PREAUTH_RECEIVE_WINDOW as usize,
+            "{sent} bytes accepted before the hello"
+        );
+        conn.close(0u32.into(), b"junk");
+        // The guest dials again; a host whose hello verifies gets the full budgets.
+        let link = Link::Quic(accept().await);
+        assert!(matches!(
+            hello_and_ping(&link, &token).await,
+            Response::Pong { .. }
+        ));
+        let Link::Quic(conn) = link;
+        let mut streams = Vec::new();
+        for _ in 0..8 {
+            let (mut s, r) = tokio::time::timeout(Duration::from_secs(2), conn.open_bi())
+                .await
+                .expect("streams are granted after the hello")
+                .unwrap();
+            s.write_all(&[0]).await.unwrap();
+            streams.push((s, r));
+        }
+        dialler.abort();
+        host.close(0u32.into(), b"done");
     }
 }

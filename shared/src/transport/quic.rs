@@ -38,8 +38,9 @@ pub const PREAUTH_RECEIVE_WINDOW: u32 = MAX_HELLO + PREFIX_LEN as u32;
 
 /// Transport settings: keep-alives so NAT bindings and idle guests stay reachable, no
 /// datagrams (pincer sends none, and unread ones would be buffered), and either the budgets
-/// of an authenticated connection or, for connections we accept, the small ones of
-/// [`PREAUTH_RECEIVE_WINDOW`] until [`open_windows`] after authentication.
+/// of an authenticated connection or, for connections we accept and those a guest dials,
+/// the small ones of [`PREAUTH_RECEIVE_WINDOW`] until [`open_windows`] after
+/// authentication.
 fn transport_config(authenticated: bool) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
     let (streams, window) = if authenticated {
@@ -63,9 +64,9 @@ fn transport_config(authenticated: bool) -> quinn::TransportConfig {
     t
 }
 
-/// Gives a connection we accepted the budgets of an authenticated one, once its peer has
-/// authenticated.
-pub(super) fn open_windows(conn: &quinn::Connection) {
+/// Gives a connection we accepted (or a guest dialled) the budgets of an authenticated one,
+/// once its peer has authenticated.
+pub fn open_windows(conn: &quinn::Connection) {
     conn.set_receive_window(RECEIVE_WINDOW.into());
     conn.set_max_concurrent_bi_streams(STREAMS.into());
 }
@@ -220,11 +221,30 @@ pub fn server_config(
 
 /// A client configuration that accepts the server certificate allowed by `pin` and, if
 /// given, presents `id` as client certificate. The returned [`SeenCert`] records what the
-/// server presented. A dialling side checks its peer's certificate during TLS, so its
-/// connections have an authenticated connection's budgets from the start.
+/// server presented. A host dialling a guest checks the guest's certificate during TLS, so
+/// its connections have an authenticated connection's budgets from the start.
 pub fn client_config(
     pin: ServerPin,
     id: Option<&Identity>,
+) -> Result<(quinn::ClientConfig, Arc<SeenCert>), TransportError> {
+    client_config_with(pin, id, true)
+}
+
+/// The client configuration of a guest that dials its host: the host proves itself by its
+/// hello, not by TLS, so until then the connection has the budgets of one accepted before
+/// authentication ([`PREAUTH_RECEIVE_WINDOW`], one stream), opened with [`open_windows`]
+/// once the hello verifies.
+pub fn dialling_guest_config(
+    pin: ServerPin,
+    id: &Identity,
+) -> Result<(quinn::ClientConfig, Arc<SeenCert>), TransportError> {
+    client_config_with(pin, Some(id), false)
+}
+
+fn client_config_with(
+    pin: ServerPin,
+    id: Option<&Identity>,
+    authenticated: bool,
 ) -> Result<(quinn::ClientConfig, Arc<SeenCert>), TransportError> {
     let provider = provider();
     let seen = Arc::new(SeenCert::default());
@@ -249,7 +269,7 @@ pub fn client_config(
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(endpoint_err)?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
-    cfg.transport_config(Arc::new(transport_config(true)));
+    cfg.transport_config(Arc::new(transport_config(authenticated)));
     Ok((cfg, seen))
 }
 
