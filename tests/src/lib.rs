@@ -85,6 +85,33 @@ pub fn import_osworld_evaluators(
     out
 }
 
+/// Scores `task` of the imported OSWorld tasks in `tasks` on the environment as it is now
+/// (`pincer task check --no-setup --json`, with OSWorld's file cache `assets` when given):
+/// the task's score (`None`: not scored) and the whole verdict.
+pub fn osworld_score(
+    sb: &Sandbox,
+    tasks: &Path,
+    assets: Option<&Path>,
+    task: &str,
+) -> (Option<f64>, serde_json::Value) {
+    let mut args = vec![
+        "task",
+        "check",
+        "--tasks",
+        tasks.to_str().unwrap(),
+        task,
+        "--no-setup",
+        "--json",
+    ];
+    if let Some(assets) = assets {
+        args.extend(["--assets", assets.to_str().unwrap()]);
+    }
+    let out = sb.pincer_ok(&args);
+    let v: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
+    (v["score"].as_f64(), v)
+}
+
 /// The records of the run in `out`, its own and its shards', as JSON in file order. A
 /// missing file gives none and a torn last line (a run killed mid-write) is left out, so
 /// tests count what a reader of the run would see.

@@ -6,7 +6,7 @@
 //!
 //! Needs the scorer's environment (`pincer osworld setup`; `./run.sh test` makes it).
 
-use pincer_tests::{Sandbox, import_osworld_evaluators, results};
+use pincer_tests::{Sandbox, import_osworld_evaluators, osworld_score, results};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -75,23 +75,6 @@ impl Drop for Lab {
     }
 }
 
-/// pincer's score for a case: `Some(score)`, or `None` when it could not score.
-fn pincer_score(sb: &Sandbox, tasks: &Path, assets: &Path, task: &str) -> (Option<f64>, Value) {
-    let out = sb.pincer_ok(&[
-        "task",
-        "check",
-        "--tasks",
-        tasks.to_str().unwrap(),
-        task,
-        "--no-setup",
-        "--json",
-        "--assets",
-        assets.to_str().unwrap(),
-    ]);
-    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{out}: {e}"));
-    (v["score"].as_f64(), v)
-}
-
 #[test]
 fn pincer_scores_end_states_exactly_as_osworlds_own_code() {
     let sb = Sandbox::new();
@@ -123,7 +106,7 @@ fn pincer_scores_end_states_exactly_as_osworlds_own_code() {
         let at = json!({"case": name, "home": home, "assets": assets});
         let made = lab.ask(json!({"op": "make", "case": name, "home": home, "assets": assets}));
         assert_eq!(made["ok"], true, "{name}: {made}");
-        let (ours, detail) = pincer_score(&sb, &tasks, &assets, task);
+        let (ours, detail) = osworld_score(&sb, &tasks, Some(&assets), task);
         let mut req = at.clone();
         req["op"] = "score".into();
         let theirs = lab.ask(req);
@@ -1016,7 +999,7 @@ fn live_getters_read_the_terminal_and_window_sizes_as_osworlds_server_does() {
     let desktop = sb.desktop("osworld-live", "1024x768", &[]);
     let env = desktop.name.as_str();
     let assets = sb.path().join("no files");
-    let score = |task: &str| pincer_score(&sb, &tasks, &assets, &format!("os/{task}")).0;
+    let score = |task: &str| osworld_score(&sb, &tasks, Some(&assets), &format!("os/{task}")).0;
     // Waits until `task` scores `want` (the desktop acts asynchronously), or fails.
     let until = |task: &str, want: f64, what: &str| {
         let t = std::time::Instant::now();
@@ -1106,7 +1089,7 @@ fn the_accessibility_tree_is_the_xml_osworlds_metrics_select_in() {
     let desktop = sb.desktop("osworld-tree", "1024x768", &[]);
     let env = desktop.name.as_str();
     let assets = sb.path().join("no files");
-    let score = |task: &str| pincer_score(&sb, &tasks, &assets, &format!("os/{task}"));
+    let score = |task: &str| osworld_score(&sb, &tasks, Some(&assets), &format!("os/{task}"));
     let until = |task: &str, want: f64, what: &str| {
         let t = std::time::Instant::now();
         let mut last = None;
@@ -1378,7 +1361,8 @@ fn the_slide_getters_take_a_slides_background_and_audio_as_osworlds_do() {
         String::from_utf8_lossy(&made.stderr)
     );
     let assets = sb.path().join("no files");
-    let score = |task: &str| pincer_score(&sb, &tasks, &assets, &format!("multi_apps/{task}"));
+    let score =
+        |task: &str| osworld_score(&sb, &tasks, Some(&assets), &format!("multi_apps/{task}"));
     for (task, want) in [
         ("background", 1.0),
         ("no-background", 0.0),

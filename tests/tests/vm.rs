@@ -8,7 +8,7 @@
 //! stand-in built here, for BIOS and UEFI) is imported, boots through its own bootloader
 //! and resets.
 
-use pincer_tests::{Sandbox, import_osworld_evaluators, results};
+use pincer_tests::{Sandbox, import_osworld_evaluators, osworld_score, results};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -1264,19 +1264,7 @@ fn the_osworld_image_is_the_machine_osworlds_tasks_assume() {
             ("other", playing("other.wav")),
         ],
     );
-    let score = |task: &str| {
-        let out = sb.pincer_ok(&[
-            "task",
-            "check",
-            "--tasks",
-            tasks.to_str().unwrap(),
-            task,
-            "--no-setup",
-            "--json",
-        ]);
-        let v: Value = serde_json::from_str(out.trim()).unwrap();
-        (v["score"].as_f64(), out)
-    };
+    let score = |task: &str| osworld_score(&sb, &tasks, None, task);
     run(r#"for i in $(seq 60); do
           curl -s -u :password http://localhost:8080/requests/status.xml | grep -q '<state>playing</state>' && break
           sleep 1

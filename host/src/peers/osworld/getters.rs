@@ -483,7 +483,7 @@ impl Get {
             }],
             Self::Wallpaper { .. } => vec![command(sh(WALLPAPER, &[]))],
             Self::Tree { path } => vec![command(sh(
-                "cd ~ && exec python3 -c \"$0\" \"$1\"",
+                &format!("cd ~ && {PYTHON} -c \"$0\" \"$1\""),
                 &[TREE, path],
             ))],
             Self::Replay { files, .. } => files
@@ -828,14 +828,15 @@ fn x11_size(replies: &[&ProbeResult], getter: &str) -> Result<Value, EvalError> 
         .map_err(|e| EvalError::Scorer(format!("{getter} did not print JSON ({e})")))
 }
 
-/// `python3 -c script` with `args` as its `sys.argv[1..]`: the system's Python
-/// (`/usr/bin/python3`, where the distribution's python3-xlib goes) when there is one,
-/// else the first `python3` on the `PATH` (pyenv or a venv can come first there).
+/// Starts the guest's system Python (`/usr/bin/python3`, which has the distribution's
+/// modules), or the first `python3` on `PATH` where there is none: pyenv and venvs come
+/// first on many users' `PATH`.
+const PYTHON: &str = "p=/usr/bin/python3; [ -x \"$p\" ] || p=python3; exec \"$p\"";
+
+/// `python3 -c script` with `args` as its `sys.argv[1..]`, in the Python of [`PYTHON`]
+/// (where the distribution's python3-xlib goes).
 pub(super) fn python(script: &str, args: &[&str]) -> Vec<String> {
-    let mut argv = sh(
-        "p=/usr/bin/python3; [ -x \"$p\" ] || p=python3; exec \"$p\" -c \"$0\" \"$@\"",
-        &[script],
-    );
+    let mut argv = sh(&format!("{PYTHON} -c \"$0\" \"$@\""), &[script]);
     argv.extend(args.iter().map(|a| (*a).to_owned()));
     argv
 }
