@@ -7,6 +7,7 @@ pub mod android;
 pub mod android_framework;
 pub mod cases;
 pub mod kube;
+pub mod relay;
 pub mod routes;
 pub mod slurm;
 

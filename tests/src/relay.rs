@@ -1,0 +1,329 @@
+//! A UDP fault relay for tests: this machine's kernel has no `netem`, so tests put this
+//! between a host and a guest on loopback. It forwards QUIC's datagrams between one host
+//! and the guest's port, and on the way drops, delays (with jitter, which reorders),
+//! duplicates, or holds back everything during a blackout, each direction alike, from a
+//! seeded generator so a failure can be replayed. It only ever sends to the loopback
+//! address it was given, and it stops when dropped.
+
+use std::collections::BinaryHeap;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// What the relay does to each datagram.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// Chance that a datagram is dropped (0 to 1).
+    pub loss: f64,
+    /// Delay added to every datagram.
+    pub delay: Duration,
+    /// Up to this much more delay, drawn for each datagram (reorders them).
+    pub jitter: Duration,
+    /// Chance that a datagram is sent twice.
+    pub duplicate: f64,
+    /// Drop everything from this long after the first datagram, for this long.
+    pub blackout: Option<(Duration, Duration)>,
+    /// Seed of the generator.
+    pub seed: u64,
+}
+
+/// What the relay did, for a test's figures.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// Datagrams received from either side.
+    pub seen: AtomicU64,
+    /// Dropped by `loss`.
+    pub lost: AtomicU64,
+    /// Dropped during the blackout.
+    pub blacked_out: AtomicU64,
+    /// Sent twice.
+    pub duplicated: AtomicU64,
+}
+
+/// A running relay: hosts send to [`UdpRelay::addr`] as if it were the guest.
+pub struct UdpRelay {
+    addr: SocketAddr,
+    counts: Arc<Counts>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    queue: Arc<Queue>,
+}
+
+/// A datagram due to be sent.
+struct Due {
+    at: Instant,
+    /// Order among datagrams due at the same instant.
+    n: u64,
+    to_guest: bool,
+    bytes: Vec<u8>,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.n) == (other.at, other.n)
+    }
+}
+impl Eq for Due {}
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Due {
+    // The earliest first out of the max-heap.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (other.at, other.n).cmp(&(self.at, self.n))
+    }
+}
+
+/// Datagrams waiting for their time, and the one thread that sends them.
+#[derive(Default)]
+struct Queue {
+    heap: Mutex<BinaryHeap<Due>>,
+    wake: Condvar,
+}
+
+/// The relay's shared state: its sockets, the faults and the generator.
+struct Shared {
+    faults: Faults,
+    /// When the first datagram came.
+    started: std::sync::OnceLock<Instant>,
+    rng: Mutex<u64>,
+    counts: Arc<Counts>,
+    queue: Arc<Queue>,
+    next: AtomicU64,
+}
+
+impl Shared {
+    /// A uniform draw in [0, 1) (xorshift64*).
+    fn draw(&self) -> f64 {
+        let mut s = self.rng.lock().unwrap();
+        *s ^= *s >> 12;
+        *s ^= *s << 25;
+        *s ^= *s >> 27;
+        (s.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Applies the faults to one datagram and queues what is left of it.
+    fn pass(&self, bytes: &[u8], to_guest: bool) {
+        self.counts.seen.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        if let Some((from, len)) = self.faults.blackout {
+            let t = now - *self.started.get_or_init(|| now);
+            if t >= from && t < from + len {
+                self.counts.blacked_out.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        if self.draw() < self.faults.loss {
+            self.counts.lost.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let copies = if self.draw() < self.faults.duplicate {
+            self.counts.duplicated.fetch_add(1, Ordering::Relaxed);
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let at = now + self.faults.delay + self.faults.jitter.mul_f64(self.draw());
+            let n = self.next.fetch_add(1, Ordering::Relaxed);
+            self.queue.heap.lock().unwrap().push(Due {
+                at,
+                n,
+                to_guest,
+                bytes: bytes.to_vec(),
+            });
+        }
+        self.queue.wake.notify_one();
+    }
+}
+
+impl UdpRelay {
+    /// Relays between hosts and the guest at `guest` (a loopback address).
+    pub fn start(guest: SocketAddr, faults: Faults) -> Self {
+        assert!(guest.ip().is_loopback(), "the relay only sends to loopback");
+        let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let back = UdpSocket::bind("127.0.0.1:0").unwrap();
+        back.connect(guest).unwrap();
+        for s in [&front, &back] {
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        }
+        let addr = front.local_addr().unwrap();
+        let counts = Arc::new(Counts::default());
+        let queue = Arc::new(Queue::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(Shared {
+            rng: Mutex::new(faults.seed | 1),
+            faults,
+            started: std::sync::OnceLock::new(),
+            counts: counts.clone(),
+            queue: queue.clone(),
+            next: AtomicU64::new(0),
+        });
+        // The host's address, learnt from its datagrams (the latest one wins, as a NAT
+        // would have it after a rebinding).
+        let host: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
+        let mut threads = Vec::new();
+        {
+            let (front, shared, stop, host) = (
+                front.try_clone().unwrap(),
+                shared.clone(),
+                stop.clone(),
+                host.clone(),
+            );
+            threads.push(std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok((n, from)) = front.recv_from(&mut buf) {
+                        *host.lock().unwrap() = Some(from);
+                        shared.pass(&buf[..n], true);
+                    }
+                }
+            }));
+        }
+        {
+            let (back, shared, stop) = (back.try_clone().unwrap(), shared.clone(), stop.clone());
+            threads.push(std::thread::spawn(move || {
+                let mut buf = vec![0u8; 65536];
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(n) = back.recv(&mut buf) {
+                        shared.pass(&buf[..n], false);
+                    }
+                }
+            }));
+        }
+        {
+            let (queue, stop) = (queue.clone(), stop.clone());
+            threads.push(std::thread::spawn(move || {
+                let mut heap = queue.heap.lock().unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    let now = Instant::now();
+                    match heap.peek() {
+                        Some(d) if d.at <= now => {
+                            let d = heap.pop().unwrap();
+                            drop(heap);
+                            // A full socket buffer drops, as a link would.
+                            let _ = if d.to_guest {
+                                back.send(&d.bytes)
+                            } else {
+                                match *host.lock().unwrap() {
+                                    Some(to) => front.send_to(&d.bytes, to),
+                                    None => Ok(0),
+                                }
+                            };
+                            heap = queue.heap.lock().unwrap();
+                        }
+                        Some(d) => {
+                            let wait = d.at - now;
+                            heap = queue.wake.wait_timeout(heap, wait).unwrap().0;
+                        }
+                        None => {
+                            heap = queue
+                                .wake
+                                .wait_timeout(heap, Duration::from_millis(50))
+                                .unwrap()
+                                .0;
+                        }
+                    }
+                }
+            }));
+        }
+        Self {
+            addr,
+            counts,
+            stop,
+            threads,
+            queue,
+        }
+    }
+
+    /// Where hosts send, as to the guest.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// What the relay did so far.
+    pub fn counts(&self) -> &Counts {
+        &self.counts
+    }
+}
+
+impl std::fmt::Debug for UdpRelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpRelay")
+            .field("addr", &self.addr)
+            .field("counts", &self.counts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for UdpRelay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.queue.wake.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An echo server behind the relay: what comes back is what the faults let through.
+    #[test]
+    fn the_relay_drops_delays_and_blacks_out_as_told() {
+        let echo = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let echo_addr = echo.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            while let Ok((n, from)) = echo.recv_from(&mut buf) {
+                let _ = echo.send_to(&buf[..n], from);
+            }
+        });
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let round_trip = |relay: &UdpRelay| {
+            let t = Instant::now();
+            client.send_to(b"x", relay.addr()).unwrap();
+            let mut buf = [0u8; 8];
+            client.recv(&mut buf).ok().map(|_| t.elapsed())
+        };
+        let delayed = UdpRelay::start(
+            echo_addr,
+            Faults {
+                delay: Duration::from_millis(40),
+                ..Faults::default()
+            },
+        );
+        let rtt = round_trip(&delayed).expect("delivered");
+        assert!(rtt >= Duration::from_millis(80), "{rtt:?}");
+        let lossy = UdpRelay::start(
+            echo_addr,
+            Faults {
+                loss: 1.0,
+                ..Faults::default()
+            },
+        );
+        assert_eq!(round_trip(&lossy), None);
+        assert_eq!(lossy.counts().lost.load(Ordering::Relaxed), 1);
+        let dark = UdpRelay::start(
+            echo_addr,
+            Faults {
+                blackout: Some((Duration::ZERO, Duration::from_millis(500))),
+                ..Faults::default()
+            },
+        );
+        assert_eq!(round_trip(&dark), None);
+        std::thread::sleep(Duration::from_millis(600));
+        assert!(
+            round_trip(&dark).is_some(),
+            "light again after the blackout"
+        );
+    }
+}
