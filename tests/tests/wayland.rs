@@ -23,11 +23,15 @@ struct Mutter {
 impl Mutter {
     fn start() -> Self {
         // Xwayland wants the sockets' directory world-writable and sticky, as X servers
-        // make it; a machine that never ran one may not have it.
+        // make it; a machine that never ran one may not have it, and one was seen here as
+        // 1755, which mutter refused ("not writable").
+        use std::os::unix::fs::PermissionsExt as _;
         let x11_dir = Path::new("/tmp/.X11-unix");
-        if std::fs::create_dir(x11_dir).is_ok() {
-            use std::os::unix::fs::PermissionsExt as _;
-            std::fs::set_permissions(x11_dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let _ = std::fs::create_dir(x11_dir);
+        let mode = std::fs::metadata(x11_dir).map_or(0, |m| m.permissions().mode() & 0o7777);
+        if mode != 0o1777 {
+            // Only its owner (or root) can; anyone else finds it as the system made it.
+            let _ = std::fs::set_permissions(x11_dir, std::fs::Permissions::from_mode(0o1777));
         }
         let runtime = tempfile::tempdir().unwrap();
         let bus = Command::new("dbus-run-session")
