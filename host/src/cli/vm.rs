@@ -78,7 +78,7 @@ pub(crate) enum VmCmd {
 
 /// Parses a guest memory size in MiB, within what a VM may be given.
 pub(super) fn memory_mib(text: &str) -> Result<u32, String> {
-    let range = vm::MEMORY_MIB;
+    let range = pincer::image::MEMORY_MIB;
     text.parse()
         .ok()
         .filter(|m| range.contains(m))

@@ -68,10 +68,16 @@ pub struct Manifest {
     pub vm_memory_mib: Option<u32>,
 }
 
+/// Guest memory of a VM whose user and image name none, MiB.
+pub const DEFAULT_MEMORY_MIB: u32 = 1024;
+
+/// The guest memory a VM may be given, MiB (flags and recipes alike).
+pub const MEMORY_MIB: std::ops::RangeInclusive<u32> = 256..=65_536;
+
 impl Manifest {
     /// Guest memory, MiB, of this image's VMs when the user names none.
     pub fn default_memory_mib(&self) -> u32 {
-        self.vm_memory_mib.unwrap_or(crate::vm::DEFAULT_MEMORY_MIB)
+        self.vm_memory_mib.unwrap_or(DEFAULT_MEMORY_MIB)
     }
 }
 

@@ -367,7 +367,7 @@ impl Loaded {
         if !(1..=512).contains(&r.disk_gib) {
             return Err(self.invalid("disk_gib", "must be 1 to 512"));
         }
-        let memory = crate::vm::MEMORY_MIB;
+        let memory = super::MEMORY_MIB;
         if r.vm_memory_mib.is_some_and(|m| !memory.contains(&m)) {
             return Err(self.invalid(
                 "vm_memory_mib",

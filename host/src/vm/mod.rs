@@ -99,12 +99,6 @@ pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> VmEr
     move |source| VmError::Io { what, source }
 }
 
-/// Guest memory of a VM whose user and image name none, MiB.
-pub const DEFAULT_MEMORY_MIB: u32 = 1024;
-
-/// The guest memory a VM may be given, MiB.
-pub const MEMORY_MIB: std::ops::RangeInclusive<u32> = 256..=65_536;
-
 /// What `vm up` is asked for.
 #[derive(Debug, Clone)]
 pub struct UpOptions {
@@ -113,7 +107,8 @@ pub struct UpOptions {
     /// The image.
     pub image: String,
     /// Guest memory, MiB; `None`: the image's default
-    /// ([`Manifest::default_memory_mib`](crate::image::Manifest::default_memory_mib)).
+    /// ([`Manifest::default_memory_mib`](crate::image::Manifest::default_memory_mib)),
+    /// within [`MEMORY_MIB`](crate::image::MEMORY_MIB).
     pub memory_mib: Option<u32>,
     /// Virtual CPUs.
     pub cpus: u32,
