@@ -23,7 +23,7 @@ use crate::eval::{EvalError, ProbeResult, reply, unexpected};
 use pincer_shared::limits::MAX_INLINE_FILE;
 use pincer_shared::observe::{TreeRequest, TreeScope};
 use pincer_shared::probe::{Probe, ProbeReply};
-use pincer_shared::tree::UiNode;
+use pincer_shared::tree::{UiNode, UiTree};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -655,24 +655,15 @@ impl Get {
                     .map_err(|e| EvalError::Scorer(format!("the tree of {path} is not JSON ({e})")))
             }
             Self::Terminal => {
-                let probe = format!("the UI tree of {TERMINAL_APP}");
-                match replies.first().map(|r| reply(r, &probe)).transpose()? {
-                    Some(ProbeReply::UiTree(tree)) => {
-                        Ok(terminal_output(&tree.root).map_or(Value::Null, Value::String))
-                    }
-                    Some(other) => Err(unexpected(&probe, other)),
-                    None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
-                }
+                let tree = ui_tree(
+                    replies.first().copied(),
+                    &format!("the UI tree of {TERMINAL_APP}"),
+                )?;
+                Ok(terminal_output(&tree.root).map_or(Value::Null, Value::String))
             }
             Self::AccessibilityTree => {
-                let probe = "the desktop's UI tree";
-                match replies.first().map(|r| reply(r, probe)).transpose()? {
-                    Some(ProbeReply::UiTree(tree)) => {
-                        Ok(Value::String(super::atspi_xml::xml(&tree.root)))
-                    }
-                    Some(other) => Err(unexpected(probe, other)),
-                    None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
-                }
+                let tree = ui_tree(replies.first().copied(), "the desktop's UI tree")?;
+                Ok(Value::String(super::atspi_xml::xml(&tree.root)))
             }
             Self::ScreenSize => x11_size(replies, "vm_screen_size"),
             Self::WindowSize { .. } => x11_size(replies, "vm_window_size"),
@@ -868,6 +859,15 @@ fn output<'a>(
     match r.map(|r| reply(r, &probe)).transpose()? {
         Some(ProbeReply::Command(out)) => Ok(out),
         Some(other) => Err(unexpected(&probe, other)),
+        None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
+    }
+}
+
+/// The UI tree of a tree probe's reply (`probe` names it in errors).
+fn ui_tree<'a>(r: Option<&'a ProbeResult>, probe: &str) -> Result<&'a UiTree, EvalError> {
+    match r.map(|r| reply(r, probe)).transpose()? {
+        Some(ProbeReply::UiTree(tree)) => Ok(tree),
+        Some(other) => Err(unexpected(probe, other)),
         None => Err(EvalError::Scorer(format!("no reply to {probe}"))),
     }
 }
