@@ -24,10 +24,13 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# Build: C toolchain and the -dev packages of the X11 crates.
-BUILD_PKGS="build-essential pkg-config libzstd-dev libxcb1-dev libxcb-shm0-dev libxcb-randr0-dev libxkbcommon-dev"
-# Wayland: a headless mutter whose Xwayland the agent must refuse (tests).
-WAYLAND_PKGS="mutter xwayland"
+# Build: C toolchain and the -dev packages of the X11 crates; libpipewire and libclang
+# (bindgen) for pincer-screencast, which reads GNOME's screen cast.
+BUILD_PKGS="build-essential pkg-config libzstd-dev libxcb1-dev libxcb-shm0-dev libxcb-randr0-dev libxkbcommon-dev
+  libpipewire-0.3-dev libclang-dev"
+# Wayland (tests): a headless mutter with Xwayland, PipeWire and WirePlumber for its screen
+# cast, and GTK 3 and 4 apps native on Wayland (PyGObject).
+WAYLAND_PKGS="mutter xwayland pipewire wireplumber python3-gi gir1.2-gtk-3.0 gir1.2-gtk-4.0"
 # Run: the local desktop (Xvfb, D-Bus, AT-SPI, a window manager) and the apps tests drive;
 # bubblewrap sandboxes API tools, Radicale and dovecot are their offline services in tests;
 # gnome-terminal and python3-xlib are what OSWorld's live getters read in tests.

@@ -4,6 +4,7 @@
 //! desktop that draws a thousand times between two frames costs one event and one
 //! `DamageSubtract`, and a still desktop costs nothing but a non-blocking read per tick.
 
+use crate::wayland::{Gnome, Route};
 use crate::x11::{self, Client, Lazy};
 use pincer_guest_core::platform;
 use pincer_shared::WireError;
@@ -19,22 +20,53 @@ pub(crate) struct Damage {
     watcher: Lazy<Watcher>,
     /// Changes seen so far, across connections.
     count: u64,
+    /// The Wayland route, taken when the display is a Wayland session's: every frame of
+    /// its screen cast is a change.
+    wayland: Route,
+    /// The route's session and frame count at the last call.
+    cast: Option<(u64, u64)>,
 }
 
 impl Damage {
     /// A tracker of `display` (`None`: `$DISPLAY`), not connected yet.
-    pub(crate) fn new(display: Option<String>) -> Self {
+    pub(crate) fn new(display: Option<String>, gnome: Gnome) -> Self {
         Self {
             watcher: Lazy::new(display),
             count: 0,
+            wayland: Route::new(gnome),
+            cast: None,
         }
+    }
+
+    /// Adds the frames the screen cast received since the last call (all of a new
+    /// session's, and at least one for it).
+    fn count_frames(&mut self, (session, frames): (u64, u64)) -> u64 {
+        self.count += match self.cast {
+            Some((last, seen)) if last == session => frames.saturating_sub(seen),
+            _ => frames.max(1),
+        };
+        self.cast = Some((session, frames));
+        self.count
     }
 }
 
 impl platform::Damage for Damage {
     fn changes(&mut self) -> Result<u64, WireError> {
-        self.count += self.watcher.with(Watcher::drain)?;
-        Ok(self.count)
+        if let Some(gnome) = self.wayland.taken() {
+            let cast = gnome.changes()?;
+            return Ok(self.count_frames(cast));
+        }
+        let drained = self.watcher.with(Watcher::drain);
+        match self
+            .wayland
+            .or(drained.map(Err), |gnome| gnome.changes().map(Ok))?
+        {
+            Err(drained) => {
+                self.count += drained;
+                Ok(self.count)
+            }
+            Ok(cast) => Ok(self.count_frames(cast)),
+        }
     }
 }
 

@@ -20,6 +20,8 @@
 //! up as end-of-file on the socket, which costs no round trip), so an X server that restarts
 //! on the same display is picked up again by the next action (`crate::x11::Lazy`).
 
+use crate::keysym;
+use crate::wayland::{Gnome, Route};
 use crate::x11::{self, Client, Lazy, lost};
 use enigo::{Direction, Keyboard as _};
 use pincer_guest_core::platform;
@@ -42,13 +44,16 @@ use x11rb::wrapper::ConnectionExt as _;
 #[derive(Debug)]
 pub(crate) struct Input {
     session: Lazy<Session>,
+    /// The Wayland route, taken when the display is a Wayland session's.
+    wayland: Route,
 }
 
 impl Input {
     /// An injector for `display` (`None`: `$DISPLAY`). Connects on first use.
-    pub(crate) fn new(display: Option<String>) -> Self {
+    pub(crate) fn new(display: Option<String>, gnome: Gnome) -> Self {
         Self {
             session: Lazy::new(display),
+            wayland: Route::new(gnome),
         }
     }
 }
@@ -60,12 +65,19 @@ impl platform::Input for Input {
         if action.is_touch() {
             return Err(no_touch_screen());
         }
-        self.session.with(|s| s.perform(action))
+        if let Some(gnome) = self.wayland.taken() {
+            return gnome.perform(action);
+        }
+        let x11 = self.session.with(|s| s.perform(action));
+        self.wayland.or(x11, |gnome| gnome.perform(action))
     }
 
     /// Where the pointer is, in root-window pixels.
     fn cursor(&mut self) -> Result<Point, WireError> {
-        self.session.with(|s| {
+        if let Some(gnome) = self.wayland.taken() {
+            return gnome.cursor();
+        }
+        let x11 = self.session.with(|s| {
             let reply = s
                 .conn
                 .query_pointer(s.root)
@@ -73,7 +85,8 @@ impl platform::Input for Input {
                 .reply()
                 .map_err(refused)?;
             Ok(Point::new(reply.root_x.into(), reply.root_y.into()))
-        })
+        });
+        self.wayland.or(x11, Gnome::cursor)
     }
 }
 
@@ -438,7 +451,7 @@ impl Session {
                         self.keycode(shift, false)?;
                         shift_down = false;
                     }
-                    match self.scratch_keycode(char_keysym(c))? {
+                    match self.scratch_keycode(keysym::of_char(c))? {
                         Some(keycode) => {
                             self.keycode(keycode, true)?;
                             self.keycode(keycode, false)?;
@@ -763,21 +776,6 @@ fn char_key(c: char) -> enigo::Key {
     }
 }
 
-/// The keysym a keymap lists for `c`: Latin-1 keysyms are the code point, the rest of
-/// Unicode is 0x0100_0000 + code point. Keymaps that use a legacy keysym for a character
-/// (EuroSign, Cyrillic, ...) do not match here, and such characters go through enigo.
-fn char_keysym(c: char) -> u32 {
-    match c {
-        '\n' | '\r' => 0xff0d,
-        '\t' => 0xff09,
-        '\u{8}' => 0xff08,
-        '\u{1b}' => 0xff1b,
-        '\u{7f}' => 0xffff,
-        ' '..='~' | '\u{a0}'..='\u{ff}' => c.into(),
-        c => 0x0100_0000 | u32::from(c),
-    }
-}
-
 /// Spare keycodes enigo keeps for the keys it binds itself (`KeyPress` of F13-F24 on many
 /// layouts, or of a character off the keymap); the rest are ours for typing text.
 const ENIGO_SPARES: usize = 4;
@@ -893,7 +891,7 @@ impl Keymap {
     }
 
     fn stroke(&self, c: char) -> Option<Stroke> {
-        self.strokes.get(&char_keysym(c)).copied()
+        self.strokes.get(&keysym::of_char(c)).copied()
     }
 
     fn all_spare(&self, first: Keycode, count: u8) -> bool {
@@ -913,6 +911,7 @@ fn refused(e: ReplyError) -> WireError {
 mod tests {
     use super::*;
     use crate::testutil::{FixedXvfb, Xvfb, openbox, wait_for};
+    use crate::wayland::Gnome;
     use pincer_guest_core::platform::{Clipboard as _, Input as _, Windows as _};
     use pincer_shared::action::Gesture;
     use std::process::{Child, Command, Stdio};
@@ -1051,7 +1050,7 @@ mod tests {
     #[test]
     fn touch_actions_are_refused_before_connecting() {
         // No X server behind this name: refusals must not need one.
-        let mut input = Input::new(Some(":4321".into()));
+        let mut input = Input::new(Some(":4321".into()), Gnome::new());
         let touch = Action::Touch(Gesture::Tap {
             at: Point::new(1, 1),
         });
@@ -1122,7 +1121,7 @@ mod tests {
     #[test]
     fn move_reads_back_through_cursor() {
         let x = Xvfb::start(640, 480);
-        let mut input = Input::new(Some(x.display.clone()));
+        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
         for p in [Point::new(123, 45), Point::new(0, 0), Point::new(639, 479)] {
             input.perform(&Action::MouseMove { to: p }).unwrap();
             assert_eq!(input.cursor().unwrap(), p);
@@ -1144,7 +1143,7 @@ mod tests {
     fn clicks_scrolls_and_drags_arrive_at_an_x_client() {
         let x = Xvfb::start(640, 480);
         let target = Target::new(&x.display);
-        let mut input = Input::new(Some(x.display.clone()));
+        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
         let press = |e: &Event| matches!(e, Event::ButtonPress(_));
         let release = |e: &Event| matches!(e, Event::ButtonRelease(_));
         let buttons = |events: &[Event]| -> Vec<(bool, u8, i16, i16)> {
@@ -1262,7 +1261,7 @@ mod tests {
     fn keys_and_hotkeys_arrive_in_order() {
         let x = Xvfb::start(640, 480);
         let target = Target::new(&x.display);
-        let mut input = Input::new(Some(x.display.clone()));
+        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
         let keys = |events: &[Event]| Target::count(events, |e| matches!(e, Event::KeyRelease(_)));
 
         let ctrl_shift_t = vec![
@@ -1342,7 +1341,7 @@ mod tests {
     fn typed_text_arrives_exactly_and_in_order() {
         let x = Xvfb::start(640, 480);
         let target = Target::new(&x.display);
-        let mut input = Input::new(Some(x.display.clone()));
+        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
         // Plain, shifted, off-keymap (é, €, ñ: enigo remaps), and repeated characters.
         let text = "Hello, World! ~`{}|<>?:\"+_ 123 é€ mañana ééAA\tend\n";
         input
@@ -1374,7 +1373,7 @@ mod tests {
     fn typing_ignores_held_and_locked_modifiers() {
         let x = Xvfb::start(640, 480);
         let target = Target::new(&x.display);
-        let mut input = Input::new(Some(x.display.clone()));
+        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
         let caps = Action::KeyPress {
             key: Key::Named(NamedKey::CapsLock),
         };
@@ -1432,7 +1431,7 @@ mod tests {
     fn a_layout_change_is_followed() {
         let x = Xvfb::start(640, 480);
         let target = Target::new(&x.display);
-        let mut input = Input::new(Some(x.display.clone()));
+        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
         let typed = |target: &Target| -> String {
             target
                 .keysyms(&target.settle())
@@ -1502,7 +1501,7 @@ mod tests {
         })
         .expect("the zenity dialog became active");
 
-        let mut input = Input::new(Some(x.display.clone()));
+        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
         // The entry has the focus. Shifted symbols, repeats, and characters off the keymap:
         // far more distinct ones than there are spare keycodes, so keycodes get rebound
         // while GTK is still behind.
@@ -1572,7 +1571,7 @@ mod tests {
         // A real client receiving (and reading) the events, as on a desktop.
         let target = Target::new(&x.display);
         std::thread::spawn(move || while target.conn.wait_for_event().is_ok() {});
-        let mut input = Input::new(Some(x.display.clone()));
+        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
         let report = |what: &str, (median, p99): (f64, f64)| {
             println!("{what:<44} median {median:>8.1} us   p99 {p99:>8.1} us");
         };
@@ -1678,7 +1677,7 @@ mod tests {
     #[test]
     fn display_loss_is_reported_and_survived() {
         let mut x = FixedXvfb::start(191);
-        let mut input = Input::new(Some(x.display.clone()));
+        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
         let to = |x, y| Action::MouseMove {
             to: Point::new(x, y),
         };

@@ -9,6 +9,7 @@ use crate::damage::Damage;
 use crate::input::Input;
 use crate::screen::Screen;
 use crate::settings::Gsettings;
+use crate::wayland::Gnome;
 use crate::window::Windows;
 use crate::xinput::InputLog;
 use pincer_guest_core::Platform;
@@ -20,12 +21,17 @@ use pincer_shared::message::capability;
 pub(crate) struct Linux {
     /// X display to use (`None`: `$DISPLAY`).
     display: Option<String>,
+    /// The Wayland route the screen, input and video share in a GNOME Wayland session.
+    gnome: Gnome,
 }
 
 impl Linux {
     /// The desktop on `display` (`None`: `$DISPLAY`).
     pub(crate) fn new(display: Option<String>) -> Self {
-        Self { display }
+        Self {
+            display,
+            gnome: Gnome::new(),
+        }
     }
 }
 
@@ -52,6 +58,15 @@ impl Platform for Linux {
         capability::VIDEO,
         capability::RECORD,
     ];
+    /// GNOME's Wayland route serves the screen, input and video; windows need pincer's
+    /// GNOME Shell extension, which is not built yet, and recording reads X11 input.
+    fn withheld(capture: &str) -> &'static [&'static str] {
+        if capture == crate::wayland::CAPTURE {
+            &[capability::WINDOW, capability::RECORD]
+        } else {
+            &[]
+        }
+    }
     const SCREEN_CAPABILITIES: &'static [&'static str] = &[
         capability::INPUT,
         capability::SCREENSHOT,
@@ -73,15 +88,15 @@ impl Platform for Linux {
     }
 
     fn input(&self) -> Input {
-        Input::new(self.display.clone())
+        Input::new(self.display.clone(), self.gnome.clone())
     }
 
     fn screen(&self) -> Screen {
-        Screen::new(self.display.clone())
+        Screen::new(self.display.clone(), self.gnome.clone())
     }
 
     fn damage(&self) -> Damage {
-        Damage::new(self.display.clone())
+        Damage::new(self.display.clone(), self.gnome.clone())
     }
 
     fn input_log(&self) -> InputLog {

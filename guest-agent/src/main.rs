@@ -9,6 +9,7 @@ mod clipboard;
 mod damage;
 mod input;
 mod install;
+mod keysym;
 mod linux;
 mod memory;
 mod screen;
@@ -16,6 +17,7 @@ mod session;
 mod settings;
 #[cfg(test)]
 mod testutil;
+mod wayland;
 mod window;
 mod x11;
 mod xinput;
@@ -127,8 +129,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .or_else(|| std::env::var("DISPLAY").ok());
     if display.is_none() && !args.guest.print_fingerprint {
         let why = if session::wayland_session() {
-            "this is a Wayland session without an X display, and pincer-agent has no Wayland \
-             route yet: input, screenshot and window requests will be refused"
+            "this is a Wayland session without an X display: screenshots, input and video \
+             go through GNOME's remote-desktop API where the session has it (and are refused \
+             where it does not); window requests and input recording are refused"
         } else {
             "input, screenshot, window and clipboard requests will fail until one is given"
         };

@@ -13,6 +13,7 @@
 //! A Wayland session's Xwayland is refused (see [`session`](crate::session)): it sees only
 //! X11 apps, so its frames are black where Wayland apps draw.
 
+use crate::wayland::{Gnome, Route};
 use crate::x11::{self, Client, Lazy, display_label};
 use pincer_guest_core::encode::{self, Frame, FrameEncoder, PixelFormat};
 use pincer_guest_core::platform;
@@ -35,13 +36,16 @@ use x11rb::rust_connection::RustConnection;
 pub(crate) struct Screen {
     /// The open backend. The display name `None` means `$DISPLAY`.
     backend: Lazy<Backend>,
+    /// The Wayland route, taken when the display is a Wayland session's.
+    wayland: Route,
 }
 
 impl Screen {
     /// `display`: the X display name (None = $DISPLAY). Does not connect yet.
-    pub(crate) fn new(display: Option<String>) -> Self {
+    pub(crate) fn new(display: Option<String>, gnome: Gnome) -> Self {
         Self {
             backend: Lazy::new(display),
+            wayland: Route::new(gnome),
         }
     }
 
@@ -92,7 +96,11 @@ impl Screen {
 impl platform::Screen for Screen {
     /// Size, monitors and backend of the screen.
     fn info(&mut self) -> Result<ScreenInfo, WireError> {
-        self.with_backend(Backend::info)
+        if let Some(gnome) = self.wayland.taken() {
+            return gnome.info();
+        }
+        let x11 = self.with_backend(Backend::info);
+        self.wayland.or(x11, Gnome::info)
     }
 
     /// Grabs the screen (or `req.region` of it) and has `encoder` scale it to fit
@@ -102,7 +110,10 @@ impl platform::Screen for Screen {
         req: &ScreenshotRequest,
         encoder: &mut FrameEncoder,
     ) -> Result<(ScreenshotMeta, Vec<u8>), WireError> {
-        self.with_backend(|backend| {
+        if let Some(gnome) = self.wayland.taken() {
+            return gnome.capture(req, encoder);
+        }
+        let x11 = self.with_backend(|backend| {
             let start = Instant::now();
             let grab = backend.grab(req)?;
             let grabbed_in = start.elapsed();
@@ -114,7 +125,8 @@ impl platform::Screen for Screen {
                 PixelFormat::Bgrx,
             )?;
             Ok(encoder.screenshot(frame, grab.source, grabbed_in, req)?)
-        })
+        });
+        self.wayland.or(x11, |gnome| gnome.capture(req, encoder))
     }
 }
 
@@ -660,6 +672,7 @@ fn sealed_memfd(len: usize) -> std::io::Result<OwnedFd> {
 mod tests {
     use super::*;
     use crate::testutil::{Xvfb, wait_for};
+    use crate::wayland::Gnome;
     use pincer_guest_core::platform::Screen as _;
     use pincer_shared::limits::MAX_IMAGE_EDGE;
     use pincer_shared::observe::{ImageFormat, PixelLayout};
@@ -811,7 +824,7 @@ mod tests {
     fn every_format_shows_the_screen() {
         let xvfb = Xvfb::start(320, 240);
         let _scene = paint(&xvfb.display, BG);
-        let mut screen = Screen::new(Some(xvfb.display.clone()));
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
         let whole = Rect::new(0, 0, 320, 240);
 
         let (meta, png) = capture(&mut screen, &request(ImageFormat::Png));
@@ -871,7 +884,7 @@ mod tests {
     fn region_capture_returns_that_part() {
         let xvfb = Xvfb::start(320, 240);
         let _scene = paint(&xvfb.display, BG);
-        let mut screen = Screen::new(Some(xvfb.display.clone()));
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
 
         // Straddles the window's top-left corner: 10x10 of background, then window.
         let region = Rect::new(90, 40, 20, 20);
@@ -908,7 +921,7 @@ mod tests {
     fn downscale_fits_max_size() {
         let xvfb = Xvfb::start(320, 240);
         let _scene = paint(&xvfb.display, BG);
-        let mut screen = Screen::new(Some(xvfb.display.clone()));
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
 
         let req = ScreenshotRequest {
             format: ImageFormat::Png,
@@ -951,7 +964,7 @@ mod tests {
     #[test]
     fn invalid_requests_are_refused_and_the_screen_still_works() {
         let xvfb = Xvfb::start(320, 240);
-        let mut screen = Screen::new(Some(xvfb.display.clone()));
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
         let png = request(ImageFormat::Png);
         let cases = [
             (
@@ -1036,7 +1049,7 @@ mod tests {
     #[test]
     fn info_names_the_backend_and_monitors() {
         let xvfb = Xvfb::start(320, 240);
-        let mut screen = Screen::new(Some(xvfb.display.clone()));
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
         let info = screen.info().expect("info");
         assert_eq!(
             info,
@@ -1054,12 +1067,13 @@ mod tests {
         let xvfb = Xvfb::start(320, 240);
         let _scene = paint(&xvfb.display, BG);
         let raw = request(ImageFormat::Raw { zstd: None });
-        let mut shm_screen = Screen::new(Some(xvfb.display.clone()));
+        let mut shm_screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
         let (_, via_shm) = capture(&mut shm_screen, &raw);
 
         let x11 = X11::open(Some(&xvfb.display), false).expect("open without MIT-SHM");
         let mut plain = Screen {
             backend: Lazy::holding(Some(xvfb.display.clone()), Backend::X11(Box::new(x11))),
+            wayland: Route::new(Gnome::new()),
         };
         assert_eq!(plain.info().expect("info").capture, "x11-getimage");
         let (meta, via_getimage) = capture(&mut plain, &raw);
@@ -1083,7 +1097,7 @@ mod tests {
     fn stale_screen_size_is_corrected() {
         let xvfb = Xvfb::start(320, 240);
         let _scene = paint(&xvfb.display, BG);
-        let mut screen = Screen::new(Some(xvfb.display.clone()));
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
         screen.info().expect("connect");
         let plant = |screen: &mut Screen| {
             let Ok(Backend::X11(x11)) = screen.backend.get() else {
@@ -1112,7 +1126,7 @@ mod tests {
 
     #[test]
     fn unreachable_display_is_a_display_error() {
-        let mut screen = Screen::new(Some(":65000".to_owned()));
+        let mut screen = Screen::new(Some(":65000".to_owned()), Gnome::new());
         for _ in 0..2 {
             match shoot(&mut screen, &request(ImageFormat::Png)) {
                 Err(WireError::Display { message }) => {
@@ -1135,7 +1149,7 @@ mod tests {
         if isolated("no_display_at_all_is_a_display_error", &outside_wayland) {
             return;
         }
-        let mut screen = Screen::new(None);
+        let mut screen = Screen::new(None, Gnome::new());
         for _ in 0..2 {
             match shoot(&mut screen, &request(ImageFormat::Png)) {
                 Err(WireError::Display { message }) => {
@@ -1164,7 +1178,7 @@ mod tests {
         if isolated("a_wayland_session_without_x_is_refused_by_name", &wayland) {
             return;
         }
-        let mut screen = Screen::new(None);
+        let mut screen = Screen::new(None, Gnome::new());
         match shoot(&mut screen, &request(ImageFormat::Png)) {
             Err(WireError::Unsupported { what }) => {
                 assert!(what.starts_with("screenshots: "), "{what}");
@@ -1177,7 +1191,7 @@ mod tests {
             other => panic!("got {:?}", other.map(|(meta, _)| meta)),
         }
         let display = std::env::var("PINCER_TEST_XVFB").expect("the parent's Xvfb");
-        let mut screen = Screen::new(Some(display));
+        let mut screen = Screen::new(Some(display), Gnome::new());
         assert_eq!(screen.info().expect("Xvfb serves").capture, "x11-shm");
     }
 
@@ -1271,7 +1285,7 @@ mod tests {
         }
         let xvfb = Xvfb::start(640, 480);
         let _scene = paint(&xvfb.display, BG);
-        let mut screen = Screen::new(Some(xvfb.display.clone()));
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
         let (fds, rss) = growth_over(&mut screen, 500);
         assert_eq!(fds, 0, "fd count changed");
         // One leaked 640x480 frame per capture would be 600 MiB; allocator noise is far less.
@@ -1281,7 +1295,7 @@ mod tests {
         // and the mapping.
         let (fds0, _) = fds_and_rss_kib();
         for _ in 0..50 {
-            let mut screen = Screen::new(Some(xvfb.display.clone()));
+            let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
             capture(&mut screen, &request(ImageFormat::Raw { zstd: None }));
         }
         assert_eq!(
@@ -1300,7 +1314,7 @@ mod tests {
         }
         let xvfb = Xvfb::start(1920, 1080);
         let _scene = paint(&xvfb.display, BG);
-        let mut screen = Screen::new(Some(xvfb.display.clone()));
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
         let (fds, rss) = growth_over(&mut screen, 10_000);
         assert_eq!(fds, 0, "fd count changed");
         assert!(rss < 16 * 1024, "RSS grew by {rss} KiB");
@@ -1372,7 +1386,7 @@ mod tests {
         let display = free_fixed_display();
         let _server = FixedXvfb::start(&display, &["-nolisten", "tcp", "-extension", "MIT-SHM"]);
         let _scene = paint(&display, BG);
-        let mut screen = Screen::new(Some(display));
+        let mut screen = Screen::new(Some(display), Gnome::new());
         assert_eq!(screen.info().expect("info").capture, "x11-getimage");
         let (meta, png) = capture(&mut screen, &request(ImageFormat::Png));
         assert_eq!((meta.width, meta.height), (320, 240));
@@ -1387,7 +1401,7 @@ mod tests {
         let display = free_fixed_display();
         let _server = FixedXvfb::start(&display, &["-listen", "tcp"]);
         let _scene = paint(&display, BG);
-        let mut screen = Screen::new(Some(format!("127.0.0.1{display}")));
+        let mut screen = Screen::new(Some(format!("127.0.0.1{display}")), Gnome::new());
         assert_eq!(screen.info().expect("info").capture, "x11-getimage");
         let (meta, raw) = capture(&mut screen, &request(ImageFormat::Raw { zstd: None }));
         assert_scene(&decode_raw(&meta, &raw));
@@ -1399,7 +1413,7 @@ mod tests {
         let display = free_fixed_display();
         let server = FixedXvfb::start(&display, &["-nolisten", "tcp"]);
         let scene = paint(&display, BG);
-        let mut screen = Screen::new(Some(display.clone()));
+        let mut screen = Screen::new(Some(display.clone()), Gnome::new());
         let raw = request(ImageFormat::Raw { zstd: None });
         let (meta, bytes) = capture(&mut screen, &raw);
         assert_eq!(decode_raw(&meta, &bytes).at(0, 0), rgb(BG));
@@ -1510,7 +1524,7 @@ mod tests {
         assert!(mapped.is_some(), "gtk3-widget-factory did not map a window");
         std::thread::sleep(Duration::from_secs(2));
 
-        let mut screen = Screen::new(Some(xvfb.display.clone()));
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
         let (meta, png) = capture(&mut screen, &request(ImageFormat::Png));
         if let Ok(path) = std::env::var("PINCER_BENCH_PNG") {
             std::fs::write(&path, &png).expect("write PNG");

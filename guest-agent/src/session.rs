@@ -59,9 +59,9 @@ pub(crate) fn refusal(what: &str, xwayland: Option<&str>) -> WireError {
     };
     WireError::Unsupported {
         what: format!(
-            "{what}: {why}. pincer-agent has no Wayland route for this session yet: log in to \
-             an X11 session (\"GNOME on Xorg\" on the login screen) or run the agent on a \
-             desktop of its own (`pincer desktop up`, `pincer vm up`)"
+            "{what}: {why}. Log in to an X11 session (\"GNOME on Xorg\" on the login \
+             screen) or run the agent on a desktop of its own (`pincer desktop up`, \
+             `pincer vm up`)"
         ),
     }
 }

@@ -154,6 +154,7 @@ impl<P: Platform> Guest<P> {
         let mut capabilities: Vec<String> = P::CAPABILITIES
             .iter()
             .filter(|c| !(refused && P::SCREEN_CAPABILITIES.contains(c)))
+            .filter(|c| !P::withheld(&screen.capture).contains(c))
             .map(|&c| c.into())
             .collect();
         if !self.config.read_only {

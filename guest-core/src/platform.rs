@@ -58,6 +58,11 @@ pub trait Platform: Send + Sync + 'static {
     /// (a Wayland session's Xwayland on Linux), and names the reason as the screen's
     /// capture.
     const SCREEN_CAPABILITIES: &'static [&'static str] = &[];
+    /// Those of [`CAPABILITIES`](Self::CAPABILITIES) that the screen's capture route
+    /// (`ScreenInfo::capture`) cannot serve; the handshake leaves them out.
+    fn withheld(_capture: &str) -> &'static [&'static str] {
+        &[]
+    }
     /// Whether the platform can run API tools in a sandbox (bubblewrap); the others answer
     /// the tool class `Unsupported`.
     const SANDBOXED_TOOLS: bool = false;

@@ -1,8 +1,13 @@
-//! pincer-agent in a Wayland session: a real headless mutter with its Xwayland, and the
-//! agent started the way a user's session starts it, `DISPLAY` set to that Xwayland. The
-//! agent must refuse the screen, input and windows by name (Xwayland sees only X11 apps:
-//! its frames are black where Wayland apps draw, its input misses them), never answer
-//! with black frames or clicks that went nowhere, and keep serving what does work.
+//! pincer-agent in a Wayland session: a real headless mutter with its Xwayland, PipeWire
+//! and WirePlumber on a private session bus, and the agent started the way a user's
+//! session starts it, `DISPLAY` set to that Xwayland.
+//! - On GNOME the agent takes Mutter's remote-desktop and screen-cast D-Bus APIs: real
+//!   GTK3 and GTK4 apps, native on Wayland, are seen (not black) and typed into, the
+//!   non-ASCII text too, and the agent carries on when mutter restarts under it.
+//! - Where the session bus has no such API (KDE Plasma and others), the agent refuses the
+//!   screen, input and windows by name (Xwayland sees only X11 apps: its frames are black
+//!   where Wayland apps draw, its input misses them), never answering with black frames
+//!   or clicks that went nowhere, and keeps serving what does work.
 
 use pincer_tests::{Sandbox, bin};
 use std::os::unix::process::CommandExt as _;
@@ -10,10 +15,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A headless mutter (Wayland compositor with Xwayland) on its own session bus, in its own
-/// runtime directory; killed with its bus on drop.
+/// A GNOME Wayland session without a screen: a private session bus, PipeWire and
+/// WirePlumber on it, and a headless mutter (with Xwayland) that can be restarted; all in
+/// one process group, killed on drop.
 struct Mutter {
-    bus: Child,
+    bus: Bus,
+    mutter: Option<Child>,
     runtime: tempfile::TempDir,
     /// Xwayland's display (":N") and its authority file.
     display: String,
@@ -34,38 +41,69 @@ impl Mutter {
             let _ = std::fs::set_permissions(x11_dir, std::fs::Permissions::from_mode(0o1777));
         }
         let runtime = tempfile::tempdir().unwrap();
-        let bus = Command::new("dbus-run-session")
-            .args(["--", "mutter", "--headless", "--wayland"])
-            .args(["--virtual-monitor", "1280x800"])
-            .env("XDG_RUNTIME_DIR", runtime.path())
+        let mut mutter = Self {
+            bus: Bus::start(runtime.path()),
+            mutter: None,
+            runtime,
+            display: String::new(),
+            xauthority: PathBuf::new(),
+        };
+        for daemon in ["pipewire", "wireplumber"] {
+            let child = mutter
+                .command(daemon)
+                .spawn()
+                .expect("pipewire and wireplumber (./run.sh deps installs them)");
+            drop(child);
+        }
+        mutter.start_mutter();
+        mutter
+    }
+
+    /// A program in the session's process group, on its bus and runtime directory.
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command
+            .env("XDG_RUNTIME_DIR", self.runtime.path())
+            .env("DBUS_SESSION_BUS_ADDRESS", &self.bus.address)
             .env_remove("DISPLAY")
             .env_remove("WAYLAND_DISPLAY")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .process_group(0)
+            .process_group(self.bus.group());
+        command
+    }
+
+    /// Starts mutter and waits for its Xwayland and its D-Bus APIs.
+    fn start_mutter(&mut self) {
+        let child = self
+            .command("mutter")
+            .args(["--headless", "--wayland", "--virtual-monitor", "1280x800"])
             .spawn()
-            .expect("dbus-run-session and mutter (./run.sh deps installs them)");
-        // Held from here, so that the group is killed however the wait below ends.
-        let mut mutter = Self {
-            bus,
-            runtime,
-            display: String::new(),
-            xauthority: PathBuf::new(),
-        };
-        let started = Instant::now();
-        loop {
-            if let Some((display, xauthority)) = xwayland_of(mutter.runtime.path()) {
-                mutter.display = display;
-                mutter.xauthority = xauthority;
-                return mutter;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "mutter started no Xwayland within 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
+            .expect("mutter (./run.sh deps installs it)");
+        self.mutter = Some(child);
+        let runtime = self.runtime.path().to_owned();
+        (self.display, self.xauthority) = wait_for("mutter's Xwayland", || xwayland_of(&runtime));
+        let address = self.bus.address.clone();
+        wait_for("mutter's RemoteDesktop API on the bus", || {
+            Command::new("dbus-send")
+                .arg(format!("--bus={address}"))
+                .args(["--print-reply", "--dest=org.freedesktop.DBus"])
+                .args(["/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner"])
+                .arg("string:org.gnome.Mutter.RemoteDesktop")
+                .output()
+                .ok()
+                .filter(|o| String::from_utf8_lossy(&o.stdout).contains("boolean true"))
+        });
+    }
+
+    /// Kills mutter (and its Xwayland) and starts it again on the same bus.
+    fn restart_mutter(&mut self) {
+        if let Some(mut old) = self.mutter.take() {
+            let _ = old.kill();
+            let _ = old.wait();
         }
+        self.start_mutter();
     }
 
     /// The Wayland socket's name.
@@ -77,12 +115,78 @@ impl Mutter {
 
 impl Drop for Mutter {
     fn drop(&mut self) {
-        // The whole group: dbus-run-session, mutter, Xwayland and what the bus started.
+        // The bus takes its group along: PipeWire, WirePlumber, mutter and Xwayland.
+        if let Some(mut mutter) = self.mutter.take() {
+            let _ = mutter.kill();
+            let _ = mutter.wait();
+        }
+    }
+}
+
+/// A private session bus in a process group of its own, which the programs of its
+/// session join; the group is killed on drop.
+struct Bus {
+    child: Child,
+    address: String,
+}
+
+impl Bus {
+    fn start(runtime: &Path) -> Self {
+        static BUSES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = BUSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let address_file = runtime.join(format!("bus-address-{n}"));
+        let child = Command::new("dbus-run-session")
+            .args(["--", "sh", "-c"])
+            .arg("echo \"$DBUS_SESSION_BUS_ADDRESS\" > \"$0\"; exec sleep infinity")
+            .arg(&address_file)
+            .env("XDG_RUNTIME_DIR", runtime)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("dbus-run-session (./run.sh deps installs it)");
+        // Held from here, so that the group is killed however the wait ends.
+        let mut bus = Self {
+            child,
+            address: String::new(),
+        };
+        bus.address = wait_for("the session bus", || {
+            std::fs::read_to_string(&address_file)
+                .ok()
+                .map(|a| a.trim().to_owned())
+                .filter(|a| !a.is_empty())
+        });
+        bus
+    }
+
+    fn group(&self) -> i32 {
+        self.child.id() as i32
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
         // SAFETY: kill(2) with a process group id; no memory is involved.
         unsafe {
-            libc::kill(-(self.bus.id() as i32), libc::SIGKILL);
+            libc::kill(-self.group(), libc::SIGKILL);
         }
-        let _ = self.bus.wait();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `probe` every 100 ms until it gives a value; fails the test after 60 s.
+fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what}: not there within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -113,8 +217,52 @@ fn xwayland_of(runtime: &Path) -> Option<(String, PathBuf)> {
     None
 }
 
-/// A `pincer-agent` listening on loopback, killed on drop.
+/// A `pincer-agent` started as a Wayland session starts a user's programs (`DISPLAY` set
+/// to Xwayland), registered in `sb` as environment `wl`; killed on drop.
 struct Agent(Child);
+
+impl Agent {
+    /// `desktop`: `XDG_CURRENT_DESKTOP`; `bus`: the session bus the agent is given.
+    fn start(mutter: &Mutter, sb: &Sandbox, desktop: &str, bus: &str) -> Self {
+        let state = sb.path().join("agent");
+        let ready = sb.path().join("ready.json");
+        let agent = Self(
+            Command::new(bin("pincer-agent"))
+                .args(["--listen", "127.0.0.1:0", "--name", "wl", "--state-dir"])
+                .arg(&state)
+                .arg("--ready-file")
+                .arg(&ready)
+                .env("DISPLAY", &mutter.display)
+                .env("XAUTHORITY", &mutter.xauthority)
+                .env("WAYLAND_DISPLAY", mutter.wayland_display())
+                .env("XDG_RUNTIME_DIR", mutter.runtime.path())
+                .env("XDG_SESSION_TYPE", "wayland")
+                .env("XDG_CURRENT_DESKTOP", desktop)
+                .env("DBUS_SESSION_BUS_ADDRESS", bus)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let ready = wait_for("the agent's ready file", || {
+            std::fs::read_to_string(&ready)
+                .ok()
+                .and_then(|r| serde_json::from_str::<serde_json::Value>(&r).ok())
+        });
+        sb.pincer_ok(&[
+            "env",
+            "add",
+            "wl",
+            ready["addr"].as_str().unwrap(),
+            "--token-file",
+            state.join("token").to_str().unwrap(),
+            "--fingerprint",
+            ready["fingerprint"].as_str().unwrap(),
+        ]);
+        agent
+    }
+}
 
 impl Drop for Agent {
     fn drop(&mut self) {
@@ -123,72 +271,185 @@ impl Drop for Agent {
     }
 }
 
-#[test]
-fn an_agent_on_xwayland_refuses_the_screen_and_input_instead_of_lying() {
-    let mutter = Mutter::start();
-    let sb = Sandbox::new();
-    let state = sb.path().join("agent");
-    let ready = sb.path().join("ready.json");
-    // As a GNOME Wayland session starts a user's programs.
-    let agent = Agent(
-        Command::new(bin("pincer-agent"))
-            .args(["--listen", "127.0.0.1:0", "--name", "wl", "--state-dir"])
-            .arg(&state)
-            .arg("--ready-file")
-            .arg(&ready)
-            .env("DISPLAY", &mutter.display)
-            .env("XAUTHORITY", &mutter.xauthority)
-            .env("WAYLAND_DISPLAY", mutter.wayland_display())
-            .env("XDG_RUNTIME_DIR", mutter.runtime.path())
-            .env("XDG_SESSION_TYPE", "wayland")
-            .env("XDG_CURRENT_DESKTOP", "GNOME")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let started = Instant::now();
-    while !ready.exists() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "agent not ready"
-        );
+/// The capabilities `env info` lists.
+fn capabilities(info: &str) -> Vec<String> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("capabilities"))
+        .unwrap_or_default()
+        .split(", ")
+        .map(|c| c.trim().to_owned())
+        .collect()
+}
+
+/// A GTK app (`gtk`: "3" or "4") native on Wayland that fills the screen: an orange
+/// window, an entry in its top half and a blue "OK" button in its bottom half, which
+/// prints the entry's text and quits.
+const APP: &str = r#"
+import sys, gi
+gtk = sys.argv[1]
+gi.require_version("Gtk", gtk + ".0")
+from gi.repository import Gtk, Gdk, GLib
+css = b"window, box, entry, text { background: #ff8000; } button { background: #0040ff; background-image: none; }"
+provider = Gtk.CssProvider()
+window = Gtk.Window(title="pincer wayland")
+box = Gtk.Box(orientation=Gtk.Orientation.VERTICAL, homogeneous=True)
+entry = Gtk.Entry()
+button = Gtk.Button(label="OK")
+def done(_):
+    print(entry.get_text(), flush=True)
+    loop.quit()
+button.connect("clicked", done)
+loop = GLib.MainLoop()
+if gtk == "3":
+    provider.load_from_data(css)
+    Gtk.StyleContext.add_provider_for_screen(Gdk.Screen.get_default(), provider, 800)
+    box.pack_start(entry, True, True, 0)
+    box.pack_start(button, True, True, 0)
+    window.add(box)
+    window.maximize()
+    window.show_all()
+else:
+    provider.load_from_data(css)
+    Gtk.StyleContext.add_provider_for_display(Gdk.Display.get_default(), provider, 800)
+    box.append(entry)
+    box.append(button)
+    window.set_child(box)
+    window.maximize()
+    window.present()
+loop.run()
+"#;
+
+/// The share of a screenshot's pixels within 40 of `rgb` in each channel.
+fn share_of(png: &Path, rgb: [u8; 3]) -> f64 {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(png).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    let channels = info.color_type.samples();
+    let pixels = &pixels[..info.buffer_size()];
+    let near = pixels
+        .chunks(channels)
+        .filter(|p| (0..3).all(|i| p[i].abs_diff(rgb[i]) <= 40))
+        .count();
+    near as f64 / (pixels.len() / channels) as f64
+}
+
+const ORANGE: [u8; 3] = [0xff, 0x80, 0x00];
+const BLUE: [u8; 3] = [0x00, 0x40, 0xff];
+
+/// Shows the app on GTK `gtk`, clicks its entry, types `text` and clicks OK: the app
+/// must print exactly `text`, and the screenshot must show what it drew.
+fn drive_app(mutter: &Mutter, sb: &Sandbox, gtk: &str, text: &str) {
+    let script = sb.path().join("app.py");
+    std::fs::write(&script, APP).unwrap();
+    let app = mutter
+        .command("/usr/bin/python3")
+        .arg(&script)
+        .arg(gtk)
+        .env("WAYLAND_DISPLAY", mutter.wayland_display())
+        .env("GDK_BACKEND", "wayland")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 with GTK (./run.sh deps installs python3-gi)");
+    let shot = sb.path().join(format!("gtk{gtk}.png"));
+    let shot_arg = shot.to_str().unwrap();
+    // Not black: the app's orange fills most of the screen, its blue button a part.
+    wait_for(&format!("GTK {gtk}'s window in a screenshot"), || {
+        sb.pincer_ok(&["screenshot", "--env", "wl", "-o", shot_arg]);
+        (share_of(&shot, ORANGE) > 0.2 && share_of(&shot, BLUE) > 0.2).then_some(())
+    });
+    // The entry in the top half, the button in the bottom half.
+    sb.pincer_ok(&["act", "--env", "wl", "click", "640", "250"]);
+    sb.pincer_ok(&["act", "--env", "wl", "type", text]);
+    sb.pincer_ok(&["act", "--env", "wl", "click", "640", "650"]);
+    let mut app = app;
+    let waited = Instant::now();
+    while app.try_wait().unwrap().is_none() {
+        if waited.elapsed() > Duration::from_secs(30) {
+            let _ = app.kill();
+            panic!("GTK {gtk}: the click on OK did not reach the app within 30 s");
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let ready: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&ready).unwrap()).unwrap();
-    sb.pincer_ok(&[
-        "env",
-        "add",
-        "wl",
-        ready["addr"].as_str().unwrap(),
-        "--token-file",
-        state.join("token").to_str().unwrap(),
-        "--fingerprint",
-        ready["fingerprint"].as_str().unwrap(),
-    ]);
+    let out = app.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'),
+        text,
+        "GTK {gtk}"
+    );
+}
+
+#[test]
+fn on_gnome_the_agent_sees_and_drives_wayland_apps_through_mutter() {
+    let mut mutter = Mutter::start();
+    let sb = Sandbox::new();
+    let _agent = Agent::start(&mutter, &sb, "GNOME", &mutter.bus.address);
+
+    let info = sb.pincer_ok(&["env", "info", "--env", "wl"]);
+    assert!(info.contains("1280x800 via mutter-screencast"), "{info}");
+    let capabilities = capabilities(&info);
+    for served in ["screenshot", "input", "video", "ui-tree"] {
+        assert!(capabilities.iter().any(|c| c == served), "{served}: {info}");
+    }
+    // Windows need a GNOME Shell extension pincer does not ship yet; recording reads X11.
+    for withheld in ["window", "record"] {
+        assert!(
+            !capabilities.iter().any(|c| c == withheld),
+            "{withheld}: {info}"
+        );
+    }
+
+    // Before any app: mutter's own background, neither black nor the app's colours.
+    let empty = sb.path().join("empty.png");
+    sb.pincer_ok(&["screenshot", "--env", "wl", "-o", empty.to_str().unwrap()]);
+    assert!(share_of(&empty, [0, 0, 0]) < 0.5, "a black screen");
+    assert!(share_of(&empty, ORANGE) < 0.01);
+
+    // Characters off the keyboard layout go through the session's clipboard.
+    drive_app(&mutter, &sb, "3", "Hello, GTK3 on Wayland! é€ Ω");
+    drive_app(&mutter, &sb, "4", "gtk4 typed: (1+1)=2 ß");
+
+    // mutter restarts under the agent: the next requests make a new session.
+    mutter.restart_mutter();
+    let after = sb.path().join("after.png");
+    wait_for("a screenshot after mutter restarted", || {
+        sb.pincer(&["screenshot", "--env", "wl", "-o", after.to_str().unwrap()])
+            .status
+            .success()
+            .then_some(())
+    });
+    assert!(share_of(&after, [0, 0, 0]) < 0.5, "a black screen");
+    drive_app(&mutter, &sb, "3", "after the restart");
+}
+
+#[test]
+fn where_the_session_has_no_gnome_route_the_agent_refuses_instead_of_lying() {
+    let mutter = Mutter::start();
+    // A KDE-like session: a Wayland desktop whose session bus has no Mutter APIs.
+    let kde_bus = Bus::start(mutter.runtime.path());
+    let sb = Sandbox::new();
+    let agent = Agent::start(&mutter, &sb, "KDE", &kde_bus.address);
 
     // The handshake names the reason and leaves out what cannot work.
     let info = sb.pincer_ok(&["env", "info", "--env", "wl"]);
     let why = format!(
         "refused: screenshots: X display {} is the Xwayland server of a \
-         Wayland session (GNOME, WAYLAND_DISPLAY=wayland-0)",
+         Wayland session (KDE, WAYLAND_DISPLAY=wayland-0)",
         mutter.display
     );
     assert!(info.contains(&why), "{info}");
-    let capabilities = info
-        .lines()
-        .find_map(|l| l.strip_prefix("capabilities"))
-        .unwrap_or_default();
+    assert!(
+        info.contains("the session bus has no org.gnome.Mutter.RemoteDesktop"),
+        "{info}"
+    );
+    let capabilities = capabilities(&info);
     for gone in ["screenshot", "input", "window", "video", "record"] {
         assert!(
-            !capabilities.split(", ").any(|c| c.trim() == gone),
+            !capabilities.iter().any(|c| c == gone),
             "{gone} advertised: {info}"
         );
     }
-    assert!(capabilities.contains("ui-tree"), "{info}");
-
+    assert!(capabilities.iter().any(|c| c == "ui-tree"), "{info}");
     // Each request that would lie is refused, saying so; nothing is written.
     let shot = sb.path().join("black.png");
     let refusals: [(&str, Vec<&str>); 4] = [
