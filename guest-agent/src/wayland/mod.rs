@@ -40,6 +40,10 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// The warm-up after a session starts: mutter drops the first keys of a new session's
 /// virtual keyboard, so one Shift press goes first and the keyboard gets this long.
 const KEYBOARD_WARM_UP: Duration = Duration::from_millis(100);
+/// How long keys wait after a button: mutter moves the keyboard focus a click gives after
+/// it answered the click, and keys sent meanwhile went to the window focused before (seen
+/// under load: the first characters typed right after clicking a new window's entry lost).
+const FOCUS_SETTLE: Duration = Duration::from_millis(150);
 /// How long an application gets to insert a pasted text after reading it: it reads the
 /// clipboard asynchronously, and keys sent before it inserted would land first.
 const PASTE_SETTLE: Duration = Duration::from_millis(50);
@@ -276,6 +280,8 @@ struct Session {
     open: Arc<AtomicBool>,
     /// Where the agent last put the pointer.
     pointer: Mutex<Point>,
+    /// When the agent last pressed or released a button (see [`FOCUS_SETTLE`]).
+    clicked: Mutex<Option<Instant>>,
     /// The text the session offers as the clipboard, for pastes.
     selection: Arc<Mutex<Selection>>,
     /// Keeps the watchers of `Closed` and `SelectionTransfer` running.
@@ -431,6 +437,7 @@ impl Session {
             frames: Arc::new(frames),
             open,
             pointer: Mutex::new(Point::new(0, 0)),
+            clicked: Mutex::new(None),
             selection,
             _watchers: vec![closed_watch, transfers],
         };
@@ -469,6 +476,14 @@ impl Session {
     }
 
     async fn keysym(&self, keysym: u32, pressed: bool) -> Result<(), Fault> {
+        let clicked = self
+            .clicked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(wait) = clicked.and_then(|at| FOCUS_SETTLE.checked_sub(at.elapsed())) {
+            tokio::time::sleep(wait).await;
+        }
         self.call("NotifyKeyboardKeysym", &(keysym, pressed)).await
     }
 
@@ -479,7 +494,9 @@ impl Session {
             MouseButton::Right => 0x111,
             MouseButton::Middle => 0x112,
         };
-        self.call("NotifyPointerButton", &(code, pressed)).await
+        self.call("NotifyPointerButton", &(code, pressed)).await?;
+        *self.clicked.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        Ok(())
     }
 
     /// Moves the pointer to `to`, which must be on the monitor.

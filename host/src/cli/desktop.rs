@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use pincer::desktop::{self, DesktopOptions, Dial, SuperviseOptions};
+use pincer::desktop::{self, DesktopOptions, Dial, Session, SuperviseOptions};
 use pincer::env::Deadlines;
 use pincer::env::registry::Registry;
 use std::path::PathBuf;
@@ -58,6 +58,11 @@ pub(crate) struct UpArgs {
     /// Do not start a window manager.
     #[arg(long)]
     no_wm: bool,
+    /// The graphical session: x11 (Xvfb and a window manager) or wayland (a headless GNOME:
+    /// mutter with Xwayland, PipeWire and WirePlumber; the agent drives it through Mutter's
+    /// remote-desktop API).
+    #[arg(long, default_value = "x11", value_parser = parse_session)]
+    session: Session,
     /// Start the agent read-only (no setup, exec or command probes).
     #[arg(long)]
     read_only: bool,
@@ -95,6 +100,8 @@ pub(crate) struct SuperviseArgs {
     agent: PathBuf,
     #[arg(long)]
     no_wm: bool,
+    #[arg(long, default_value = "x11", value_parser = parse_session)]
+    session: Session,
     #[arg(long)]
     read_only: bool,
     #[arg(long)]
@@ -123,6 +130,10 @@ fn dial(
         host_fingerprint: fingerprint.cloned(),
         token_file: token_file?.clone(),
     })
+}
+
+fn parse_session(s: &str) -> Result<Session, String> {
+    s.parse()
 }
 
 pub(crate) fn parse_size(s: &str) -> Result<(u32, u32), String> {
@@ -157,6 +168,7 @@ pub(crate) fn supervise(a: &SuperviseArgs) -> anyhow::Result<()> {
                 a.host_fingerprint.as_ref(),
             ),
             lifeline: a.lifeline.is_some(),
+            session: a.session,
         },
         agent: a.agent.clone(),
         lifeline: a.lifeline,
@@ -347,6 +359,7 @@ async fn up(a: UpArgs, reg: &Registry) -> anyhow::Result<()> {
         ),
         // The desktop outlives this command: that is what it is for.
         lifeline: false,
+        session: a.session,
     };
     eprintln!(
         "starting desktop '{}' ({}x{})...",

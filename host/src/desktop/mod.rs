@@ -1,7 +1,9 @@
-//! Local X11 desktops: `pincer desktop up` starts a supervisor process that owns an Xvfb
+//! Local desktops: `pincer desktop up` starts a supervisor process that owns an Xvfb
 //! screen, a private D-Bus session with the AT-SPI bus, a window manager (if one is
 //! installed) and `pincer-agent`, all in one session; `pincer desktop down` stops every
-//! process of that session, including the helpers D-Bus activated on its own.
+//! process of that session, including the helpers D-Bus activated on its own. A Wayland
+//! desktop (`--session wayland`, [`gnome`]) has a headless mutter with its Xwayland and
+//! PipeWire in place of Xvfb and the window manager.
 //!
 //! A desktop a program starts for its own use (`pincer run`, `pincer mcp`, the Python
 //! package) hangs on the program's [`lifeline`]: when the program is gone, however it ended,
@@ -11,7 +13,10 @@
 //! Each desktop gets its own home directory, so two local desktops behave like two machines
 //! (files, app settings, gsettings) and a task's reset cannot leak into another desktop.
 
+mod gnome;
 pub(crate) mod lifeline;
+
+pub use gnome::xwayland_of;
 
 use crate::env::registry::{DesktopEntry, EnvEntry, Registry, RegistryError};
 use crate::process::{self, Process};
@@ -49,6 +54,43 @@ pub struct DesktopOptions {
     /// ended, the desktop stops and leaves the envs file, as `down` would. Off for desktops
     /// meant to outlive their command (`pincer desktop up`).
     pub lifeline: bool,
+    /// The graphical session: X11 (Xvfb) or Wayland (a headless GNOME compositor).
+    pub session: Session,
+}
+
+/// The graphical session of a local desktop.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Session {
+    /// Xvfb and a window manager.
+    #[default]
+    X11,
+    /// A headless mutter (GNOME's compositor) with Xwayland, PipeWire and WirePlumber.
+    Wayland,
+}
+
+impl Session {
+    /// The name `--session` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::X11 => "x11",
+            Self::Wayland => "wayland",
+        }
+    }
+}
+
+impl std::str::FromStr for Session {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "x11" => Ok(Self::X11),
+            "wayland" => Ok(Self::Wayland),
+            other => Err(format!(
+                "'{other}' is not a session: use x11 (Xvfb) or wayland (a headless GNOME)"
+            )),
+        }
+    }
 }
 
 /// Where a dialling desktop's agent reaches its host (`pincer env listen` there).
@@ -260,6 +302,9 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
             addr: st.agent_addr,
         });
     }
+    if opts.session == Session::Wayland {
+        gnome::check_installed()?;
+    }
     for program in ["Xvfb", "dbus-daemon"] {
         if which(program).is_none() {
             return Err(DesktopError::Missing {
@@ -288,6 +333,8 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
         .arg(opts.port.to_string())
         .arg("--agent")
         .arg(&agent)
+        .arg("--session")
+        .arg(opts.session.as_str())
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2);
@@ -984,15 +1031,25 @@ fn run_session(
     )
     .map_err(io(format!("making {} private", runtime.display())))?;
 
-    let xauth = runtime.join("Xauthority");
-    write_xauthority(&xauth, &hex_bytes(&random_hex(16)?))?;
-    let (_xvfb, display) = start_xvfb(d.size, &xauth, &logs.join("xvfb.log"))?;
     let me = std::process::id();
-
     let mut env = session_env(std::env::vars_os(), &home, &runtime);
+    // The X server comes first on X11; on Wayland mutter needs the session bus first.
+    let xvfb = match d.session {
+        Session::X11 => {
+            let xauth = runtime.join("Xauthority");
+            write_xauthority(&xauth, &hex_bytes(&random_hex(16)?))?;
+            let (xvfb, display) = start_xvfb(d.size, &xauth, &logs.join("xvfb.log"))?;
+            env.insert("DISPLAY".into(), display);
+            env.insert("XAUTHORITY".into(), xauth.display().to_string());
+            Some(xvfb)
+        }
+        Session::Wayland => {
+            env.insert("XDG_SESSION_TYPE".into(), "wayland".into());
+            env.insert("XDG_CURRENT_DESKTOP".into(), "GNOME".into());
+            None
+        }
+    };
     for (k, v) in [
-        ("DISPLAY", display.as_str()),
-        ("XAUTHORITY", &xauth.display().to_string()),
         // Accessibility on for every toolkit: GTK2/3 bridge, Qt, LibreOffice's GTK3 VCL.
         ("GTK_MODULES", "gail:atk-bridge"),
         ("NO_AT_BRIDGE", "0"),
@@ -1035,14 +1092,27 @@ fn run_session(
             .stderr(Stdio::null())
             .status();
     }
-    let wm = if d.window_manager {
+    // The screen's server: Xvfb, or mutter with its Xwayland.
+    let (mut server, server_log, wm) = match xvfb {
+        Some(xvfb) => (xvfb, logs.join("xvfb.log"), None),
+        None => {
+            let gnome = gnome::start(&env, &runtime, d.size, &logs)?;
+            env.insert("DISPLAY".into(), gnome.display);
+            env.insert("XAUTHORITY".into(), gnome.xauthority.display().to_string());
+            env.insert("WAYLAND_DISPLAY".into(), gnome.wayland_display);
+            (gnome.mutter, logs.join("mutter.log"), Some("mutter"))
+        }
+    };
+    let display = env.get("DISPLAY").cloned().unwrap_or_default();
+    let xauth = PathBuf::from(env.get("XAUTHORITY").cloned().unwrap_or_default());
+    let wm = if d.window_manager && d.session == Session::X11 {
         ["openbox", "xfwm4", "metacity"]
             .into_iter()
             .find(|w| which(w).is_some())
     } else {
-        None
+        wm
     };
-    if let Some(w) = wm {
+    if let Some(w) = wm.filter(|_| d.session == Session::X11) {
         let argv: &[&str] = if w == "openbox" {
             &["openbox", "--sm-disable"]
         } else {
@@ -1084,7 +1154,6 @@ fn run_session(
     );
 
     let mut restarts: Vec<Instant> = Vec::new();
-    let mut xvfb = _xvfb;
     while !STOP.load(Ordering::SeqCst) {
         // With a lifeline the tick waits on it, and a signal (`down`) cuts it short.
         const TICK: Duration = Duration::from_millis(100);
@@ -1099,10 +1168,14 @@ fn run_session(
             Some(_) => {}
             None => std::thread::sleep(TICK),
         }
-        if let Ok(Some(st)) = xvfb.try_wait() {
+        if let Ok(Some(st)) = server.try_wait() {
+            let what = match d.session {
+                Session::X11 => "Xvfb",
+                Session::Wayland => "mutter",
+            };
             return Err(DesktopError::Process {
-                what: format!("Xvfb exited ({st}); the desktop is gone"),
-                log: logs.join("xvfb.log"),
+                what: format!("{what} exited ({st}); the desktop is gone"),
+                log: server_log,
             });
         }
         if let Ok(Some(st)) = agent.try_wait() {

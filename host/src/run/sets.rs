@@ -227,6 +227,7 @@ async fn start_desktop(
             home: None,
             dial: None,
             lifeline,
+            session: desktop::Session::X11,
         },
     )
     .await
