@@ -2,7 +2,8 @@
 //! between a host and a guest on loopback. It forwards QUIC's datagrams between one host
 //! and the guest's port, and on the way drops, delays (with jitter, which reorders),
 //! duplicates, or holds back everything during a blackout, each direction alike, from a
-//! seeded generator so a failure can be replayed. It only ever sends to the loopback
+//! seeded generator so a failure can be replayed; or it changes the port the guest sees
+//! the host's datagrams come from in the middle, as a NAT that rebinds does. It only ever sends to the loopback
 //! address it was given, and it stops when dropped.
 
 use std::collections::BinaryHeap;
@@ -24,6 +25,9 @@ pub struct Faults {
     pub duplicate: f64,
     /// Drop everything from this long after the first datagram, for this long.
     pub blackout: Option<(Duration, Duration)>,
+    /// From this long after the first datagram, send to the guest from another port (a
+    /// NAT rebinding: the guest sees the host come from a new address).
+    pub rebind: Option<Duration>,
     /// Seed of the generator.
     pub seed: u64,
 }
@@ -39,6 +43,10 @@ pub struct Counts {
     pub blacked_out: AtomicU64,
     /// Sent twice.
     pub duplicated: AtomicU64,
+    /// Sent to the guest from the first port.
+    pub to_guest: AtomicU64,
+    /// Sent to the guest from the port after the rebinding.
+    pub rebound: AtomicU64,
 }
 
 /// A running relay: hosts send to [`UdpRelay::addr`] as if it were the guest.
@@ -109,8 +117,9 @@ impl Shared {
     fn pass(&self, bytes: &[u8], to_guest: bool) {
         self.counts.seen.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
+        let started = *self.started.get_or_init(|| now);
         if let Some((from, len)) = self.faults.blackout {
-            let t = now - *self.started.get_or_init(|| now);
+            let t = now - started;
             if t >= from && t < from + len {
                 self.counts.blacked_out.fetch_add(1, Ordering::Relaxed);
                 return;
@@ -147,7 +156,10 @@ impl UdpRelay {
         let front = UdpSocket::bind("127.0.0.1:0").unwrap();
         let back = UdpSocket::bind("127.0.0.1:0").unwrap();
         back.connect(guest).unwrap();
-        for s in [&front, &back] {
+        // The port the guest sees after a rebinding.
+        let rebound = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rebound.connect(guest).unwrap();
+        for s in [&front, &back, &rebound] {
             s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
         }
         let addr = front.local_addr().unwrap();
@@ -183,19 +195,20 @@ impl UdpRelay {
                 }
             }));
         }
-        {
-            let (back, shared, stop) = (back.try_clone().unwrap(), shared.clone(), stop.clone());
+        for socket in [&back, &rebound] {
+            let (socket, shared, stop) =
+                (socket.try_clone().unwrap(), shared.clone(), stop.clone());
             threads.push(std::thread::spawn(move || {
                 let mut buf = vec![0u8; 65536];
                 while !stop.load(Ordering::Relaxed) {
-                    if let Ok(n) = back.recv(&mut buf) {
+                    if let Ok(n) = socket.recv(&mut buf) {
                         shared.pass(&buf[..n], false);
                     }
                 }
             }));
         }
         {
-            let (queue, stop) = (queue.clone(), stop.clone());
+            let (queue, stop, shared) = (queue.clone(), stop.clone(), shared.clone());
             threads.push(std::thread::spawn(move || {
                 let mut heap = queue.heap.lock().unwrap();
                 while !stop.load(Ordering::Relaxed) {
@@ -206,7 +219,14 @@ impl UdpRelay {
                             drop(heap);
                             // A full socket buffer drops, as a link would.
                             let _ = if d.to_guest {
-                                back.send(&d.bytes)
+                                let rebind = shared.faults.rebind.zip(shared.started.get());
+                                if rebind.is_some_and(|(after, t0)| t0.elapsed() >= after) {
+                                    shared.counts.rebound.fetch_add(1, Ordering::Relaxed);
+                                    rebound.send(&d.bytes)
+                                } else {
+                                    shared.counts.to_guest.fetch_add(1, Ordering::Relaxed);
+                                    back.send(&d.bytes)
+                                }
                             } else {
                                 match *host.lock().unwrap() {
                                     Some(to) => front.send_to(&d.bytes, to),

@@ -2,7 +2,8 @@
 //! machine's kernel has no netem) between `pincer run` and a real desktop's agent on
 //! loopback, dropping, delaying, reordering and duplicating QUIC's datagrams, or blacking
 //! the link out in the middle of a task. Every run must finish, with its one record, scored
-//! as the agent did (the oracle passes), never as an infrastructure failure. `./run.sh
+//! as the agent did (the oracle passes), never as an infrastructure failure; so must a run
+//! whose datagrams start coming from another port mid-task (a NAT rebinding). `./run.sh
 //! bench`'s longer matrix is still to come; the figures printed here are its first rows.
 
 use pincer_tests::relay::{Faults, UdpRelay};
@@ -36,7 +37,7 @@ fn run(sb: &Sandbox, env: &str) -> (Vec<Value>, Duration) {
 }
 
 #[test]
-fn tasks_finish_and_score_through_loss_delay_reordering_and_a_blackout() {
+fn tasks_finish_and_score_through_loss_delay_reordering_a_blackout_and_a_nat_rebinding() {
     let sb = Sandbox::new();
     let _desktop = sb.desktop("fault-desk", "1024x768", &[]);
     let entry = sb.registry().load().unwrap().envs["fault-desk"].clone();
@@ -80,6 +81,15 @@ fn tasks_finish_and_score_through_loss_delay_reordering_and_a_blackout() {
                 ..Faults::default()
             },
         ),
+        (
+            // The host's datagrams come from a new port 0.3 s into the run, as after a NAT
+            // rebinding: the agent (QUIC's server) must follow the host to it.
+            "rebinding",
+            Faults {
+                rebind: Some(Duration::from_millis(300)),
+                ..Faults::default()
+            },
+        ),
     ];
     for (name, faults) in cases {
         let relay = UdpRelay::start(agent, faults);
@@ -96,13 +106,14 @@ fn tasks_finish_and_score_through_loss_delay_reordering_and_a_blackout() {
         let (records, took) = run(&sb, name);
         let c = relay.counts();
         println!(
-            "{name}: {:.1} s (clean {:.1} s); datagrams {} seen, {} lost, {} blacked out, {} duplicated",
+            "{name}: {:.1} s (clean {:.1} s); datagrams {} seen, {} lost, {} blacked out, {} duplicated, {} from the rebound port",
             took.as_secs_f64(),
             clean_took.as_secs_f64(),
             c.seen.load(Ordering::Relaxed),
             c.lost.load(Ordering::Relaxed),
             c.blacked_out.load(Ordering::Relaxed),
             c.duplicated.load(Ordering::Relaxed),
+            c.rebound.load(Ordering::Relaxed),
         );
         // No record lost, none written twice, and the agent's success scored as one.
         assert_eq!(records.len(), 1, "{name}: {records:?}");
@@ -111,9 +122,14 @@ fn tasks_finish_and_score_through_loss_delay_reordering_and_a_blackout() {
         let hit = match name {
             "lossy" => c.lost.load(Ordering::Relaxed),
             "slow" => c.seen.load(Ordering::Relaxed),
+            "rebinding" => c.rebound.load(Ordering::Relaxed),
             _ => c.blacked_out.load(Ordering::Relaxed),
         };
         assert!(hit > 0, "{name}: the fault never struck");
+        if name == "rebinding" {
+            // The guest heard the host from both ports: the port changed under the run.
+            assert!(c.to_guest.load(Ordering::Relaxed) > 0, "{name}: {c:?}");
+        }
         if name == "blackout" {
             assert!(took >= Duration::from_secs(8), "{name}: {took:?}");
         }
