@@ -3,7 +3,9 @@
 //! loopback, dropping, delaying, reordering and duplicating QUIC's datagrams, or blacking
 //! the link out in the middle of a task. Every run must finish, with its one record, scored
 //! as the agent did (the oracle passes), never as an infrastructure failure; so must a run
-//! whose datagrams start coming from another port mid-task (a NAT rebinding). `./run.sh
+//! whose datagrams start coming from another port mid-task (a NAT rebinding). And a task
+//! whose agent is SIGKILLed and restarted mid-task is never scored as the agent's failure:
+//! it rides the restart out, or is recorded as an environment error and run once more. `./run.sh
 //! bench`'s longer matrix is still to come; the figures printed here are its first rows.
 
 use pincer_tests::relay::{Faults, UdpRelay};
@@ -134,4 +136,109 @@ fn tasks_finish_and_score_through_loss_delay_reordering_a_blackout_and_a_nat_reb
             assert!(took >= Duration::from_secs(8), "{name}: {took:?}");
         }
     }
+}
+
+/// The processes of the session `sid` named `comm` (a desktop's processes share its
+/// supervisor's session).
+fn in_session(sid: u32, comm: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let Some((name, rest)) = stat.split_once(" (").and_then(|(_, r)| r.rsplit_once(')'))
+            else {
+                return false;
+            };
+            // state ppid pgrp session ...
+            name == comm && rest.split_whitespace().nth(3) == Some(&sid.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn a_task_survives_its_agent_killed_and_restarted_mid_task() {
+    let sb = Sandbox::new();
+    let desktop = sb.desktop("kill-desk", "1024x768", &[]);
+    let supervisor = desktop.state()["supervisor_pid"].as_u64().unwrap() as u32;
+    let logs = sb.path().join("state/desktops/kill-desk/logs");
+    let hosts = || {
+        std::fs::read_to_string(logs.join("agent.log"))
+            .unwrap_or_default()
+            .matches("host authenticated")
+            .count()
+    };
+    let before = hosts();
+    let out = sb.path().join("run");
+    // Thunar's task: ten actions over about 2.5 s.
+    let run = sb
+        .pincer_command(&[
+            "run",
+            "--tasks",
+            "demo",
+            "--task",
+            "files-archive-report",
+            "--set",
+            "desktop=kill-desk",
+            "--agent",
+            "oracle",
+            "--no-report",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the run is connected and its setup under way, SIGKILL the agent; the desktop's
+    // supervisor starts it again on the same port, as a service manager would.
+    let t = Instant::now();
+    while hosts() == before {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the run never connected"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let agents = in_session(supervisor, "pincer-agent");
+    assert_eq!(agents.len(), 1, "{agents:?}");
+    // SAFETY: kill(2) on a pid of the desktop we started; no memory is involved.
+    unsafe {
+        libc::kill(agents[0] as i32, libc::SIGKILL);
+    }
+    let killed_at = t.elapsed();
+    let run = run.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let records = results(&out);
+    let terminations: Vec<&Value> = records.iter().map(|r| &r["termination"]).collect();
+    println!(
+        "agent killed {:.1} s into the run; it took {:.1} s: {terminations:?}",
+        killed_at.as_secs_f64(),
+        t.elapsed().as_secs_f64(),
+    );
+    let supervisor_log = std::fs::read_to_string(logs.join("supervisor.log")).unwrap();
+    assert!(
+        supervisor_log.contains("pincer-agent exited (signal: 9 (SIGKILL)); restarting"),
+        "{supervisor_log}"
+    );
+    // The agent's work scored as done, never as its failure: the run either rode out the
+    // restart, or lost its environment (recorded as that) and was run once more.
+    match terminations.as_slice() {
+        [only] => assert_eq!(*only, "success", "{said}"),
+        [lost, redone] => {
+            assert_eq!(*lost, "environment-error", "{said}");
+            assert_eq!(*redone, "success", "{said}");
+            assert!(said.contains("running it once more"), "{said}");
+            // Counted once.
+            assert!(said.contains("terminations: success 1\n"), "{said}");
+        }
+        more => panic!("{more:?}: {said}"),
+    }
+    drop(desktop);
 }

@@ -244,6 +244,25 @@ impl Display {
         }
     }
 
+    fn again(&self, rec: &TaskRecord) {
+        let line = format!(
+            "{:<7} {:<40} environment error ({}); the set answers again: running it once more",
+            rec.env_set,
+            rec.task,
+            rec.detail
+                .as_deref()
+                .unwrap_or_default()
+                .chars()
+                .take(100)
+                .collect::<String>()
+        );
+        if self.tty {
+            let _ = self.multi.println(line);
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
     fn retired(&self, set: &str) {
         let line = format!(
             "{set}: an environment of this set is gone; its remaining tasks go to the other sets"
@@ -442,33 +461,49 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
                 // The seed depends on the repeat only, never on which set runs it, so a
                 // run is reproducible whatever --parallel is.
                 let seed = cfg.options.seed.wrapping_add(u64::from(r));
-                let mut agent = (cfg.agent)(seed)?;
-                let ctx = task::Context {
-                    end: cfg.options.end,
-                    assets: Some(&cfg.options.assets),
-                    set: &set,
-                    observation: cfg.options.observation,
-                    correction: cfg.options.correction,
-                    out: &cfg.options.out,
-                    cancel: &cfg.cancel,
-                    progress: display.as_ref(),
-                    video: cfg.options.video,
-                };
-                let rec =
-                    task::run(&tasks[i], graphs[i].clone(), agent.as_mut(), r, seed, &ctx).await;
-                task::blocking(|| writer.lock().unwrap_or_else(|e| e.into_inner()).write(&rec))
-                    .map_err(io("appending to results.jsonl"))?;
-                let env_failed = rec.termination == Termination::EnvironmentError;
-                {
-                    let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
-                    all.push(rec.clone());
-                    display.finished(&rec, &rundir::latest(all.clone()));
-                }
-                // A set whose environment died hands its remaining tasks to the others; a
-                // dead VM is replaced first (a reset starts it again from its golden state).
-                if env_failed && !healthy(&set).await && !replaced(&set).await {
-                    display.retired(&set.name);
-                    return Ok(());
+                // A run that loses its environment is run once more from its setup when
+                // the set answers again on its own (an agent its service restarted): both
+                // records are kept, and the later one counts. A set that had to be
+                // replaced (a VM reset from its golden state) goes on with its next task.
+                let mut again = true;
+                loop {
+                    let mut agent = (cfg.agent)(seed)?;
+                    let ctx = task::Context {
+                        end: cfg.options.end,
+                        assets: Some(&cfg.options.assets),
+                        set: &set,
+                        observation: cfg.options.observation,
+                        correction: cfg.options.correction,
+                        out: &cfg.options.out,
+                        cancel: &cfg.cancel,
+                        progress: display.as_ref(),
+                        video: cfg.options.video,
+                    };
+                    let rec =
+                        task::run(&tasks[i], graphs[i].clone(), agent.as_mut(), r, seed, &ctx)
+                            .await;
+                    task::blocking(|| writer.lock().unwrap_or_else(|e| e.into_inner()).write(&rec))
+                        .map_err(io("appending to results.jsonl"))?;
+                    let env_failed = rec.termination == Termination::EnvironmentError;
+                    all.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(rec.clone());
+                    // A set whose environment died hands its remaining tasks to the others;
+                    // a dead VM is replaced first (a reset starts it again from its golden
+                    // state).
+                    let answers = env_failed && healthy(&set).await;
+                    if answers && again && !cfg.cancel.load(Ordering::SeqCst) {
+                        again = false;
+                        display.again(&rec);
+                        continue;
+                    }
+                    let all = rundir::latest(all.lock().unwrap_or_else(|e| e.into_inner()).clone());
+                    display.finished(&rec, &all);
+                    if env_failed && !answers && !replaced(&set).await {
+                        display.retired(&set.name);
+                        return Ok(());
+                    }
+                    break;
                 }
             }
         }));
