@@ -204,7 +204,7 @@ case "${1:-}" in
     export PINCER_ENVS="$PINCER_STATE_DIR/envs.toml"
     "$P" desktop down bench >/dev/null 2>&1 || true
     "$P" desktop up --name bench --size 1920x1080
-    trap '"$P" desktop down bench' EXIT
+    trap '"$P" desktop down bench; "$P" desktop down bench-wl >/dev/null 2>&1' EXIT
     "$P" launch --env bench -- gtk3-widget-factory
     for _ in $(seq 100); do
       "$P" tree --env bench --app widget-factory --format text 2>/dev/null | grep -q 'push button' && break
@@ -219,6 +219,14 @@ case "${1:-}" in
     "$P" bench --env bench --soak 10000 | tail -n 3
     log "video streams: the agent's CPU and the bytes a second at 5, 15 and 30 fps"
     "$P" bench --env bench --video
+    log "a GNOME Wayland desktop (headless mutter): every call through Mutter's remote-desktop API"
+    deps $WAYLAND_PKGS
+    "$P" desktop down bench-wl >/dev/null 2>&1 || true
+    "$P" desktop up --name bench-wl --session wayland --size 1920x1080
+    "$P" launch --env bench-wl -- gtk3-widget-factory
+    sleep 3
+    "$P" bench --env bench-wl "${@:2}"
+    "$P" desktop down bench-wl
     log "the graph evaluator's host CPU per step"
     cargo bench -p pincer --bench evaluator
     log "a VM of debian-12-minimal: up, reset, every call (builds the image first if needed)"

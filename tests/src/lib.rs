@@ -523,3 +523,63 @@ pub fn podman_run() -> Command {
     ]);
     cmd
 }
+
+/// The user the long-home tests run pincer as when the test runs as root: no passwd entry
+/// is needed, and nothing of root's (its cache, /dev/kvm) is within its reach.
+pub const USER_UID: u32 = 4242;
+
+/// Runs `pincer ARGS` as a user who is not root (uid [`USER_UID`] when the test runs as
+/// root), whose home (and so cache, state and envs file) is `home`, and returns what it
+/// printed, failing the test with what it said on error.
+pub fn as_user_at(home: &Path, args: &[&str]) -> String {
+    // SAFETY: geteuid has no preconditions.
+    let mut cmd = if unsafe { libc::geteuid() } == 0 {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid",
+            &USER_UID.to_string(),
+            "--regid",
+            &USER_UID.to_string(),
+        ])
+        .arg("--clear-groups")
+        .arg(bin("pincer"));
+        c
+    } else {
+        Command::new(bin("pincer"))
+    };
+    let out = cmd
+        .args(args)
+        .env("HOME", home)
+        .env("PINCER_STATE_DIR", home.join(".local/state/pincer"))
+        .env("PINCER_ENVS", home.join(".config/pincer/envs.toml"))
+        .env("USER", "firstname.lastname")
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("PINCER_IMAGE_CACHE")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pincer {args:?}:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Gives the directories `dirs` (not what is in them) to the test's user, when the test
+/// runs as root.
+pub fn give_to_user(dirs: &[&Path]) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let owner = format!("{USER_UID}:{USER_UID}");
+    let ok = Command::new("chown")
+        .arg(&owner)
+        .args(dirs)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "chown {dirs:?}");
+}

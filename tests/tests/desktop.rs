@@ -8,7 +8,10 @@ use pincer_shared::observe::{
 use pincer_shared::probe::{FileKind, Probe, ProbeReply, WindowInfo};
 use pincer_shared::setup::{ExecRequest, ExitStatus, Setup, WindowOp};
 use pincer_shared::{Action, Request, Response};
-use pincer_tests::{DesktopFootprint, Sandbox, eventually, process_running, wait_for_node};
+use pincer_tests::{
+    DesktopFootprint, Sandbox, as_user_at, eventually, give_to_user, process_running, wait_for_node,
+};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 fn argv(a: &[&str]) -> Vec<String> {
@@ -965,4 +968,54 @@ async fn office_window_setup(env: &pincer::env::Environment, desktop: &str) {
         ),
         "{desktop}: {again:?}"
     );
+}
+
+#[test]
+fn a_desktop_runs_for_a_user_whose_home_is_long_and_has_spaces() {
+    let sb = Sandbox::new();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(sb.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // The session bus's address must escape the space and the é, and its socket, like
+    // the others in the runtime directory, must fit 108 bytes: so the runtime directory
+    // is a short one, not under this home.
+    let home = sb
+        .path()
+        .join("home/firstname.lastname/research projects é/gui agents 2026/benchmark runs");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut dirs = vec![home.clone()];
+    dirs.extend(
+        home.ancestors()
+            .skip(1)
+            .take_while(|d| *d != sb.path())
+            .map(Path::to_path_buf),
+    );
+    give_to_user(&dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>());
+    let up = as_user_at(
+        &home,
+        &["desktop", "up", "--name", "lh", "--size", "800x600"],
+    );
+    assert!(up.contains("desktop 'lh' is up"), "{up}");
+    let info = as_user_at(&home, &["env", "info", "--env", "lh"]);
+    assert!(info.contains("800x600 via x11-shm"), "{info}");
+    let shot = home.join("shot é.png");
+    as_user_at(
+        &home,
+        &["screenshot", "--env", "lh", "-o", shot.to_str().unwrap()],
+    );
+    assert!(std::fs::metadata(&shot).unwrap().len() > 0);
+    let env = as_user_at(&home, &["desktop", "env", "lh"]);
+    let runtime = env
+        .lines()
+        .find_map(|l| l.strip_prefix("export XDG_RUNTIME_DIR="))
+        .unwrap_or_else(|| panic!("{env}"))
+        .trim_matches('\'')
+        .to_owned();
+    assert!(
+        Path::new(&runtime).join("wayland-0.lock").as_os_str().len() < 108,
+        "{runtime}"
+    );
+    as_user_at(&home, &["desktop", "down", "lh"]);
+    assert!(!Path::new(&runtime).exists(), "{runtime} was left behind");
 }

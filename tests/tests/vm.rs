@@ -8,7 +8,9 @@
 //! stand-in built here, for BIOS and UEFI) is imported, boots through its own bootloader
 //! and resets.
 
-use pincer_tests::{Sandbox, import_osworld_evaluators, osworld_score, results};
+use pincer_tests::{
+    Sandbox, as_user_at, give_to_user, import_osworld_evaluators, osworld_score, results,
+};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -815,66 +817,6 @@ fn bad_input_is_named() {
     assert_eq!(mmdebstraps, 0, "mmdebstrap outlived the interrupted build");
     let listed = sb.pincer_ok(&["image", "list", "--cache", c2.to_str().unwrap()]);
     assert!(listed.contains("no images built"), "{listed}");
-}
-
-/// The user the long-home test runs pincer as when the test runs as root: no passwd entry
-/// is needed, and nothing of root's (its cache, /dev/kvm) is within its reach.
-const USER_UID: u32 = 4242;
-
-/// Runs `pincer ARGS` as a user who is not root (uid [`USER_UID`] when the test runs as
-/// root), whose home (and so cache, state and envs file) is `home`, and returns what it
-/// printed, failing the test with what it said on error.
-fn as_user_at(home: &Path, args: &[&str]) -> String {
-    // SAFETY: geteuid has no preconditions.
-    let mut cmd = if unsafe { libc::geteuid() } == 0 {
-        let mut c = std::process::Command::new("setpriv");
-        c.args([
-            "--reuid",
-            &USER_UID.to_string(),
-            "--regid",
-            &USER_UID.to_string(),
-        ])
-        .arg("--clear-groups")
-        .arg(pincer_tests::bin("pincer"));
-        c
-    } else {
-        std::process::Command::new(pincer_tests::bin("pincer"))
-    };
-    let out = cmd
-        .args(args)
-        .env("HOME", home)
-        .env("PINCER_STATE_DIR", home.join(".local/state/pincer"))
-        .env("PINCER_ENVS", home.join(".config/pincer/envs.toml"))
-        .env("USER", "firstname.lastname")
-        .env_remove("XDG_CACHE_HOME")
-        .env_remove("XDG_CONFIG_HOME")
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("PINCER_IMAGE_CACHE")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "pincer {args:?}:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Gives the directories `dirs` (not what is in them) to the test's user, when the test
-/// runs as root.
-fn give_to_user(dirs: &[&Path]) {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return;
-    }
-    let owner = format!("{USER_UID}:{USER_UID}");
-    let ok = std::process::Command::new("chown")
-        .arg(&owner)
-        .args(dirs)
-        .status()
-        .unwrap();
-    assert!(ok.success(), "chown {dirs:?}");
 }
 
 #[test]

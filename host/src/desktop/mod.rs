@@ -228,6 +228,12 @@ pub fn dir_of(name: &str) -> PathBuf {
     crate::paths::state_dir().join("desktops").join(name)
 }
 
+/// The private runtime directory (`XDG_RUNTIME_DIR`) of the desktop in `dir`: a short one
+/// ([`crate::paths::socket_dir`]), for its sockets.
+fn runtime_dir(dir: &Path) -> PathBuf {
+    crate::paths::socket_dir(&dir.join("runtime"))
+}
+
 fn state_file(dir: &Path) -> PathBuf {
     dir.join("desktop.json")
 }
@@ -593,7 +599,7 @@ pub fn supervise(opts: &SuperviseOptions) -> Result<(), DesktopError> {
     reap();
     let dir = dir_of(&opts.desktop.name);
     let _ = std::fs::remove_file(state_file(&dir));
-    let _ = std::fs::remove_dir_all(dir.join("runtime"));
+    let _ = std::fs::remove_dir_all(runtime_dir(&dir));
     eprintln!("supervisor: stopped {} processes", procs.len());
     // No one is left to run `down`: its last part, the envs file, falls to us.
     if let Ok(Ended::OwnerGone) = result {
@@ -730,7 +736,10 @@ fn start_dbus(
 ) -> Result<(Child, String), DesktopError> {
     let mut child = Command::new("dbus-daemon")
         .args(["--session", "--nofork", "--print-address=1", "--nopidfile"])
-        .arg(format!("--address=unix:path={}/bus", runtime.display()))
+        .arg(format!(
+            "--address=unix:path={}",
+            dbus_escaped(&runtime.join("bus"))
+        ))
         .env_clear()
         .envs(env)
         .stdin(Stdio::null())
@@ -752,6 +761,22 @@ fn start_dbus(
         });
     }
     Ok((child, addr))
+}
+
+/// `path` as a D-Bus address value: bytes other than `-0-9A-Za-z_/.\\*` as `%xx` (a
+/// home with a space in it made dbus-daemon refuse the address).
+fn dbus_escaped(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    path.as_os_str()
+        .as_bytes()
+        .iter()
+        .map(|&b| match b {
+            b'-' | b'0'..=b'9' | b'A'..=b'Z' | b'a'..=b'z' | b'_' | b'/' | b'.' | b'\\' | b'*' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02x}"),
+        })
+        .collect()
 }
 
 fn spawn_logged(
@@ -1018,18 +1043,16 @@ fn run_session(
 ) -> Result<Ended, DesktopError> {
     let d = &opts.desktop;
     let dir = dir_of(&d.name);
-    let runtime = dir.join("runtime");
     let logs = dir.join("logs");
     let home = d.home.clone().unwrap_or_else(|| dir.join("home"));
-    let _ = std::fs::remove_dir_all(&runtime);
-    for made in [&runtime, &logs, &home] {
+    for made in [&logs, &home] {
         std::fs::create_dir_all(made).map_err(io(format!("creating {}", made.display())))?;
     }
-    std::fs::set_permissions(
-        &runtime,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .map_err(io(format!("making {} private", runtime.display())))?;
+    // The session's sockets (the bus, Wayland, PipeWire, AT-SPI) live in its runtime
+    // directory, whose paths must fit in 108 bytes however long the home is.
+    let _ = std::fs::remove_dir_all(runtime_dir(&dir));
+    let runtime = crate::paths::make_socket_dir(&dir.join("runtime"))
+        .map_err(io("making the desktop's runtime directory"))?;
 
     let me = std::process::id();
     let mut env = session_env(std::env::vars_os(), &home, &runtime);
@@ -1203,6 +1226,18 @@ fn run_session(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bus_addresses_escape_what_dbus_would_refuse() {
+        assert_eq!(
+            dbus_escaped(Path::new("/home/ann.lee/with space/é/bus")),
+            "/home/ann.lee/with%20space/%c3%a9/bus"
+        );
+        assert_eq!(
+            dbus_escaped(Path::new("/run/user/1000/bus")),
+            "/run/user/1000/bus"
+        );
+    }
 
     #[test]
     fn xauthority_entries_are_family_wild_and_family_local() {
