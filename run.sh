@@ -161,7 +161,7 @@ py_venv() {
 # with Cargo profile $2 (dev, release) into target/wheels/$2; prints its path.
 wheel() {
   mkdir -p python/pincer_bench/bin
-  cp "target/$1/pincer" "target/$1/pincer-agent" python/pincer_bench/bin/
+  cp "target/$1/pincer" "target/$1/pincer-agent" "target/$1/pincer-screencast" python/pincer_bench/bin/
   "$PY_VENV/bin/maturin" build -q -m python/Cargo.toml --profile "$2" --auditwheel skip \
     --out "target/wheels/$2" >&2
   ls -t "target/wheels/$2"/pincer_bench-*.whl | head -n 1

@@ -7,6 +7,7 @@
 mod a11y;
 mod clipboard;
 mod damage;
+mod fault;
 mod input;
 mod install;
 mod keysym;

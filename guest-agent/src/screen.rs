@@ -13,6 +13,7 @@
 //! A Wayland session's Xwayland is refused (see [`session`](crate::session)): it sees only
 //! X11 apps, so its frames are black where Wayland apps draw.
 
+use crate::fault::Fault;
 use crate::wayland::{Gnome, Route};
 use crate::x11::{self, Client, Lazy, display_label};
 use pincer_guest_core::encode::{self, Frame, FrameEncoder, PixelFormat};
@@ -127,21 +128,6 @@ impl platform::Screen for Screen {
             Ok(encoder.screenshot(frame, grab.source, grabbed_in, req)?)
         });
         self.wayland.or(x11, |gnome| gnome.capture(req, encoder))
-    }
-}
-
-/// Why a backend operation failed.
-#[derive(Debug)]
-enum Fault {
-    /// The display connection broke: drop the backend; a new connection may work.
-    Gone(String),
-    /// The backend is fine, but this request cannot be served.
-    Refused(WireError),
-}
-
-impl From<WireError> for Fault {
-    fn from(e: WireError) -> Self {
-        Self::Refused(e)
     }
 }
 

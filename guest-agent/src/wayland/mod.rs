@@ -13,6 +13,7 @@
 
 mod frames;
 
+use crate::fault::Fault;
 use crate::keysym;
 use frames::Frames;
 use pincer_guest_core::encode::{self, Frame, FrameEncoder};
@@ -243,21 +244,6 @@ impl Gnome {
     /// Where the agent last put the pointer (mutter does not say where it is).
     pub(crate) fn cursor(&self) -> Result<Point, WireError> {
         self.with(|_, s| Ok(*s.pointer.lock().unwrap_or_else(PoisonError::into_inner)))
-    }
-}
-
-/// Why an operation on the session failed.
-#[derive(Debug)]
-enum Fault {
-    /// The session (or mutter) is gone: make a new one.
-    Gone(String),
-    /// The request cannot be served; the session is fine.
-    Refused(WireError),
-}
-
-impl From<WireError> for Fault {
-    fn from(e: WireError) -> Self {
-        Self::Refused(e)
     }
 }
 
