@@ -257,10 +257,11 @@ fn capabilities(info: &str) -> Vec<String> {
 
 /// A GTK app (`gtk`: "3" or "4") native on Wayland that fills the screen: an orange
 /// window, an entry in its top half and a blue "OK" button in its bottom half, which
-/// prints the entry's text and quits.
+/// prints the entry's text and quits. It creates the file `active` once its window has the
+/// keyboard focus, as a person would wait to see the window focused before typing.
 const APP: &str = r#"
 import sys, gi
-gtk = sys.argv[1]
+gtk, active = sys.argv[1], sys.argv[2]
 gi.require_version("Gtk", gtk + ".0")
 from gi.repository import Gtk, Gdk, GLib
 css = b"window, box, entry, text { background: #ff8000; } button { background: #0040ff; background-image: none; }"
@@ -273,6 +274,10 @@ def done(_):
     print(entry.get_text(), flush=True)
     loop.quit()
 button.connect("clicked", done)
+def focused(*_):
+    if window.is_active():
+        open(active, "w").close()
+window.connect("notify::is-active", focused)
 loop = GLib.MainLoop()
 if gtk == "3":
     provider.load_from_data(css)
@@ -320,13 +325,14 @@ enum App {
 }
 
 impl App {
-    /// The app on GTK `gtk`, on `mutter`'s session.
-    fn on(mutter: &Mutter, script: &Path, gtk: &str) -> Self {
+    /// The app on GTK `gtk`, on `mutter`'s session; it creates `active` once focused.
+    fn on(mutter: &Mutter, script: &Path, gtk: &str, active: &Path) -> Self {
         Self::Child(
             mutter
                 .command("/usr/bin/python3")
                 .arg(script)
                 .arg(gtk)
+                .arg(active)
                 .env("WAYLAND_DISPLAY", mutter.wayland_display())
                 .env("GDK_BACKEND", "wayland")
                 .stdout(Stdio::piped())
@@ -365,8 +371,9 @@ fn app_script(sb: &Sandbox) -> PathBuf {
 }
 
 /// With `app` (on GTK `gtk`) starting, waits for its window in a screenshot of `env`,
-/// clicks its entry, types `text` and clicks OK: the app must print exactly `text`.
-fn drive_app(sb: &Sandbox, env: &str, gtk: &str, text: &str, app: App) {
+/// clicks its entry, waits for the window to have the focus (`active` exists), types
+/// `text` and clicks OK: the app must print exactly `text`.
+fn drive_app(sb: &Sandbox, env: &str, gtk: &str, text: &str, app: App, active: &Path) {
     let shot = sb.path().join(format!("gtk{gtk}.png"));
     let shot_arg = shot.to_str().unwrap();
     // Not black: the app's orange fills most of the screen, its blue button a part.
@@ -376,6 +383,9 @@ fn drive_app(sb: &Sandbox, env: &str, gtk: &str, text: &str, app: App) {
     });
     // The entry in the top half, the button in the bottom half.
     sb.pincer_ok(&["act", "--env", env, "click", "640", "250"]);
+    wait_for(&format!("GTK {gtk}'s window focused"), || {
+        active.exists().then_some(())
+    });
     sb.pincer_ok(&["act", "--env", env, "type", text]);
     sb.pincer_ok(&["act", "--env", env, "click", "640", "650"]);
     assert_eq!(app.printed(gtk), text, "GTK {gtk}");
@@ -409,10 +419,18 @@ fn on_gnome_the_agent_sees_and_drives_wayland_apps_through_mutter() {
 
     // Characters off the keyboard layout go through the session's clipboard.
     let script = app_script(&sb);
-    let gtk3 = App::on(&mutter, &script, "3");
-    drive_app(&sb, "wl", "3", "Hello, GTK3 on Wayland! é€ Ω", gtk3);
-    let gtk4 = App::on(&mutter, &script, "4");
-    drive_app(&sb, "wl", "4", "gtk4 typed: (1+1)=2 ß", gtk4);
+    let active = |n: &str| sb.path().join(format!("active-{n}"));
+    let gtk3 = App::on(&mutter, &script, "3", &active("3"));
+    drive_app(
+        &sb,
+        "wl",
+        "3",
+        "Hello, GTK3 on Wayland! é€ Ω",
+        gtk3,
+        &active("3"),
+    );
+    let gtk4 = App::on(&mutter, &script, "4", &active("4"));
+    drive_app(&sb, "wl", "4", "gtk4 typed: (1+1)=2 ß", gtk4, &active("4"));
 
     // mutter restarts under the agent: the next requests make a new session.
     mutter.restart_mutter();
@@ -424,8 +442,8 @@ fn on_gnome_the_agent_sees_and_drives_wayland_apps_through_mutter() {
             .then_some(())
     });
     assert!(share_of(&after, [0, 0, 0]) < 0.5, "a black screen");
-    let again = App::on(&mutter, &script, "3");
-    drive_app(&sb, "wl", "3", "after the restart", again);
+    let again = App::on(&mutter, &script, "3", &active("again"));
+    drive_app(&sb, "wl", "3", "after the restart", again, &active("again"));
 }
 
 #[test]
@@ -496,9 +514,14 @@ fn desktop_up_session_wayland_is_a_gnome_desktop_the_agent_drives() {
 
     // An app started through the agent is native on Wayland there.
     let script = app_script(&sb);
+    let active = sb.path().join("active");
     let exec = {
         let mut command = sb.pincer_command(&["exec", "--env", "gw", "--timeout", "60", "--"]);
-        command.arg("/usr/bin/python3").arg(&script).arg("4");
+        command
+            .arg("/usr/bin/python3")
+            .arg(&script)
+            .arg("4")
+            .arg(&active);
         std::thread::spawn(move || command.output().unwrap())
     };
     drive_app(
@@ -507,6 +530,7 @@ fn desktop_up_session_wayland_is_a_gnome_desktop_the_agent_drives() {
         "4",
         "on a Wayland desktop: ok ✓",
         App::Exec(exec),
+        &active,
     );
 
     // The demo suite's setups arrange windows, which GNOME's route does not serve yet: the
