@@ -666,12 +666,14 @@ struct DesktopTraits {
     display: String,
     bus: String,
     dir: String,
+    /// Its private runtime directory (a short one, not under `dir`).
+    runtime: String,
 }
 
 /// Every live process of the machine that belongs to the desktop by a reading of /proc
 /// that does not share `desktop down`'s rule (session or marker): the marker, the display
-/// or the bus in its environment, or the desktop's directory (Xvfb's auth file, the D-Bus
-/// sockets, the AT-SPI bus) in its command line. Each as (pid, comm, command line).
+/// or the bus in its environment, or the desktop's directory or runtime directory (Xvfb's
+/// auth file, the D-Bus sockets, the AT-SPI bus) in its command line. Each as (pid, comm, command line).
 fn belonging_to(d: &DesktopTraits) -> Vec<(u32, String, String)> {
     let wanted_env = [
         format!("PINCER_DESKTOP_ID={}", d.marker),
@@ -687,6 +689,7 @@ fn belonging_to(d: &DesktopTraits) -> Vec<(u32, String, String)> {
         .filter(|p| p.pid != me && !matches!(p.state, 'Z' | 'X') && p.started >= test_began)
         .filter(|p| {
             p.cmdline.contains(&d.dir)
+                || p.cmdline.contains(&d.runtime)
                 || p.environ()
                     .iter()
                     .any(|kv| wanted_env.iter().any(|w| kv == w.as_bytes()))
@@ -724,6 +727,7 @@ async fn desktop_down_stops_every_process_including_activated_helpers() {
             .join("state/desktops/teardown")
             .display()
             .to_string(),
+        runtime: var("XDG_RUNTIME_DIR"),
     };
     let before = belonging_to(&traits);
     let named = |comm: &str, with: &str| {
@@ -732,7 +736,7 @@ async fn desktop_down_stops_every_process_including_activated_helpers() {
             .any(|(_, c, cmd)| c == comm && cmd.contains(with))
     };
     // The scan sees each part by name, with what makes it this desktop's.
-    let auth = format!("{}/runtime/Xauthority", traits.dir);
+    let auth = format!("{}/Xauthority", traits.runtime);
     let bus_path = traits.bus.trim_start_matches("unix:path=");
     let bus_path = bus_path.split(',').next().unwrap();
     assert!(
@@ -767,6 +771,11 @@ async fn desktop_down_stops_every_process_including_activated_helpers() {
     assert!(
         !std::path::Path::new(&socket).exists(),
         "{socket} is still there"
+    );
+    assert!(
+        !std::path::Path::new(&traits.runtime).exists(),
+        "{} is still there",
+        traits.runtime
     );
     assert!(sb.registry().load().unwrap().envs.is_empty());
     std::mem::forget(d);
