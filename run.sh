@@ -30,7 +30,7 @@ BUILD_PKGS="build-essential pkg-config libzstd-dev libxcb1-dev libxcb-shm0-dev l
   libpipewire-0.3-dev libclang-dev"
 # Wayland (tests): a headless mutter with Xwayland, PipeWire and WirePlumber for its screen
 # cast, and GTK 3 and 4 apps native on Wayland (PyGObject).
-WAYLAND_PKGS="mutter xwayland pipewire wireplumber python3-gi gir1.2-gtk-3.0 gir1.2-gtk-4.0"
+WAYLAND_PKGS="mutter xwayland pipewire wireplumber sway python3-gi gir1.2-gtk-3.0 gir1.2-gtk-4.0"
 # Run: the local desktop (Xvfb, D-Bus, AT-SPI, a window manager) and the apps tests drive;
 # bubblewrap sandboxes API tools, Radicale and dovecot are their offline services in tests;
 # gnome-terminal and python3-xlib are what OSWorld's live getters read in tests.
@@ -83,6 +83,15 @@ deps() {
   if ! command -v cargo >/dev/null; then
     echo "cargo not found: install Rust 1.90 or newer (https://rustup.rs), then run this again" >&2
     exit 1
+  fi
+}
+
+# A normal user for the tests that run a desktop session as one (sway refuses root, and the
+# session's D-Bus and AT-SPI need a passwd entry), added once when the tests run as root.
+test_user() {
+  if [ "$(id -u)" = 0 ] && ! id -u pincer-tester >/dev/null 2>&1; then
+    log "adding the user pincer-tester for the tests that run a desktop session as a normal user"
+    useradd --create-home --shell /bin/bash pincer-tester
   fi
 }
 
@@ -299,6 +308,7 @@ for f in pathlib.Path("tasks/osworld-offline").glob("*/*.json"):
   test)
     deps $WAYLAND_PKGS $VM_PKGS $ANDROID_PKGS $SLURM_PKGS
     vm_deps
+    test_user
     lint_tools
     log "checking formatting (cargo fmt --check)"
     cargo fmt --all --check

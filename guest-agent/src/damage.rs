@@ -4,7 +4,7 @@
 //! desktop that draws a thousand times between two frames costs one event and one
 //! `DamageSubtract`, and a still desktop costs nothing but a non-blocking read per tick.
 
-use crate::wayland::{Gnome, Route};
+use crate::wayland::{Route, Wayland};
 use crate::x11::{self, Client, Lazy};
 use pincer_guest_core::platform;
 use pincer_shared::WireError;
@@ -29,11 +29,11 @@ pub(crate) struct Damage {
 
 impl Damage {
     /// A tracker of `display` (`None`: `$DISPLAY`), not connected yet.
-    pub(crate) fn new(display: Option<String>, gnome: Gnome) -> Self {
+    pub(crate) fn new(display: Option<String>, wayland: Wayland) -> Self {
         Self {
             watcher: Lazy::new(display),
             count: 0,
-            wayland: Route::new(gnome),
+            wayland: Route::new(wayland),
             cast: None,
         }
     }
@@ -52,14 +52,14 @@ impl Damage {
 
 impl platform::Damage for Damage {
     fn changes(&mut self) -> Result<u64, WireError> {
-        if let Some(gnome) = self.wayland.taken() {
-            let cast = gnome.changes()?;
+        if let Some(desktop) = self.wayland.taken() {
+            let cast = desktop.changes()?;
             return Ok(self.count_frames(cast));
         }
         let drained = self.watcher.with(Watcher::drain);
         match self
             .wayland
-            .or(drained.map(Err), |gnome| gnome.changes().map(Ok))?
+            .or(drained.map(Err), |desktop| desktop.changes().map(Ok))?
         {
             Err(drained) => {
                 self.count += drained;

@@ -21,7 +21,7 @@
 //! on the same display is picked up again by the next action (`crate::x11::Lazy`).
 
 use crate::keysym;
-use crate::wayland::{Gnome, Route};
+use crate::wayland::{Route, Wayland};
 use crate::x11::{self, Client, Lazy, lost};
 use enigo::{Direction, Keyboard as _};
 use pincer_guest_core::platform;
@@ -50,10 +50,10 @@ pub(crate) struct Input {
 
 impl Input {
     /// An injector for `display` (`None`: `$DISPLAY`). Connects on first use.
-    pub(crate) fn new(display: Option<String>, gnome: Gnome) -> Self {
+    pub(crate) fn new(display: Option<String>, wayland: Wayland) -> Self {
         Self {
             session: Lazy::new(display),
-            wayland: Route::new(gnome),
+            wayland: Route::new(wayland),
         }
     }
 }
@@ -65,17 +65,17 @@ impl platform::Input for Input {
         if action.is_touch() {
             return Err(no_touch_screen());
         }
-        if let Some(gnome) = self.wayland.taken() {
-            return gnome.perform(action);
+        if let Some(desktop) = self.wayland.taken() {
+            return desktop.perform(action);
         }
         let x11 = self.session.with(|s| s.perform(action));
-        self.wayland.or(x11, |gnome| gnome.perform(action))
+        self.wayland.or(x11, |desktop| desktop.perform(action))
     }
 
     /// Where the pointer is, in root-window pixels.
     fn cursor(&mut self) -> Result<Point, WireError> {
-        if let Some(gnome) = self.wayland.taken() {
-            return gnome.cursor();
+        if let Some(desktop) = self.wayland.taken() {
+            return desktop.cursor();
         }
         let x11 = self.session.with(|s| {
             let reply = s
@@ -86,7 +86,7 @@ impl platform::Input for Input {
                 .map_err(refused)?;
             Ok(Point::new(reply.root_x.into(), reply.root_y.into()))
         });
-        self.wayland.or(x11, Gnome::cursor)
+        self.wayland.or(x11, |desktop| desktop.cursor())
     }
 }
 
@@ -911,7 +911,7 @@ fn refused(e: ReplyError) -> WireError {
 mod tests {
     use super::*;
     use crate::testutil::{FixedXvfb, Xvfb, openbox, wait_for};
-    use crate::wayland::Gnome;
+    use crate::wayland::Wayland;
     use pincer_guest_core::platform::{Clipboard as _, Input as _, Windows as _};
     use pincer_shared::action::Gesture;
     use std::process::{Child, Command, Stdio};
@@ -1050,7 +1050,7 @@ mod tests {
     #[test]
     fn touch_actions_are_refused_before_connecting() {
         // No X server behind this name: refusals must not need one.
-        let mut input = Input::new(Some(":4321".into()), Gnome::new());
+        let mut input = Input::new(Some(":4321".into()), Wayland::new());
         let touch = Action::Touch(Gesture::Tap {
             at: Point::new(1, 1),
         });
@@ -1121,7 +1121,7 @@ mod tests {
     #[test]
     fn move_reads_back_through_cursor() {
         let x = Xvfb::start(640, 480);
-        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
+        let mut input = Input::new(Some(x.display.clone()), Wayland::new());
         for p in [Point::new(123, 45), Point::new(0, 0), Point::new(639, 479)] {
             input.perform(&Action::MouseMove { to: p }).unwrap();
             assert_eq!(input.cursor().unwrap(), p);
@@ -1143,7 +1143,7 @@ mod tests {
     fn clicks_scrolls_and_drags_arrive_at_an_x_client() {
         let x = Xvfb::start(640, 480);
         let target = Target::new(&x.display);
-        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
+        let mut input = Input::new(Some(x.display.clone()), Wayland::new());
         let press = |e: &Event| matches!(e, Event::ButtonPress(_));
         let release = |e: &Event| matches!(e, Event::ButtonRelease(_));
         let buttons = |events: &[Event]| -> Vec<(bool, u8, i16, i16)> {
@@ -1261,7 +1261,7 @@ mod tests {
     fn keys_and_hotkeys_arrive_in_order() {
         let x = Xvfb::start(640, 480);
         let target = Target::new(&x.display);
-        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
+        let mut input = Input::new(Some(x.display.clone()), Wayland::new());
         let keys = |events: &[Event]| Target::count(events, |e| matches!(e, Event::KeyRelease(_)));
 
         let ctrl_shift_t = vec![
@@ -1341,7 +1341,7 @@ mod tests {
     fn typed_text_arrives_exactly_and_in_order() {
         let x = Xvfb::start(640, 480);
         let target = Target::new(&x.display);
-        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
+        let mut input = Input::new(Some(x.display.clone()), Wayland::new());
         // Plain, shifted, off-keymap (é, €, ñ: enigo remaps), and repeated characters.
         let text = "Hello, World! ~`{}|<>?:\"+_ 123 é€ mañana ééAA\tend\n";
         input
@@ -1373,7 +1373,7 @@ mod tests {
     fn typing_ignores_held_and_locked_modifiers() {
         let x = Xvfb::start(640, 480);
         let target = Target::new(&x.display);
-        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
+        let mut input = Input::new(Some(x.display.clone()), Wayland::new());
         let caps = Action::KeyPress {
             key: Key::Named(NamedKey::CapsLock),
         };
@@ -1431,7 +1431,7 @@ mod tests {
     fn a_layout_change_is_followed() {
         let x = Xvfb::start(640, 480);
         let target = Target::new(&x.display);
-        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
+        let mut input = Input::new(Some(x.display.clone()), Wayland::new());
         let typed = |target: &Target| -> String {
             target
                 .keysyms(&target.settle())
@@ -1501,7 +1501,7 @@ mod tests {
         })
         .expect("the zenity dialog became active");
 
-        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
+        let mut input = Input::new(Some(x.display.clone()), Wayland::new());
         // The entry has the focus. Shifted symbols, repeats, and characters off the keymap:
         // far more distinct ones than there are spare keycodes, so keycodes get rebound
         // while GTK is still behind.
@@ -1571,7 +1571,7 @@ mod tests {
         // A real client receiving (and reading) the events, as on a desktop.
         let target = Target::new(&x.display);
         std::thread::spawn(move || while target.conn.wait_for_event().is_ok() {});
-        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
+        let mut input = Input::new(Some(x.display.clone()), Wayland::new());
         let report = |what: &str, (median, p99): (f64, f64)| {
             println!("{what:<44} median {median:>8.1} us   p99 {p99:>8.1} us");
         };
@@ -1677,7 +1677,7 @@ mod tests {
     #[test]
     fn display_loss_is_reported_and_survived() {
         let mut x = FixedXvfb::start(191);
-        let mut input = Input::new(Some(x.display.clone()), Gnome::new());
+        let mut input = Input::new(Some(x.display.clone()), Wayland::new());
         let to = |x, y| Action::MouseMove {
             to: Point::new(x, y),
         };

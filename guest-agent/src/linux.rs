@@ -9,7 +9,7 @@ use crate::damage::Damage;
 use crate::input::Input;
 use crate::screen::Screen;
 use crate::settings::Gsettings;
-use crate::wayland::Gnome;
+use crate::wayland::Wayland;
 use crate::window::Windows;
 use crate::xinput::InputLog;
 use pincer_guest_core::Platform;
@@ -21,8 +21,8 @@ use pincer_shared::message::capability;
 pub(crate) struct Linux {
     /// X display to use (`None`: `$DISPLAY`).
     display: Option<String>,
-    /// The Wayland route the screen, input and video share in a GNOME Wayland session.
-    gnome: Gnome,
+    /// The Wayland routes the screen, input and video share in a Wayland session.
+    wayland: Wayland,
 }
 
 impl Linux {
@@ -30,7 +30,7 @@ impl Linux {
     pub(crate) fn new(display: Option<String>) -> Self {
         Self {
             display,
-            gnome: Gnome::new(),
+            wayland: Wayland::new(),
         }
     }
 }
@@ -58,13 +58,15 @@ impl Platform for Linux {
         capability::VIDEO,
         capability::RECORD,
     ];
-    /// GNOME's Wayland route serves the screen, input and video; windows need pincer's
-    /// GNOME Shell extension, which is not built yet, and recording reads X11 input.
+    /// The Wayland routes serve the screen, input and video; windows need sway's IPC
+    /// (GNOME's need a Shell extension, not built yet), and recording reads X11 input.
     fn withheld(capture: &str) -> &'static [&'static str] {
-        if capture == crate::wayland::CAPTURE {
-            &[capability::WINDOW, capability::RECORD]
-        } else {
+        if !crate::wayland::CAPTURES.contains(&capture) {
             &[]
+        } else if crate::wayland::sway::socket().is_some() {
+            &[capability::RECORD]
+        } else {
+            &[capability::WINDOW, capability::RECORD]
         }
     }
     const SCREEN_CAPABILITIES: &'static [&'static str] = &[
@@ -88,15 +90,15 @@ impl Platform for Linux {
     }
 
     fn input(&self) -> Input {
-        Input::new(self.display.clone(), self.gnome.clone())
+        Input::new(self.display.clone(), self.wayland.clone())
     }
 
     fn screen(&self) -> Screen {
-        Screen::new(self.display.clone(), self.gnome.clone())
+        Screen::new(self.display.clone(), self.wayland.clone())
     }
 
     fn damage(&self) -> Damage {
-        Damage::new(self.display.clone(), self.gnome.clone())
+        Damage::new(self.display.clone(), self.wayland.clone())
     }
 
     fn input_log(&self) -> InputLog {

@@ -131,8 +131,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     if display.is_none() && !args.guest.print_fingerprint {
         let why = if session::wayland_session() {
             "this is a Wayland session without an X display: screenshots, input and video \
-             go through GNOME's remote-desktop API where the session has it (and are refused \
-             where it does not); window requests and input recording are refused"
+             go through GNOME's remote-desktop API or wlroots' protocols where the session \
+             has them (and are refused where it has neither); windows through sway's IPC on \
+             sway (refused elsewhere); input recording is refused"
         } else {
             "input, screenshot, window and clipboard requests will fail until one is given"
         };

@@ -14,7 +14,7 @@
 //! X11 apps, so its frames are black where Wayland apps draw.
 
 use crate::fault::Fault;
-use crate::wayland::{Gnome, Route};
+use crate::wayland::{Route, Wayland};
 use crate::x11::{self, Client, Lazy, display_label};
 use pincer_guest_core::encode::{self, Frame, FrameEncoder, PixelFormat};
 use pincer_guest_core::platform;
@@ -43,10 +43,10 @@ pub(crate) struct Screen {
 
 impl Screen {
     /// `display`: the X display name (None = $DISPLAY). Does not connect yet.
-    pub(crate) fn new(display: Option<String>, gnome: Gnome) -> Self {
+    pub(crate) fn new(display: Option<String>, wayland: Wayland) -> Self {
         Self {
             backend: Lazy::new(display),
-            wayland: Route::new(gnome),
+            wayland: Route::new(wayland),
         }
     }
 
@@ -97,11 +97,11 @@ impl Screen {
 impl platform::Screen for Screen {
     /// Size, monitors and backend of the screen.
     fn info(&mut self) -> Result<ScreenInfo, WireError> {
-        if let Some(gnome) = self.wayland.taken() {
-            return gnome.info();
+        if let Some(desktop) = self.wayland.taken() {
+            return desktop.info();
         }
         let x11 = self.with_backend(Backend::info);
-        self.wayland.or(x11, Gnome::info)
+        self.wayland.or(x11, |desktop| desktop.info())
     }
 
     /// Grabs the screen (or `req.region` of it) and has `encoder` scale it to fit
@@ -111,8 +111,8 @@ impl platform::Screen for Screen {
         req: &ScreenshotRequest,
         encoder: &mut FrameEncoder,
     ) -> Result<(ScreenshotMeta, Vec<u8>), WireError> {
-        if let Some(gnome) = self.wayland.taken() {
-            return gnome.capture(req, encoder);
+        if let Some(desktop) = self.wayland.taken() {
+            return desktop.capture(req, encoder);
         }
         let x11 = self.with_backend(|backend| {
             let start = Instant::now();
@@ -127,7 +127,8 @@ impl platform::Screen for Screen {
             )?;
             Ok(encoder.screenshot(frame, grab.source, grabbed_in, req)?)
         });
-        self.wayland.or(x11, |gnome| gnome.capture(req, encoder))
+        self.wayland
+            .or(x11, |desktop| desktop.capture(req, encoder))
     }
 }
 
@@ -658,7 +659,7 @@ fn sealed_memfd(len: usize) -> std::io::Result<OwnedFd> {
 mod tests {
     use super::*;
     use crate::testutil::{Xvfb, wait_for};
-    use crate::wayland::Gnome;
+    use crate::wayland::Wayland;
     use pincer_guest_core::platform::Screen as _;
     use pincer_shared::limits::MAX_IMAGE_EDGE;
     use pincer_shared::observe::{ImageFormat, PixelLayout};
@@ -810,7 +811,7 @@ mod tests {
     fn every_format_shows_the_screen() {
         let xvfb = Xvfb::start(320, 240);
         let _scene = paint(&xvfb.display, BG);
-        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Wayland::new());
         let whole = Rect::new(0, 0, 320, 240);
 
         let (meta, png) = capture(&mut screen, &request(ImageFormat::Png));
@@ -870,7 +871,7 @@ mod tests {
     fn region_capture_returns_that_part() {
         let xvfb = Xvfb::start(320, 240);
         let _scene = paint(&xvfb.display, BG);
-        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Wayland::new());
 
         // Straddles the window's top-left corner: 10x10 of background, then window.
         let region = Rect::new(90, 40, 20, 20);
@@ -907,7 +908,7 @@ mod tests {
     fn downscale_fits_max_size() {
         let xvfb = Xvfb::start(320, 240);
         let _scene = paint(&xvfb.display, BG);
-        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Wayland::new());
 
         let req = ScreenshotRequest {
             format: ImageFormat::Png,
@@ -950,7 +951,7 @@ mod tests {
     #[test]
     fn invalid_requests_are_refused_and_the_screen_still_works() {
         let xvfb = Xvfb::start(320, 240);
-        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Wayland::new());
         let png = request(ImageFormat::Png);
         let cases = [
             (
@@ -1035,7 +1036,7 @@ mod tests {
     #[test]
     fn info_names_the_backend_and_monitors() {
         let xvfb = Xvfb::start(320, 240);
-        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Wayland::new());
         let info = screen.info().expect("info");
         assert_eq!(
             info,
@@ -1053,13 +1054,13 @@ mod tests {
         let xvfb = Xvfb::start(320, 240);
         let _scene = paint(&xvfb.display, BG);
         let raw = request(ImageFormat::Raw { zstd: None });
-        let mut shm_screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
+        let mut shm_screen = Screen::new(Some(xvfb.display.clone()), Wayland::new());
         let (_, via_shm) = capture(&mut shm_screen, &raw);
 
         let x11 = X11::open(Some(&xvfb.display), false).expect("open without MIT-SHM");
         let mut plain = Screen {
             backend: Lazy::holding(Some(xvfb.display.clone()), Backend::X11(Box::new(x11))),
-            wayland: Route::new(Gnome::new()),
+            wayland: Route::new(Wayland::new()),
         };
         assert_eq!(plain.info().expect("info").capture, "x11-getimage");
         let (meta, via_getimage) = capture(&mut plain, &raw);
@@ -1083,7 +1084,7 @@ mod tests {
     fn stale_screen_size_is_corrected() {
         let xvfb = Xvfb::start(320, 240);
         let _scene = paint(&xvfb.display, BG);
-        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Wayland::new());
         screen.info().expect("connect");
         let plant = |screen: &mut Screen| {
             let Ok(Backend::X11(x11)) = screen.backend.get() else {
@@ -1112,7 +1113,7 @@ mod tests {
 
     #[test]
     fn unreachable_display_is_a_display_error() {
-        let mut screen = Screen::new(Some(":65000".to_owned()), Gnome::new());
+        let mut screen = Screen::new(Some(":65000".to_owned()), Wayland::new());
         for _ in 0..2 {
             match shoot(&mut screen, &request(ImageFormat::Png)) {
                 Err(WireError::Display { message }) => {
@@ -1135,7 +1136,7 @@ mod tests {
         if isolated("no_display_at_all_is_a_display_error", &outside_wayland) {
             return;
         }
-        let mut screen = Screen::new(None, Gnome::new());
+        let mut screen = Screen::new(None, Wayland::new());
         for _ in 0..2 {
             match shoot(&mut screen, &request(ImageFormat::Png)) {
                 Err(WireError::Display { message }) => {
@@ -1164,7 +1165,7 @@ mod tests {
         if isolated("a_wayland_session_without_x_is_refused_by_name", &wayland) {
             return;
         }
-        let mut screen = Screen::new(None, Gnome::new());
+        let mut screen = Screen::new(None, Wayland::new());
         match shoot(&mut screen, &request(ImageFormat::Png)) {
             Err(WireError::Unsupported { what }) => {
                 assert!(what.starts_with("screenshots: "), "{what}");
@@ -1177,7 +1178,7 @@ mod tests {
             other => panic!("got {:?}", other.map(|(meta, _)| meta)),
         }
         let display = std::env::var("PINCER_TEST_XVFB").expect("the parent's Xvfb");
-        let mut screen = Screen::new(Some(display), Gnome::new());
+        let mut screen = Screen::new(Some(display), Wayland::new());
         assert_eq!(screen.info().expect("Xvfb serves").capture, "x11-shm");
     }
 
@@ -1271,7 +1272,7 @@ mod tests {
         }
         let xvfb = Xvfb::start(640, 480);
         let _scene = paint(&xvfb.display, BG);
-        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Wayland::new());
         let (fds, rss) = growth_over(&mut screen, 500);
         assert_eq!(fds, 0, "fd count changed");
         // One leaked 640x480 frame per capture would be 600 MiB; allocator noise is far less.
@@ -1281,7 +1282,7 @@ mod tests {
         // and the mapping.
         let (fds0, _) = fds_and_rss_kib();
         for _ in 0..50 {
-            let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
+            let mut screen = Screen::new(Some(xvfb.display.clone()), Wayland::new());
             capture(&mut screen, &request(ImageFormat::Raw { zstd: None }));
         }
         assert_eq!(
@@ -1300,7 +1301,7 @@ mod tests {
         }
         let xvfb = Xvfb::start(1920, 1080);
         let _scene = paint(&xvfb.display, BG);
-        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Wayland::new());
         let (fds, rss) = growth_over(&mut screen, 10_000);
         assert_eq!(fds, 0, "fd count changed");
         assert!(rss < 16 * 1024, "RSS grew by {rss} KiB");
@@ -1372,7 +1373,7 @@ mod tests {
         let display = free_fixed_display();
         let _server = FixedXvfb::start(&display, &["-nolisten", "tcp", "-extension", "MIT-SHM"]);
         let _scene = paint(&display, BG);
-        let mut screen = Screen::new(Some(display), Gnome::new());
+        let mut screen = Screen::new(Some(display), Wayland::new());
         assert_eq!(screen.info().expect("info").capture, "x11-getimage");
         let (meta, png) = capture(&mut screen, &request(ImageFormat::Png));
         assert_eq!((meta.width, meta.height), (320, 240));
@@ -1387,7 +1388,7 @@ mod tests {
         let display = free_fixed_display();
         let _server = FixedXvfb::start(&display, &["-listen", "tcp"]);
         let _scene = paint(&display, BG);
-        let mut screen = Screen::new(Some(format!("127.0.0.1{display}")), Gnome::new());
+        let mut screen = Screen::new(Some(format!("127.0.0.1{display}")), Wayland::new());
         assert_eq!(screen.info().expect("info").capture, "x11-getimage");
         let (meta, raw) = capture(&mut screen, &request(ImageFormat::Raw { zstd: None }));
         assert_scene(&decode_raw(&meta, &raw));
@@ -1399,7 +1400,7 @@ mod tests {
         let display = free_fixed_display();
         let server = FixedXvfb::start(&display, &["-nolisten", "tcp"]);
         let scene = paint(&display, BG);
-        let mut screen = Screen::new(Some(display.clone()), Gnome::new());
+        let mut screen = Screen::new(Some(display.clone()), Wayland::new());
         let raw = request(ImageFormat::Raw { zstd: None });
         let (meta, bytes) = capture(&mut screen, &raw);
         assert_eq!(decode_raw(&meta, &bytes).at(0, 0), rgb(BG));
@@ -1510,7 +1511,7 @@ mod tests {
         assert!(mapped.is_some(), "gtk3-widget-factory did not map a window");
         std::thread::sleep(Duration::from_secs(2));
 
-        let mut screen = Screen::new(Some(xvfb.display.clone()), Gnome::new());
+        let mut screen = Screen::new(Some(xvfb.display.clone()), Wayland::new());
         let (meta, png) = capture(&mut screen, &request(ImageFormat::Png));
         if let Ok(path) = std::env::var("PINCER_BENCH_PNG") {
             std::fs::write(&path, &png).expect("write PNG");

@@ -571,11 +571,41 @@ pub fn as_user_at(home: &Path, args: &[&str]) -> String {
 /// Gives the directories `dirs` (not what is in them) to the test's user, when the test
 /// runs as root.
 pub fn give_to_user(dirs: &[&Path]) {
+    give_to((USER_UID, USER_UID), dirs);
+}
+
+/// The normal user (with a passwd entry, as D-Bus and AT-SPI need) that session tests run
+/// a desktop session as when the test runs as root; `./run.sh test` adds it.
+pub const SESSION_USER: &str = "pincer-tester";
+
+/// [`SESSION_USER`]'s uid and gid.
+pub fn session_user() -> (u32, u32) {
+    let id = |flag: &str| {
+        let out = Command::new("id")
+            .arg(flag)
+            .arg(SESSION_USER)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "no user {SESSION_USER}: `./run.sh test` adds it (useradd {SESSION_USER})"
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u32>()
+            .unwrap()
+    };
+    (id("-u"), id("-g"))
+}
+
+/// Gives the directories `dirs` (not what is in them) to `(uid, gid)`, when the test runs
+/// as root.
+pub fn give_to((uid, gid): (u32, u32), dirs: &[&Path]) {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return;
     }
-    let owner = format!("{USER_UID}:{USER_UID}");
+    let owner = format!("{uid}:{gid}");
     let ok = Command::new("chown")
         .arg(&owner)
         .args(dirs)

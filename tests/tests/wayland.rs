@@ -10,7 +10,7 @@
 //!   or clicks that went nowhere, and keeps serving what does work.
 
 use pincer::desktop::xwayland_of;
-use pincer_tests::{Sandbox, bin};
+use pincer_tests::{Sandbox, bin, give_to, session_user};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -191,28 +191,22 @@ fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// A `pincer-agent` started as a Wayland session starts a user's programs (`DISPLAY` set
-/// to Xwayland), registered in `sb` as environment `wl`; killed on drop.
+/// A `pincer-agent` started as a Wayland session starts a user's programs, registered in
+/// `sb` as environment `wl`; killed on drop.
 struct Agent(Child);
 
 impl Agent {
-    /// `desktop`: `XDG_CURRENT_DESKTOP`; `bus`: the session bus the agent is given.
-    fn start(mutter: &Mutter, sb: &Sandbox, desktop: &str, bus: &str) -> Self {
-        let state = sb.path().join("agent");
-        let ready = sb.path().join("ready.json");
+    /// `pincer-agent` as `command` runs it (the session's environment), keeping its state
+    /// in `state`.
+    fn start(mut command: Command, sb: &Sandbox, state: &Path) -> Self {
+        let ready = state.join("ready.json");
         let agent = Self(
-            Command::new(bin("pincer-agent"))
+            command
                 .args(["--listen", "127.0.0.1:0", "--name", "wl", "--state-dir"])
-                .arg(&state)
+                .arg(state)
                 .arg("--ready-file")
                 .arg(&ready)
-                .env("DISPLAY", &mutter.display)
-                .env("XAUTHORITY", &mutter.xauthority)
-                .env("WAYLAND_DISPLAY", mutter.wayland_display())
-                .env("XDG_RUNTIME_DIR", mutter.runtime.path())
                 .env("XDG_SESSION_TYPE", "wayland")
-                .env("XDG_CURRENT_DESKTOP", desktop)
-                .env("DBUS_SESSION_BUS_ADDRESS", bus)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -235,6 +229,20 @@ impl Agent {
             ready["fingerprint"].as_str().unwrap(),
         ]);
         agent
+    }
+
+    /// The agent in `mutter`'s session, `DISPLAY` set to its Xwayland as GNOME sets it:
+    /// `desktop` is `XDG_CURRENT_DESKTOP`, `bus` the session bus the agent is given.
+    fn in_mutter(mutter: &Mutter, sb: &Sandbox, desktop: &str, bus: &str) -> Self {
+        let mut command = Command::new(bin("pincer-agent"));
+        command
+            .env("DISPLAY", &mutter.display)
+            .env("XAUTHORITY", &mutter.xauthority)
+            .env("WAYLAND_DISPLAY", mutter.wayland_display())
+            .env("XDG_RUNTIME_DIR", mutter.runtime.path())
+            .env("XDG_CURRENT_DESKTOP", desktop)
+            .env("DBUS_SESSION_BUS_ADDRESS", bus);
+        Self::start(command, sb, &sb.path().join("agent"))
     }
 }
 
@@ -327,13 +335,18 @@ enum App {
 impl App {
     /// The app on GTK `gtk`, on `mutter`'s session; it creates `active` once focused.
     fn on(mutter: &Mutter, script: &Path, gtk: &str, active: &Path) -> Self {
+        let mut python = mutter.command("/usr/bin/python3");
+        python.env("WAYLAND_DISPLAY", mutter.wayland_display());
+        Self::run(python, script, gtk, active)
+    }
+
+    /// The app on GTK `gtk`, run by `python` (a session's `/usr/bin/python3`).
+    fn run(mut python: Command, script: &Path, gtk: &str, active: &Path) -> Self {
         Self::Child(
-            mutter
-                .command("/usr/bin/python3")
+            python
                 .arg(script)
                 .arg(gtk)
                 .arg(active)
-                .env("WAYLAND_DISPLAY", mutter.wayland_display())
                 .env("GDK_BACKEND", "wayland")
                 .stdout(Stdio::piped())
                 .spawn()
@@ -374,6 +387,23 @@ fn app_script(sb: &Sandbox) -> PathBuf {
 /// clicks its entry, waits for the window to have the focus (`active` exists), types
 /// `text` and clicks OK: the app must print exactly `text`.
 fn drive_app(sb: &Sandbox, env: &str, gtk: &str, text: &str, app: App, active: &Path) {
+    // The entry in the top half, the button in the bottom half.
+    let at = [(640, 250), (640, 650)];
+    drive_app_at(sb, env, (gtk, text), app, active, at);
+}
+
+/// [`drive_app`], clicking the entry and the button at the points `[entry, button]`.
+fn drive_app_at(
+    sb: &Sandbox,
+    env: &str,
+    (gtk, text): (&str, &str),
+    app: App,
+    active: &Path,
+    [entry, button]: [(i64, i64); 2],
+) {
+    let click = |(x, y): (i64, i64)| {
+        sb.pincer_ok(&["act", "--env", env, "click", &x.to_string(), &y.to_string()]);
+    };
     let shot = sb.path().join(format!("gtk{gtk}.png"));
     let shot_arg = shot.to_str().unwrap();
     // Not black: the app's orange fills most of the screen, its blue button a part.
@@ -381,13 +411,12 @@ fn drive_app(sb: &Sandbox, env: &str, gtk: &str, text: &str, app: App, active: &
         sb.pincer_ok(&["screenshot", "--env", env, "-o", shot_arg]);
         (share_of(&shot, ORANGE) > 0.2 && share_of(&shot, BLUE) > 0.2).then_some(())
     });
-    // The entry in the top half, the button in the bottom half.
-    sb.pincer_ok(&["act", "--env", env, "click", "640", "250"]);
+    click(entry);
     wait_for(&format!("GTK {gtk}'s window focused"), || {
         active.exists().then_some(())
     });
     sb.pincer_ok(&["act", "--env", env, "type", text]);
-    sb.pincer_ok(&["act", "--env", env, "click", "640", "650"]);
+    click(button);
     assert_eq!(app.printed(gtk), text, "GTK {gtk}");
 }
 
@@ -395,7 +424,7 @@ fn drive_app(sb: &Sandbox, env: &str, gtk: &str, text: &str, app: App, active: &
 fn on_gnome_the_agent_sees_and_drives_wayland_apps_through_mutter() {
     let mut mutter = Mutter::start();
     let sb = Sandbox::new();
-    let _agent = Agent::start(&mutter, &sb, "GNOME", &mutter.bus.address);
+    let _agent = Agent::in_mutter(&mutter, &sb, "GNOME", &mutter.bus.address);
 
     let info = sb.pincer_ok(&["env", "info", "--env", "wl"]);
     assert!(info.contains("1280x800 via mutter-screencast"), "{info}");
@@ -452,7 +481,7 @@ fn where_the_session_has_no_gnome_route_the_agent_refuses_instead_of_lying() {
     // A KDE-like session: a Wayland desktop whose session bus has no Mutter APIs.
     let kde_bus = Bus::start(mutter.runtime.path());
     let sb = Sandbox::new();
-    let agent = Agent::start(&mutter, &sb, "KDE", &kde_bus.address);
+    let agent = Agent::in_mutter(&mutter, &sb, "KDE", &kde_bus.address);
 
     // The handshake names the reason and leaves out what cannot work.
     let info = sb.pincer_ok(&["env", "info", "--env", "wl"]);
@@ -560,4 +589,362 @@ fn desktop_up_session_wayland_is_a_gnome_desktop_the_agent_drives() {
         "{said}"
     );
     drop(desktop);
+}
+
+/// sway, headless, run as a normal user (`pincer_tests::SESSION_USER` when the test runs
+/// as root), as wlroots compositors refuse root, with the session bus a login gives (AT-SPI
+/// starts on it): their runtime directory and a home are the user's; the bus, sway and
+/// what runs in their session are one process group, killed on drop.
+struct Sway {
+    bus: Child,
+    sway: Option<Child>,
+    dir: tempfile::TempDir,
+    /// The Wayland socket's name.
+    display: String,
+}
+
+impl Sway {
+    /// sway with `extra` configuration after pincer's lines (a 1280x800 output, no
+    /// Xwayland, no borders).
+    fn start(extra: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["runtime", "home"] {
+            std::fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        let config = dir.path().join("home/sway.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "output HEADLESS-1 resolution 1280x800\nxwayland disable\n\
+                 default_border none\nfocus_follows_mouse no\n{extra}"
+            ),
+        )
+        .unwrap();
+        let runtime = dir.path().join("runtime");
+        let home = dir.path().join("home");
+        give_to(session_user(), &[dir.path(), &runtime, &home, &config]);
+        let bus = Self::as_user(&runtime, &home, "dbus-daemon")
+            .args(["--session", "--nofork", "--nopidfile"])
+            .arg(format!(
+                "--address=unix:path={}",
+                runtime.join("bus").display()
+            ))
+            .process_group(0)
+            .spawn()
+            .expect("dbus-daemon (./run.sh deps installs it)");
+        // Held from here, so that the group is killed however the start ends.
+        let mut sway = Self {
+            bus,
+            sway: None,
+            dir,
+            display: String::new(),
+        };
+        wait_for("the session bus", || {
+            runtime.join("bus").exists().then_some(())
+        });
+        let group = sway.group();
+        let compositor = Self::as_user(&runtime, &home, "sway")
+            .arg("-c")
+            .arg(&config)
+            .env("WLR_BACKENDS", "headless")
+            .env("WLR_LIBINPUT_NO_DEVICES", "1")
+            .env("WLR_RENDERER", "pixman")
+            .process_group(group)
+            .spawn()
+            .expect("sway (./run.sh deps installs it)");
+        sway.sway = Some(compositor);
+        sway.display = wait_for("sway's Wayland socket", || {
+            std::fs::read_dir(&runtime).ok()?.find_map(|entry| {
+                let name = entry.ok()?.file_name().into_string().ok()?;
+                (name.starts_with("wayland-") && !name.ends_with(".lock")).then_some(name)
+            })
+        });
+        sway
+    }
+
+    fn group(&self) -> i32 {
+        self.bus.id() as i32
+    }
+
+    /// `program` as the user, in a session with `runtime` and `home`.
+    fn as_user(runtime: &Path, home: &Path, program: &str) -> Command {
+        // SAFETY: geteuid has no preconditions.
+        let mut command = if unsafe { libc::geteuid() } == 0 {
+            let (uid, gid) = session_user();
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid", &uid.to_string(), "--regid", &gid.to_string()])
+                .args(["--clear-groups", program]);
+            c
+        } else {
+            Command::new(program)
+        };
+        command
+            .env("XDG_RUNTIME_DIR", runtime)
+            .env("HOME", home)
+            .env_remove("DISPLAY")
+            .env_remove("WAYLAND_DISPLAY")
+            .env(
+                "DBUS_SESSION_BUS_ADDRESS",
+                format!("unix:path={}", runtime.join("bus").display()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    }
+
+    /// `program` in sway's session, as the user, in sway's process group.
+    fn command(&self, program: &str) -> Command {
+        let mut command = Self::as_user(&self.runtime(), &self.home(), program);
+        command
+            .env("WAYLAND_DISPLAY", &self.display)
+            .env("XDG_CURRENT_DESKTOP", "sway")
+            .process_group(self.group());
+        command
+    }
+
+    fn runtime(&self) -> PathBuf {
+        self.dir.path().join("runtime")
+    }
+
+    /// The user's home, where the test puts what the user's programs read and write.
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+}
+
+impl Drop for Sway {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) with a process group id; no memory is involved.
+        unsafe {
+            libc::kill(-self.group(), libc::SIGKILL);
+        }
+        if let Some(mut sway) = self.sway.take() {
+            let _ = sway.wait();
+        }
+        let _ = self.bus.wait();
+    }
+}
+
+#[test]
+fn on_sway_the_agent_sees_and_drives_wayland_apps_through_wlroots_protocols() {
+    let sway = Sway::start("");
+    let sb = Sandbox::new();
+    let state = sway.home().join("agent");
+    let _agent = Agent::start(
+        sway.command(bin("pincer-agent").to_str().unwrap()),
+        &sb,
+        &state,
+    );
+
+    let info = sb.pincer_ok(&["env", "info", "--env", "wl"]);
+    assert!(info.contains("1280x800 via wlr-screencopy"), "{info}");
+    let capabilities = capabilities(&info);
+    for served in ["screenshot", "input", "video"] {
+        assert!(capabilities.iter().any(|c| c == served), "{served}: {info}");
+    }
+    let empty = sb.path().join("empty.png");
+    sb.pincer_ok(&["screenshot", "--env", "wl", "-o", empty.to_str().unwrap()]);
+    assert!(share_of(&empty, ORANGE) < 0.01);
+
+    // Every character types: the agent uploads a keymap with the keysyms it needs.
+    let script = sway.home().join("app.py");
+    std::fs::write(&script, APP).unwrap();
+    let active = |n: &str| sway.home().join(format!("active-{n}"));
+    for (gtk, text) in [
+        ("3", "Hello, GTK3 on sway! é€ Ω"),
+        ("4", "gtk4 typed: (1+1)=2 ß ✓"),
+    ] {
+        let app = App::run(sway.command("/usr/bin/python3"), &script, gtk, &active(gtk));
+        drive_app(&sb, "wl", gtk, text, app, &active(gtk));
+    }
+}
+
+/// The checkpoints' states after `pincer task check ID` set task `id` of `tasks` up on `wl`.
+fn checked(sb: &Sandbox, tasks: &Path, id: &str) -> serde_json::Value {
+    let out = sb.pincer_ok(&[
+        "task",
+        "check",
+        id,
+        "--tasks",
+        tasks.to_str().unwrap(),
+        "--bind",
+        "desktop=wl",
+        "--json",
+    ]);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[test]
+fn on_sway_task_setups_manage_windows_through_its_ipc_and_tree_bounds_are_on_the_screen() {
+    // Gaps, so that a window's content is not where the screen starts.
+    let sway = Sway::start("gaps outer 40\n");
+    let sb = Sandbox::new();
+    let state = sway.home().join("agent");
+    let _agent = Agent::start(
+        sway.command(bin("pincer-agent").to_str().unwrap()),
+        &sb,
+        &state,
+    );
+    let info = sb.pincer_ok(&["env", "info", "--env", "wl"]);
+    assert!(capabilities(&info).iter().any(|c| c == "window"), "{info}");
+
+    // Three tasks whose setups start the app and minimize it, show it again, close it;
+    // their checkpoints read the windows back.
+    let script = sway.home().join("app.py");
+    std::fs::write(&script, APP).unwrap();
+    let active = sway.home().join("active");
+    let title = "pincer wayland";
+    let tasks = sb.path().join("tasks");
+    std::fs::create_dir(&tasks).unwrap();
+    let steps = [
+        (
+            "minimized",
+            serde_json::json!([
+                {"do": "launch", "argv": ["/usr/bin/python3", &script, "4", &active]},
+                {"do": "wait_window", "title_contains": title},
+                {"do": "window", "title_contains": title, "op": "minimize"},
+            ]),
+        ),
+        (
+            "shown",
+            serde_json::json!([{"do": "window", "title_contains": title, "op": "activate"}]),
+        ),
+        (
+            "closed",
+            serde_json::json!([{"do": "window", "title_contains": title, "op": "close"}]),
+        ),
+    ];
+    for (id, setup) in steps {
+        let task = serde_json::json!({
+            "id": id,
+            "instruction": "Nothing: the setup is the test.",
+            "envs": {"desktop": {"platform": "linux"}},
+            "setup": {"desktop": setup},
+            "checkpoints": [
+                {"id": "exists", "env": "desktop", "check": "window_exists", "args": {"title_contains": title}},
+                {"id": "active", "env": "desktop", "check": "window_title_contains", "args": {"text": title}}
+            ]
+        });
+        std::fs::write(tasks.join(format!("{id}.json")), task.to_string()).unwrap();
+    }
+    let states = |id: &str, expected: (bool, bool)| {
+        let verdicts = checked(&sb, &tasks, id);
+        let passed = |cp: &str| {
+            verdicts["checkpoints"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["id"] == cp)
+                .map(|c| c["passed"] == true)
+                .unwrap_or_else(|| panic!("{cp} in {verdicts}"))
+        };
+        assert_eq!(
+            (passed("exists"), passed("active")),
+            expected,
+            "{id}: {verdicts}"
+        );
+    };
+    // Minimized: in sway's scratchpad, listed but not focused.
+    states("minimized", (true, false));
+    // Shown again, focused and tiled again: filling the screen.
+    states("shown", (true, true));
+    // sway lays the window out again once the app answered: tiled, inside the gaps.
+    let screen = Rect::of(&serde_json::json!({"x": 0, "y": 0, "width": 1280, "height": 800}));
+    wait_for("the window tiled again", || {
+        let window = sb.pincer_ok(&["probe", "--env", "wl", "window", "--json"]);
+        let window: serde_json::Value = serde_json::from_str(&window).unwrap();
+        let window = &window["ActiveWindow"];
+        assert_eq!(window["title"], title, "{window}");
+        let bounds = Rect::of(&window["bounds"]);
+        (bounds.x >= 40 && bounds.y >= 40 && screen.holds(&bounds)).then_some(())
+    });
+    // Closed: gone from the list.
+    states("closed", (false, false));
+
+    // The UI tree's bounds are on the screen, not relative to the window as GTK gives them
+    // on Wayland: the entry and the button lie in the window (inside the gaps), and clicks
+    // at their centres land on them.
+    let again = sway.home().join("active-again");
+    let app = App::run(sway.command("/usr/bin/python3"), &script, "4", &again);
+    let window = wait_for("the new window tiled", || {
+        let window = sb.pincer_ok(&["probe", "--env", "wl", "window", "--json"]);
+        let window: serde_json::Value = serde_json::from_str(&window).unwrap();
+        let bounds = &window["ActiveWindow"]["bounds"];
+        (!bounds.is_null()).then(|| Rect::of(bounds))
+    });
+    let [entry, button] = wait_for("the entry and the button in the UI tree", || {
+        let tree = sb.pincer_ok(&["tree", "--env", "wl", "--format", "json"]);
+        let tree: serde_json::Value = serde_json::from_str(&tree).unwrap();
+        let bounds = |role: &str| {
+            find_node(&tree, &|n| n["role"] == role && !n["bounds"].is_null())
+                .map(|n| Rect::of_array(&n["bounds"]))
+        };
+        Some([bounds("text")?, bounds("push button")?])
+    });
+    for node in [entry, button] {
+        assert!(
+            window.holds(&node),
+            "{node:?} outside the window {window:?}"
+        );
+    }
+    let at = [entry.centre(), button.centre()];
+    drive_app_at(&sb, "wl", ("4", "placed"), app, &again, at);
+}
+
+/// A rectangle of a reply.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Rect {
+    x: i64,
+    y: i64,
+    width: i64,
+    height: i64,
+}
+
+impl Rect {
+    fn of(v: &serde_json::Value) -> Self {
+        let n = |k: &str| v[k].as_i64().unwrap_or_else(|| panic!("{k} in {v}"));
+        Self {
+            x: n("x"),
+            y: n("y"),
+            width: n("width"),
+            height: n("height"),
+        }
+    }
+
+    /// `[x, y, width, height]`, as UI trees give bounds.
+    fn of_array(v: &serde_json::Value) -> Self {
+        let n = |i: usize| v[i].as_i64().unwrap_or_else(|| panic!("{i} in {v}"));
+        Self {
+            x: n(0),
+            y: n(1),
+            width: n(2),
+            height: n(3),
+        }
+    }
+
+    fn centre(&self) -> (i64, i64) {
+        (self.x + self.width / 2, self.y + self.height / 2)
+    }
+
+    fn holds(&self, r: &Self) -> bool {
+        r.x >= self.x
+            && r.y >= self.y
+            && r.x + r.width <= self.x + self.width
+            && r.y + r.height <= self.y + self.height
+    }
+}
+
+/// The first node under `node` (itself included) that `wanted` accepts.
+fn find_node<'a>(
+    node: &'a serde_json::Value,
+    wanted: &dyn Fn(&serde_json::Value) -> bool,
+) -> Option<&'a serde_json::Value> {
+    if wanted(node) {
+        return Some(node);
+    }
+    node["children"]
+        .as_array()?
+        .iter()
+        .find_map(|child| find_node(child, wanted))
 }

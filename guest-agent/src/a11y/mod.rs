@@ -32,11 +32,13 @@ mod names;
 mod tests;
 mod walk;
 
+use crate::wayland::sway::{self, Origin, Sway};
 use bus::SessionEnv;
 use pincer_guest_core::platform::Accessibility;
 use pincer_shared::WireError;
+use pincer_shared::observe::Rect;
 use pincer_shared::observe::TreeRequest;
-use pincer_shared::tree::UiTree;
+use pincer_shared::tree::{UiNode, UiTree};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -106,21 +108,30 @@ impl A11y {
                 conn
             }
         };
+        let placement = sway_placement();
         let screen = match bus::x_screen(display).await {
             Some(screen) => Some(screen),
-            None => bus::desktop_extents(&conn).await,
+            None => match &placement {
+                Some((screen, _)) => Some(*screen),
+                None => bus::desktop_extents(&conn).await,
+            },
         };
         let peers = std::mem::take(&mut self.peers);
         let walk = Arc::new(Walk::new(conn, peers, req, screen, self.use_cache, started));
         let result = walk.clone().run(&req.scope, active_pid).await;
         self.peers = walk.take_peers();
         match result {
-            Ok(root) => Ok(UiTree {
-                node_count: u32::try_from(root.count()).unwrap_or(u32::MAX),
-                root,
-                truncated: walk.truncated(),
-                walk_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-            }),
+            Ok(mut root) => {
+                if let Some((_, origins)) = &placement {
+                    shift_apps(&mut root, origins);
+                }
+                Ok(UiTree {
+                    node_count: u32::try_from(root.count()).unwrap_or(u32::MAX),
+                    root,
+                    truncated: walk.truncated(),
+                    walk_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+                })
+            }
             Err(why) => {
                 self.conn = None;
                 Err(WireError::Accessibility {
@@ -131,6 +142,58 @@ impl A11y {
                 })
             }
         }
+    }
+}
+
+/// On sway, the screen and where its windows are, as the compositor tells them. On
+/// Wayland, toolkits report bounds relative to their own window (a client does not know
+/// where it is on the screen): [`shift_apps`] moves them by their window's origin.
+/// Elsewhere (GNOME without pincer's Shell extension) they stay relative.
+fn sway_placement() -> Option<(Rect, Vec<Origin>)> {
+    if !crate::session::wayland_session() {
+        return None;
+    }
+    match Sway::new(sway::socket()?).placement() {
+        Ok(placement) => Some(placement),
+        Err(e) => {
+            tracing::warn!(%e, "UI-tree bounds stay relative to their windows");
+            None
+        }
+    }
+}
+
+/// Moves each application's windows under `node` by their origin among `origins`: the
+/// one with the window's pid and title, or the application's only one.
+fn shift_apps(node: &mut UiNode, origins: &[Origin]) {
+    let Some(pid) = node
+        .attributes
+        .get("pid")
+        .and_then(|p| p.parse::<u32>().ok())
+    else {
+        for child in &mut node.children {
+            shift_apps(child, origins);
+        }
+        return;
+    };
+    let own: Vec<&Origin> = origins.iter().filter(|o| o.pid == pid).collect();
+    for window in &mut node.children {
+        let origin = own
+            .iter()
+            .find(|o| o.title == window.name)
+            .or(if own.len() == 1 { own.first() } else { None });
+        if let Some(origin) = origin {
+            shift(window, origin.x, origin.y);
+        }
+    }
+}
+
+fn shift(node: &mut UiNode, dx: i32, dy: i32) {
+    if let Some(bounds) = &mut node.bounds {
+        bounds.x += dx;
+        bounds.y += dy;
+    }
+    for child in &mut node.children {
+        shift(child, dx, dy);
     }
 }
 

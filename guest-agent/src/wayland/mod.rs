@@ -1,743 +1,307 @@
-//! The Wayland route on GNOME: Mutter's own `org.gnome.Mutter.RemoteDesktop` and
-//! `org.gnome.Mutter.ScreenCast` D-Bus APIs on the session bus (mutter 43 and later, no
-//! portal, no dialog). One remote-desktop session with a screen cast of the primary
-//! monitor linked to it: frames arrive over PipeWire ([`frames`], read by
-//! `pincer-screencast`), input goes to the
-//! session's `Notify*` methods, text the keyboard layout cannot type through the session's
-//! clipboard and a paste.
+//! The Wayland platform: the routes by which the screen, input and video reach a Wayland
+//! session's desktop when X11 refuses its display (Xwayland sees only X11 apps).
+//! - [`gnome`]: Mutter's RemoteDesktop and ScreenCast D-Bus APIs (GNOME, mutter 43+).
+//! - [`wlr`]: wlroots' screencopy, virtual pointer and virtual keyboard protocols (sway
+//!   and other wlroots compositors); windows on sway through its IPC ([`sway`]).
 //!
-//! [`Gnome`] is one handle that the screen, input and video share: a session belongs to the
-//! D-Bus connection that made it, and pointer positions are given on its stream. It is
-//! made on first need and made again when it is found gone (mutter restarted, the
-//! session closed); a call that finds it gone is tried once more on a new one.
+//! Sessions that offer neither (KDE Plasma, ...) get a refusal that names what is
+//! missing. [`Wayland`] is the one handle the subsystems share; each subsystem keeps a
+//! [`Route`] that decides once, on the first request X11 refused, which route it takes.
 
 mod frames;
+mod gnome;
+pub(crate) mod sway;
+mod wlr;
 
 use crate::fault::Fault;
 use crate::keysym;
-use frames::Frames;
-use pincer_guest_core::encode::{self, Frame, FrameEncoder};
+pub(crate) use gnome::Gnome;
+use pincer_guest_core::encode::{self, Frame, FrameEncoder, PixelFormat};
 use pincer_shared::WireError;
 use pincer_shared::action::{Action, MouseButton, Point};
 use pincer_shared::key::Key;
 use pincer_shared::observe::{Rect, ScreenInfo, ScreenshotMeta, ScreenshotRequest};
-use std::collections::HashMap;
-use std::io::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use zbus::proxy::CacheProperties;
-use zbus::zvariant::{OwnedObjectPath, Value};
+pub(crate) use wlr::Wlr;
 
-/// How the screen is captured on this route, as `env info` shows it.
-pub(crate) const CAPTURE: &str = "mutter-screencast";
+/// The captures of the Wayland routes, as `env info` shows them.
+pub(crate) const CAPTURES: [&str; 2] = [gnome::CAPTURE, wlr::CAPTURE];
 
-const REMOTE_DESKTOP: &str = "org.gnome.Mutter.RemoteDesktop";
-const SCREEN_CAST: &str = "org.gnome.Mutter.ScreenCast";
-/// How long a new session may take to deliver its first frame.
-const FIRST_FRAME: Duration = Duration::from_secs(5);
-/// How long a D-Bus call to mutter may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// The warm-up after a session starts: mutter drops the first keys of a new session's
-/// virtual keyboard, so one Shift press goes first and the keyboard gets this long.
-const KEYBOARD_WARM_UP: Duration = Duration::from_millis(100);
-/// How long keys wait after a button: mutter moves the keyboard focus a click gives after
-/// it answered the click, and keys sent meanwhile went to the window focused before (seen
-/// under load: the first characters typed right after clicking a new window's entry lost).
-const FOCUS_SETTLE: Duration = Duration::from_millis(150);
-/// How long an application gets to insert a pasted text after reading it: it reads the
-/// clipboard asynchronously, and keys sent before it inserted would land first.
-const PASTE_SETTLE: Duration = Duration::from_millis(50);
-/// The texts the session offers when it holds the clipboard.
-const TEXT_TYPES: [&str; 4] = [
-    "text/plain;charset=utf-8",
-    "UTF8_STRING",
-    "text/plain",
-    "STRING",
-];
-
-/// The GNOME route, shared by the subsystems that use it; connects on first use.
+/// The Wayland routes, shared by the subsystems that use them; each connects on first use.
 #[derive(Debug, Clone)]
-pub(crate) struct Gnome(Arc<Shared>);
-
-#[derive(Debug, Default)]
-struct Shared {
-    /// Runs the D-Bus connection; made on first use.
-    runtime: Mutex<Option<Arc<tokio::runtime::Runtime>>>,
-    session: Mutex<Option<Arc<Session>>>,
+pub(crate) struct Wayland {
+    gnome: Gnome,
+    wlr: Wlr,
 }
 
-impl Gnome {
+impl Wayland {
     pub(crate) fn new() -> Self {
-        Self(Arc::default())
-    }
-
-    fn runtime(&self) -> Result<Arc<tokio::runtime::Runtime>, WireError> {
-        let mut slot = self
-            .0
-            .runtime
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(rt) = &*slot {
-            return Ok(rt.clone());
-        }
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("pincer-mutter")
-            .enable_all()
-            .build()
-            .map_err(|e| WireError::Internal {
-                message: format!("cannot start the D-Bus runtime: {e}"),
-            })?;
-        Ok(slot.insert(Arc::new(rt)).clone())
-    }
-
-    /// Whether this session's bus offers Mutter's remote-desktop API; `Err` says why not.
-    pub(crate) fn available(&self) -> Result<(), String> {
-        let rt = self.runtime().map_err(|e| e.to_string())?;
-        rt.block_on(async {
-            let conn = zbus::Connection::session()
-                .await
-                .map_err(|e| format!("cannot reach the session's D-Bus: {e}"))?;
-            let dbus = zbus::fdo::DBusProxy::new(&conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            for name in [REMOTE_DESKTOP, SCREEN_CAST] {
-                let owned = dbus
-                    .name_has_owner(name.try_into().map_err(|e| format!("{e}"))?)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if !owned {
-                    return Err(format!("the session bus has no {name}"));
-                }
-            }
-            Ok(())
-        })
-    }
-
-    /// Runs `op` on the session, making one first; a session found gone is made again
-    /// and `op` tried once more.
-    fn with<T>(
-        &self,
-        mut op: impl FnMut(&tokio::runtime::Runtime, &Session) -> Result<T, Fault>,
-    ) -> Result<T, WireError> {
-        let rt = self.runtime()?;
-        let mut retried = false;
-        loop {
-            let session = self.session(&rt)?;
-            match op(&rt, &session) {
-                Ok(value) => return Ok(value),
-                Err(Fault::Refused(e)) => return Err(e),
-                Err(Fault::Gone(why)) if !retried => {
-                    tracing::warn!(%why, "the GNOME remote-desktop session is gone; making a new one");
-                    self.forget(&session);
-                    retried = true;
-                }
-                Err(Fault::Gone(why)) => {
-                    self.forget(&session);
-                    return Err(WireError::Display {
-                        message: format!(
-                            "GNOME's remote-desktop session ended again after being made \
-                             anew: {why}; the agent tries again on the next request"
-                        ),
-                    });
-                }
-            }
+        Self {
+            gnome: Gnome::new(),
+            wlr: Wlr::new(),
         }
     }
+}
 
-    /// The live session, made if there is none or it ended.
-    fn session(&self, rt: &tokio::runtime::Runtime) -> Result<Arc<Session>, WireError> {
-        let mut slot = self
-            .0
-            .session
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(session) = &*slot
-            && session.alive()
-        {
-            return Ok(session.clone());
-        }
-        *slot = None;
-        let started = Instant::now();
-        let session = rt
-            .block_on(Session::open())
-            .map_err(|why| WireError::Unsupported {
-                what: format!("GNOME's remote desktop (Mutter's D-Bus API): {why}"),
-            })?;
-        tracing::info!(
-            took = ?started.elapsed(),
-            node = session.node,
-            "GNOME remote-desktop session started"
-        );
-        Ok(slot.insert(Arc::new(session)).clone())
-    }
+/// One route to the desktop.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Desktop<'a> {
+    Gnome(&'a Gnome),
+    Wlr(&'a Wlr),
+}
 
-    fn forget(&self, session: &Arc<Session>) {
-        let mut slot = self
-            .0
-            .session
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, session)) {
-            *slot = None;
-        }
-    }
-
-    /// The screen as the screen cast shows it.
-    pub(crate) fn info(&self) -> Result<ScreenInfo, WireError> {
-        self.with(|_, s| {
-            let (width, height) = s.size()?;
-            Ok(ScreenInfo {
+impl Desktop<'_> {
+    /// The screen as the route captures it.
+    pub(crate) fn info(self) -> Result<ScreenInfo, WireError> {
+        let ((width, height), capture) = match self {
+            Self::Gnome(g) => (g.size()?, gnome::CAPTURE),
+            Self::Wlr(w) => (w.size()?, wlr::CAPTURE),
+        };
+        Ok(ScreenInfo {
+            width,
+            height,
+            monitors: vec![Rect {
+                x: 0,
+                y: 0,
                 width,
                 height,
-                monitors: vec![Rect {
-                    x: 0,
-                    y: 0,
-                    width,
-                    height,
-                }],
-                capture: CAPTURE.to_owned(),
-            })
+            }],
+            capture: capture.to_owned(),
         })
     }
 
-    /// Encodes the latest frame (or `req.region` of it) as `req` asks.
+    /// Encodes the screen (or `req.region` of it) as `req` asks.
     pub(crate) fn capture(
-        &self,
+        self,
         req: &ScreenshotRequest,
         encoder: &mut FrameEncoder,
     ) -> Result<(ScreenshotMeta, Vec<u8>), WireError> {
-        self.with(|_, s| {
-            let start = Instant::now();
-            s.frames
-                .with_latest(FIRST_FRAME, |latest| {
-                    let format = latest.format.ok_or_else(|| WireError::Unsupported {
-                        what: "screenshots: the screen cast negotiated a pixel format pincer \
-                               does not read"
-                            .to_owned(),
-                    })?;
-                    let source = encode::source_rect(req.region, latest.width, latest.height)?;
-                    encode::check_output(source, req.max_size)?;
-                    let offset = source.y as usize * latest.stride + source.x as usize * 4;
-                    let pixels = latest.pixels.get(offset..).unwrap_or_default();
-                    let frame =
-                        Frame::new(pixels, source.width, source.height, latest.stride, format)?;
-                    encoder.screenshot(frame, source, start.elapsed(), req)
-                })
-                .map_err(Fault::Gone)?
-                .map_err(Fault::Refused)
-        })
+        match self {
+            Self::Gnome(g) => g.capture(req, encoder),
+            Self::Wlr(w) => w.capture(req, encoder),
+        }
     }
 
-    /// The current session's number and the frames it received: the count grows when
-    /// the screen changes, and a new session (a new number) starts it again.
-    pub(crate) fn changes(&self) -> Result<(u64, u64), WireError> {
-        self.with(|_, s| Ok((s.id, s.frames.count().map_err(Fault::Gone)?)))
+    /// A number that grows when the screen changes, and the route session it counts in
+    /// (a new session starts its count again).
+    pub(crate) fn changes(self) -> Result<(u64, u64), WireError> {
+        match self {
+            Self::Gnome(g) => g.changes(),
+            Self::Wlr(w) => w.changes(),
+        }
     }
 
-    /// Performs `action` (validated, not touch) and returns once mutter took its events.
-    pub(crate) fn perform(&self, action: &Action) -> Result<(), WireError> {
-        self.with(|rt, s| rt.block_on(s.perform(action)))
+    /// Performs `action` (validated) and returns once the compositor took its events.
+    pub(crate) fn perform(self, action: &Action) -> Result<(), WireError> {
+        match self {
+            Self::Gnome(g) => g.perform(action),
+            Self::Wlr(w) => w.perform(action),
+        }
     }
 
-    /// Where the agent last put the pointer (mutter does not say where it is).
-    pub(crate) fn cursor(&self) -> Result<Point, WireError> {
-        self.with(|_, s| Ok(*s.pointer.lock().unwrap_or_else(PoisonError::into_inner)))
-    }
-}
-
-impl From<zbus::Error> for Fault {
-    fn from(e: zbus::Error) -> Self {
-        Self::Gone(format!("mutter: {e}"))
-    }
-}
-
-/// One remote-desktop session with its screen cast.
-struct Session {
-    /// Tells this agent's sessions apart.
-    id: u64,
-    remote: zbus::Proxy<'static>,
-    /// The stream's object path, which absolute pointer motion names.
-    stream: OwnedObjectPath,
-    node: u32,
-    frames: Arc<Frames>,
-    /// Cleared when mutter says the session closed.
-    open: Arc<AtomicBool>,
-    /// Where the agent last put the pointer.
-    pointer: Mutex<Point>,
-    /// When the agent last pressed or released a button (see [`FOCUS_SETTLE`]).
-    clicked: Mutex<Option<Instant>>,
-    /// The text the session offers as the clipboard, for pastes.
-    selection: Arc<Mutex<Selection>>,
-    /// Keeps the watchers of `Closed` and `SelectionTransfer` running.
-    _watchers: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for Session {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
-            .field("stream", &self.stream)
-            .field("node", &self.node)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        for watcher in &self._watchers {
-            watcher.abort();
+    /// Where the agent last put the pointer (neither route says where it is).
+    pub(crate) fn cursor(self) -> Result<Point, WireError> {
+        match self {
+            Self::Gnome(g) => g.cursor(),
+            Self::Wlr(w) => w.cursor(),
         }
     }
 }
 
-/// A proxy that reads properties when asked (mutter sets the stream's as it starts).
-async fn proxy(
-    conn: &zbus::Connection,
-    destination: &'static str,
-    path: OwnedObjectPath,
-    interface: &'static str,
-) -> zbus::Result<zbus::Proxy<'static>> {
-    zbus::proxy::Builder::new(conn)
-        .destination(destination)?
-        .path(path)?
-        .interface(interface)?
-        .cache_properties(CacheProperties::No)
-        .build()
-        .await
-}
-
-async fn timed<T>(what: &str, f: impl Future<Output = zbus::Result<T>>) -> Result<T, String> {
-    match tokio::time::timeout(CALL_TIMEOUT, f).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(format!("{what}: {e}")),
-        Err(_) => Err(format!(
-            "{what}: mutter did not answer within {} s",
-            CALL_TIMEOUT.as_secs()
-        )),
-    }
-}
-
-impl Session {
-    /// Creates and starts a session on the session bus, and connects to its frames.
-    async fn open() -> Result<Self, String> {
-        use futures::StreamExt as _;
-        let conn = timed("the session's D-Bus", zbus::Connection::session()).await?;
-        let path = |p: &str| OwnedObjectPath::try_from(p.to_owned()).map_err(|e| e.to_string());
-        let manager = |dest, p, iface| {
-            let conn = conn.clone();
-            async move { timed(dest, proxy(&conn, dest, path(p)?, iface)).await }
-        };
-        let remote_desktop = manager(
-            REMOTE_DESKTOP,
-            "/org/gnome/Mutter/RemoteDesktop",
-            REMOTE_DESKTOP,
-        )
-        .await?;
-        let screen_cast = manager(SCREEN_CAST, "/org/gnome/Mutter/ScreenCast", SCREEN_CAST).await?;
-        let remote_path: OwnedObjectPath = timed(
-            "RemoteDesktop.CreateSession",
-            remote_desktop.call("CreateSession", &()),
-        )
-        .await?;
-        let remote = timed(
-            "the remote-desktop session",
-            proxy(
-                &conn,
-                REMOTE_DESKTOP,
-                remote_path,
-                "org.gnome.Mutter.RemoteDesktop.Session",
-            ),
-        )
-        .await?;
-        let id: String = timed("SessionId", remote.get_property("SessionId")).await?;
-        let linked = HashMap::from([("remote-desktop-session-id", Value::from(id))]);
-        let cast_path: OwnedObjectPath = timed(
-            "ScreenCast.CreateSession",
-            screen_cast.call("CreateSession", &(linked,)),
-        )
-        .await?;
-        let cast = timed(
-            "the screen-cast session",
-            proxy(
-                &conn,
-                SCREEN_CAST,
-                cast_path,
-                "org.gnome.Mutter.ScreenCast.Session",
-            ),
-        )
-        .await?;
-        // The primary monitor, without the cursor (as X11 grabs show the screen).
-        let options = HashMap::from([("cursor-mode", Value::U32(0))]);
-        let stream: OwnedObjectPath = timed(
-            "ScreenCast.Session.RecordMonitor",
-            cast.call("RecordMonitor", &("", options)),
-        )
-        .await?;
-        let stream_proxy = timed(
-            "the screen-cast stream",
-            proxy(
-                &conn,
-                SCREEN_CAST,
-                stream.clone(),
-                "org.gnome.Mutter.ScreenCast.Stream",
-            ),
-        )
-        .await?;
-        let mut added = timed(
-            "PipeWireStreamAdded",
-            stream_proxy.receive_signal("PipeWireStreamAdded"),
-        )
-        .await?;
-        let mut closed = timed("Closed", remote.receive_signal("Closed")).await?;
-        timed(
-            "RemoteDesktop.Session.Start",
-            remote.call::<_, _, ()>("Start", &()),
-        )
-        .await?;
-        let node: u32 = match tokio::time::timeout(CALL_TIMEOUT, added.next()).await {
-            Ok(Some(message)) => message
-                .body()
-                .deserialize()
-                .map_err(|e| format!("PipeWireStreamAdded: {e}"))?,
-            _ => return Err("mutter started the session but announced no PipeWire stream".into()),
-        };
-        let frames = Frames::start(node).map_err(|e| e.to_string())?;
-
-        let open = Arc::new(AtomicBool::new(true));
-        let closed_watch = tokio::spawn({
-            let open = open.clone();
-            async move {
-                closed.next().await;
-                open.store(false, Ordering::Release);
-            }
-        });
-        let selection = Arc::new(Mutex::new(Selection::default()));
-        let transfers = serve_selection(&remote, selection.clone()).await?;
-        static SESSIONS: AtomicU64 = AtomicU64::new(0);
-        let session = Self {
-            id: SESSIONS.fetch_add(1, Ordering::Relaxed),
-            remote,
-            stream,
-            node,
-            frames: Arc::new(frames),
-            open,
-            pointer: Mutex::new(Point::new(0, 0)),
-            clicked: Mutex::new(None),
-            selection,
-            _watchers: vec![closed_watch, transfers],
-        };
-        session
-            .keysym(keysym::SHIFT, true)
-            .await
-            .and(session.keysym(keysym::SHIFT, false).await)
-            .map_err(|e| format!("{e:?}"))?;
-        tokio::time::sleep(KEYBOARD_WARM_UP).await;
-        Ok(session)
-    }
-
-    fn alive(&self) -> bool {
-        self.open.load(Ordering::Acquire) && self.frames.count().is_ok()
-    }
-
-    /// The monitor's size, from the first frame.
-    fn size(&self) -> Result<(u32, u32), Fault> {
-        self.frames
-            .with_latest(FIRST_FRAME, |l| (l.width, l.height))
-            .map_err(Fault::Gone)
-    }
-
-    async fn call(
-        &self,
-        method: &str,
-        args: &(impl serde::Serialize + zbus::zvariant::DynamicType),
-    ) -> Result<(), Fault> {
-        match tokio::time::timeout(CALL_TIMEOUT, self.remote.call::<_, _, ()>(method, args)).await {
-            Ok(result) => Ok(result?),
-            Err(_) => Err(Fault::Gone(format!(
-                "mutter did not answer {method} within {} s",
-                CALL_TIMEOUT.as_secs()
-            ))),
-        }
-    }
-
-    async fn keysym(&self, keysym: u32, pressed: bool) -> Result<(), Fault> {
-        let clicked = self
-            .clicked
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(wait) = clicked.and_then(|at| FOCUS_SETTLE.checked_sub(at.elapsed())) {
-            tokio::time::sleep(wait).await;
-        }
-        self.call("NotifyKeyboardKeysym", &(keysym, pressed)).await
-    }
-
-    async fn button(&self, button: MouseButton, pressed: bool) -> Result<(), Fault> {
-        // Linux input event codes: BTN_LEFT, BTN_RIGHT, BTN_MIDDLE.
-        let code: i32 = match button {
-            MouseButton::Left => 0x110,
-            MouseButton::Right => 0x111,
-            MouseButton::Middle => 0x112,
-        };
-        self.call("NotifyPointerButton", &(code, pressed)).await?;
-        *self.clicked.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
-        Ok(())
-    }
-
-    /// Moves the pointer to `to`, which must be on the monitor.
-    async fn motion(&self, to: Point) -> Result<(), Fault> {
-        let (width, height) = self.size()?;
-        let on = |v: i32, n: u32| v >= 0 && (v as u32) < n;
-        if !(on(to.x, width) && on(to.y, height)) {
-            return Err(Fault::Refused(WireError::InvalidArgument {
-                message: format!(
-                    "point ({}, {}) is off the {width}x{height} screen",
-                    to.x, to.y
-                ),
-            }));
-        }
-        self.call(
-            "NotifyPointerMotionAbsolute",
-            &(self.stream.as_str(), f64::from(to.x), f64::from(to.y)),
-        )
-        .await?;
-        *self.pointer.lock().unwrap_or_else(PoisonError::into_inner) = to;
-        Ok(())
-    }
-
-    async fn key(&self, key: Key, press: bool, release: bool) -> Result<(), Fault> {
-        let sym = keysym::of(key)?;
-        if press {
-            self.keysym(sym, true).await?;
-        }
-        if release {
-            self.keysym(sym, false).await?;
-        }
-        Ok(())
-    }
-
-    async fn perform(&self, action: &Action) -> Result<(), Fault> {
-        match action {
-            Action::MouseMove { to } => self.motion(*to).await,
-            Action::Click { at, button, count } => {
-                if let Some(at) = at {
-                    self.motion(*at).await?;
-                }
-                for _ in 0..*count {
-                    self.button(*button, true).await?;
-                    self.button(*button, false).await?;
-                }
-                Ok(())
-            }
-            Action::MouseDown { button } => self.button(*button, true).await,
-            Action::MouseUp { button } => self.button(*button, false).await,
-            Action::Drag {
-                from,
-                to,
-                button,
-                duration_ms,
-            } => {
-                self.motion(*from).await?;
-                self.button(*button, true).await?;
-                let steps = 10;
-                let pause = Duration::from_millis(u64::from(*duration_ms) / steps);
-                for i in 1..=steps as i32 {
-                    let along = |a: i32, b: i32| a + (b - a) * i / steps as i32;
-                    tokio::time::sleep(pause).await;
-                    self.motion(Point::new(along(from.x, to.x), along(from.y, to.y)))
-                        .await?;
-                }
-                self.button(*button, false).await
-            }
-            Action::Scroll { at, dx, dy } => {
-                if let Some(at) = at {
-                    self.motion(*at).await?;
-                }
-                // Axis 0 is vertical, 1 horizontal; positive steps scroll down and right.
-                for (axis, steps) in [(0u32, *dy), (1, *dx)] {
-                    if steps != 0 {
-                        self.call("NotifyPointerAxisDiscrete", &(axis, steps))
-                            .await?;
-                    }
-                }
-                Ok(())
-            }
-            Action::KeyPress { key } => self.key(*key, true, true).await,
-            Action::KeyDown { key } => self.key(*key, true, false).await,
-            Action::KeyUp { key } => self.key(*key, false, true).await,
-            Action::Hotkey { keys } => {
-                for key in keys {
-                    self.key(*key, true, false).await?;
-                }
-                for key in keys.iter().rev() {
-                    self.key(*key, false, true).await?;
-                }
-                Ok(())
-            }
-            Action::TypeText { text } => self.type_text(text).await,
-            Action::Touch(_) | Action::SystemKey(_) => {
-                Err(Fault::Refused(WireError::Unsupported {
-                    what: "touch input: a desktop has a mouse and keyboard, not a touch screen"
-                        .to_owned(),
-                }))
-            }
-        }
-    }
-
-    /// Types `text`: as keysyms up to the first character that not every layout types
-    /// (mutter drops keysyms its layout lacks), and the rest as one paste of the
-    /// session's clipboard, so that nothing typed after it can overtake it.
-    async fn type_text(&self, text: &str) -> Result<(), Fault> {
-        let typed = text.find(|c| !keysym::typeable(c)).unwrap_or(text.len());
-        for c in text[..typed].chars() {
-            let sym = keysym::of_char(c);
-            self.keysym(sym, true).await?;
-            self.keysym(sym, false).await?;
-        }
-        if typed < text.len() {
-            self.paste(&text[typed..]).await?;
-        }
-        Ok(())
-    }
-
-    /// Offers `text` as the clipboard and presses Ctrl+V; returns once the application
-    /// read it (or after 2 s) and had [`PASTE_SETTLE`] to insert it, so that the next
-    /// keys or paste do not overtake it.
-    async fn paste(&self, text: &str) -> Result<(), Fault> {
-        let served = {
-            let mut selection = self
-                .selection
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            text.clone_into(&mut selection.text);
-            selection.served
-        };
-        let types: Vec<&str> = TEXT_TYPES.to_vec();
-        let options = HashMap::from([("mime-types", Value::from(types))]);
-        self.call("SetSelection", &(options,)).await?;
-        self.keysym(keysym::CONTROL, true).await?;
-        self.keysym(u32::from('v'), true).await?;
-        self.keysym(u32::from('v'), false).await?;
-        self.keysym(keysym::CONTROL, false).await?;
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while self
-            .selection
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .served
-            == served
-            && Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        tokio::time::sleep(PASTE_SETTLE).await;
-        Ok(())
-    }
-}
-
-/// The text a session offers as the clipboard.
-#[derive(Debug, Default)]
-struct Selection {
-    text: String,
-    /// Transfers answered so far.
-    served: u64,
-}
-
-/// Enables the session's clipboard and answers mutter's requests for the text it holds
-/// (`SelectionTransfer`): the text is written to the descriptor `SelectionWrite` gives.
-/// Each transfer is counted (for [`Session::paste`]).
-async fn serve_selection(
-    remote: &zbus::Proxy<'static>,
-    selection: Arc<Mutex<Selection>>,
-) -> Result<tokio::task::JoinHandle<()>, String> {
-    use futures::StreamExt as _;
-    let mut transfers = timed(
-        "SelectionTransfer",
-        remote.receive_signal("SelectionTransfer"),
-    )
-    .await?;
-    let none: HashMap<&str, Value> = HashMap::new();
-    timed(
-        "EnableClipboard",
-        remote.call::<_, _, ()>("EnableClipboard", &(none,)),
-    )
-    .await?;
-    let remote = remote.clone();
-    Ok(tokio::spawn(async move {
-        while let Some(message) = transfers.next().await {
-            let Ok((_mime, serial)) = message.body().deserialize::<(String, u32)>() else {
-                continue;
-            };
-            let text = selection
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .text
-                .clone();
-            let written = async {
-                let fd: zbus::zvariant::OwnedFd = remote.call("SelectionWrite", &(serial,)).await?;
-                let mut file = std::fs::File::from(std::os::fd::OwnedFd::from(fd));
-                Ok::<bool, zbus::Error>(file.write_all(text.as_bytes()).is_ok())
-            }
-            .await;
-            let ok = written.as_ref().is_ok_and(|&ok| ok);
-            let _ = remote
-                .call::<_, _, ()>("SelectionWriteDone", &(serial, ok))
-                .await;
-            selection
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .served += 1;
-        }
-    }))
+/// Which route a subsystem took.
+#[derive(Debug, Clone, Copy)]
+enum Taken {
+    Gnome,
+    Wlr,
 }
 
 /// How one subsystem reaches the desktop: through X11 until a request finds the display
-/// refused as a Wayland session's, then through the GNOME route for good, when the
-/// session has one.
+/// refused as a Wayland session's, then through the route the session offers, for good.
 #[derive(Debug)]
 pub(crate) struct Route {
-    gnome: Gnome,
-    taken: bool,
+    wayland: Wayland,
+    taken: Option<Taken>,
 }
 
 impl Route {
-    pub(crate) fn new(gnome: Gnome) -> Self {
+    pub(crate) fn new(wayland: Wayland) -> Self {
         Self {
-            gnome,
-            taken: false,
+            wayland,
+            taken: None,
         }
     }
 
-    /// The GNOME route, once a request took it.
-    pub(crate) fn taken(&self) -> Option<&Gnome> {
-        self.taken.then_some(&self.gnome)
+    /// The route, once a request took it.
+    pub(crate) fn taken(&self) -> Option<Desktop<'_>> {
+        self.taken.map(|taken| match taken {
+            Taken::Gnome => Desktop::Gnome(&self.wayland.gnome),
+            Taken::Wlr => Desktop::Wlr(&self.wayland.wlr),
+        })
     }
 
     /// X11's answer `x11`, unless X11 refused a Wayland session's display: then `op` on
-    /// the GNOME route if the session offers it, or the refusal saying what is missing.
+    /// the route the session offers, or the refusal saying what is missing.
     pub(crate) fn or<T>(
         &mut self,
         x11: Result<T, WireError>,
-        op: impl FnOnce(&Gnome) -> Result<T, WireError>,
+        op: impl FnOnce(Desktop<'_>) -> Result<T, WireError>,
     ) -> Result<T, WireError> {
         match x11 {
             Err(WireError::Unsupported { what }) if crate::session::wayland_session() => {
-                match self.gnome.available() {
-                    Ok(()) => {
-                        self.taken = true;
-                        op(&self.gnome)
-                    }
-                    Err(missing) => Err(WireError::Unsupported {
+                let gnome = self.wayland.gnome.available();
+                let wlr = gnome.is_err().then(wlr::available);
+                self.taken = match (&gnome, &wlr) {
+                    (Ok(()), _) => Some(Taken::Gnome),
+                    (_, Some(Ok(()))) => Some(Taken::Wlr),
+                    _ => None,
+                };
+                match (self.taken(), gnome, wlr) {
+                    (Some(desktop), _, _) => op(desktop),
+                    (None, Err(no_gnome), Some(Err(no_wlr))) => Err(WireError::Unsupported {
                         what: format!(
-                            "{what}. pincer-agent's Wayland route is GNOME's (Mutter's \
-                             RemoteDesktop and ScreenCast D-Bus APIs, mutter 43 or later), \
-                             and this session has none: {missing}"
+                            "{what}. pincer-agent's Wayland routes are GNOME's (Mutter's \
+                             RemoteDesktop and ScreenCast D-Bus APIs, mutter 43 or later) and \
+                             wlroots' (screencopy, virtual pointer and virtual keyboard: sway \
+                             and other wlroots compositors), and this session has neither: \
+                             {no_gnome}; {no_wlr}"
                         ),
                     }),
+                    (None, _, _) => unreachable!("a route is taken when one is available"),
                 }
             }
             other => other,
         }
     }
+}
+
+/// A route's input primitives; [`perform`] builds actions from them.
+pub(crate) trait Injector {
+    /// Moves the pointer to `to`, which must be on the screen.
+    fn motion(&mut self, to: Point) -> Result<(), Fault>;
+    fn button(&mut self, button: MouseButton, pressed: bool) -> Result<(), Fault>;
+    /// Scrolls `steps` wheel steps (positive: down or right).
+    fn scroll(&mut self, axis: ScrollAxis, steps: i32) -> Result<(), Fault>;
+    fn keysym(&mut self, sym: u32, pressed: bool) -> Result<(), Fault>;
+    /// Types `text`, however the route can.
+    fn text(&mut self, text: &str) -> Result<(), Fault>;
+    fn pause(&mut self, pause: Duration) -> Result<(), Fault>;
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ScrollAxis {
+    Vertical,
+    Horizontal,
+}
+
+/// Performs `action` (validated) with `inj`'s primitives.
+pub(crate) fn perform(inj: &mut impl Injector, action: &Action) -> Result<(), Fault> {
+    let key = |inj: &mut _, key: Key, press: bool, release: bool| -> Result<(), Fault> {
+        let sym = keysym::of(key)?;
+        if press {
+            Injector::keysym(inj, sym, true)?;
+        }
+        if release {
+            Injector::keysym(inj, sym, false)?;
+        }
+        Ok(())
+    };
+    match action {
+        Action::MouseMove { to } => inj.motion(*to),
+        Action::Click { at, button, count } => {
+            if let Some(at) = at {
+                inj.motion(*at)?;
+            }
+            for _ in 0..*count {
+                inj.button(*button, true)?;
+                inj.button(*button, false)?;
+            }
+            Ok(())
+        }
+        Action::MouseDown { button } => inj.button(*button, true),
+        Action::MouseUp { button } => inj.button(*button, false),
+        Action::Drag {
+            from,
+            to,
+            button,
+            duration_ms,
+        } => {
+            inj.motion(*from)?;
+            inj.button(*button, true)?;
+            let steps = 10;
+            let pause = Duration::from_millis(u64::from(*duration_ms) / steps);
+            for i in 1..=steps as i32 {
+                let along = |a: i32, b: i32| a + (b - a) * i / steps as i32;
+                inj.pause(pause)?;
+                inj.motion(Point::new(along(from.x, to.x), along(from.y, to.y)))?;
+            }
+            inj.button(*button, false)
+        }
+        Action::Scroll { at, dx, dy } => {
+            if let Some(at) = at {
+                inj.motion(*at)?;
+            }
+            for (axis, steps) in [(ScrollAxis::Vertical, *dy), (ScrollAxis::Horizontal, *dx)] {
+                if steps != 0 {
+                    inj.scroll(axis, steps)?;
+                }
+            }
+            Ok(())
+        }
+        Action::KeyPress { key: k } => key(inj, *k, true, true),
+        Action::KeyDown { key: k } => key(inj, *k, true, false),
+        Action::KeyUp { key: k } => key(inj, *k, false, true),
+        Action::Hotkey { keys } => {
+            for k in keys {
+                key(inj, *k, true, false)?;
+            }
+            for k in keys.iter().rev() {
+                key(inj, *k, false, true)?;
+            }
+            Ok(())
+        }
+        Action::TypeText { text } => inj.text(text),
+        Action::Touch(_) | Action::SystemKey(_) => Err(Fault::Refused(WireError::Unsupported {
+            what: "touch input: a desktop has a mouse and keyboard, not a touch screen".to_owned(),
+        })),
+    }
+}
+
+/// Refuses a point off a `width`x`height` screen.
+fn on_screen(to: Point, width: u32, height: u32) -> Result<(), Fault> {
+    let on = |v: i32, n: u32| v >= 0 && (v as u32) < n;
+    if on(to.x, width) && on(to.y, height) {
+        return Ok(());
+    }
+    Err(Fault::Refused(WireError::InvalidArgument {
+        message: format!(
+            "point ({}, {}) is off the {width}x{height} screen",
+            to.x, to.y
+        ),
+    }))
+}
+
+/// The Linux input event code of `button` (BTN_LEFT, BTN_RIGHT, BTN_MIDDLE).
+fn evdev_button(button: MouseButton) -> u32 {
+    match button {
+        MouseButton::Left => 0x110,
+        MouseButton::Right => 0x111,
+        MouseButton::Middle => 0x112,
+    }
+}
+
+/// Encodes `req.region` (or all) of a `width`x`height` screen held in `pixels`.
+fn encode_screen(
+    pixels: &[u8],
+    (width, height, stride): (u32, u32, usize),
+    format: PixelFormat,
+    started: Instant,
+    req: &ScreenshotRequest,
+    encoder: &mut FrameEncoder,
+) -> Result<(ScreenshotMeta, Vec<u8>), WireError> {
+    let source = encode::source_rect(req.region, width, height)?;
+    encode::check_output(source, req.max_size)?;
+    let offset = source.y as usize * stride + source.x as usize * 4;
+    let pixels = pixels.get(offset..).unwrap_or_default();
+    let frame = Frame::new(pixels, source.width, source.height, stride, format)?;
+    encoder.screenshot(frame, source, started.elapsed(), req)
 }
