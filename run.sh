@@ -30,7 +30,7 @@ BUILD_PKGS="build-essential pkg-config libzstd-dev libxcb1-dev libxcb-shm0-dev l
   libpipewire-0.3-dev libclang-dev"
 # Wayland (tests): a headless mutter with Xwayland, PipeWire and WirePlumber for its screen
 # cast, and GTK 3 and 4 apps native on Wayland (PyGObject).
-WAYLAND_PKGS="mutter xwayland pipewire wireplumber sway python3-gi gir1.2-gtk-3.0 gir1.2-gtk-4.0"
+WAYLAND_PKGS="mutter gnome-shell xwayland pipewire wireplumber sway python3-gi gir1.2-gtk-3.0 gir1.2-gtk-4.0"
 # Run: the local desktop (Xvfb, D-Bus, AT-SPI, a window manager) and the apps tests drive;
 # bubblewrap sandboxes API tools, Radicale and dovecot are their offline services in tests;
 # gnome-terminal and python3-xlib are what OSWorld's live getters read in tests.

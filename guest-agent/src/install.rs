@@ -3,8 +3,12 @@
 //! runs (`pincer_shared::service`). The binary is copied to a place of its own, so the
 //! service does not depend on where the installer was run from, and an XDG autostart entry
 //! starts the service in desktops whose sessions do not reach `graphical-session.target`.
+//! On GNOME, pincer's Shell extension (windows on Wayland) goes into the person's data
+//! directory and into GNOME's list of enabled extensions; GNOME Shell loads it at the next
+//! login.
 
 use anyhow::Context as _;
+use pincer_shared::gnome_extension;
 use pincer_shared::identity::{Identity, Token};
 use pincer_shared::service::{AGENT_UNIT, SESSION_TARGET, agent_unit};
 use std::path::{Path, PathBuf};
@@ -34,6 +38,10 @@ pub(crate) struct Places {
     pub(crate) autostart: PathBuf,
     /// `~/.local/lib/pincer`: the installed binary.
     pub(crate) lib: PathBuf,
+    /// `~/.local/share/gnome-shell/extensions`.
+    pub(crate) extensions: PathBuf,
+    /// Whether to change GNOME's settings (the enabled extensions): not in unit tests.
+    pub(crate) gnome_settings: bool,
 }
 
 impl Places {
@@ -41,11 +49,19 @@ impl Places {
         let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/"), PathBuf::from);
         let config =
             std::env::var_os("XDG_CONFIG_HOME").map_or_else(|| home.join(".config"), PathBuf::from);
+        let data = std::env::var_os("XDG_DATA_HOME")
+            .map_or_else(|| home.join(".local/share"), PathBuf::from);
         Self {
             units: config.join("systemd/user"),
             autostart: config.join("autostart"),
             lib: home.join(".local/lib/pincer"),
+            extensions: data.join("gnome-shell/extensions"),
+            gnome_settings: true,
         }
+    }
+
+    fn extension(&self) -> PathBuf {
+        self.extensions.join(gnome_extension::UUID)
     }
 
     fn unit(&self) -> PathBuf {
@@ -139,6 +155,8 @@ pub(crate) fn install(
     )
     .with_context(|| format!("writing {}", places.desktop_entry().display()))?;
 
+    let extension = install_extension(places)?;
+
     let name = i.name.clone().unwrap_or_else(|| hostname.to_owned());
     let (id, _) = Identity::load_or_create(state_dir, &name)
         .with_context(|| format!("state directory {}", state_dir.display()))?;
@@ -156,7 +174,7 @@ pub(crate) fn install(
     };
     let port = i.listen.rsplit(':').next().unwrap_or("7000");
     Ok(format!(
-        "installed {unit} for {user}: {exe} {args}\n  {started}\n\nOn the host, copy the token file and register this machine:\n  scp {host}:{token} ./{name}.token\n  pincer env add {name} {host}:{port} --fingerprint {fp} --token-file ./{name}.token\n",
+        "installed {unit} for {user}: {exe} {args}\n  {started}\n{extension}\nOn the host, copy the token file and register this machine:\n  scp {host}:{token} ./{name}.token\n  pincer env add {name} {host}:{port} --fingerprint {fp} --token-file ./{name}.token\n",
         unit = places.unit().display(),
         user = std::env::var("USER").unwrap_or_default(),
         exe = installed.display(),
@@ -167,8 +185,58 @@ pub(crate) fn install(
     ))
 }
 
-/// Removes the service, its autostart entry and the installed binary; the identity stays
-/// (a reinstall keeps the fingerprint hosts have pinned).
+/// Writes pincer's GNOME Shell extension and adds it to GNOME's enabled extensions, where
+/// GNOME's settings exist; returns a line for the person.
+fn install_extension(places: &Places) -> anyhow::Result<String> {
+    let dir = places.extension();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (file, text) in gnome_extension::FILES {
+        std::fs::write(dir.join(file), text)
+            .with_context(|| format!("writing {}", dir.join(file).display()))?;
+    }
+    let enabled = if places.gnome_settings {
+        set_enabled(true)
+    } else {
+        Err("not asked to".to_owned())
+    };
+    Ok(match enabled {
+        Ok(()) => format!(
+            "  GNOME Shell extension {} installed in {} and enabled: on GNOME Wayland, \
+             windows work after your next login\n",
+            gnome_extension::UUID,
+            dir.display()
+        ),
+        Err(why) => format!(
+            "  GNOME Shell extension written to {} but not enabled ({why}); on GNOME, run \
+             `gnome-extensions enable {}` and log in again\n",
+            dir.display(),
+            gnome_extension::UUID
+        ),
+    })
+}
+
+/// Adds pincer's extension to (or removes it from) GNOME's enabled extensions.
+fn set_enabled(enabled: bool) -> Result<(), String> {
+    let gsettings = |args: &[&str]| {
+        Command::new("gsettings")
+            .args(args)
+            .output()
+            .map_err(|e| format!("gsettings: {e}"))
+            .and_then(|o| {
+                if o.status.success() {
+                    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+                } else {
+                    Err(String::from_utf8_lossy(&o.stderr).trim().to_owned())
+                }
+            })
+    };
+    let now = gsettings(&["get", "org.gnome.shell", "enabled-extensions"])?;
+    let next = gnome_extension::enabled_with(&now, gnome_extension::UUID, enabled);
+    gsettings(&["set", "org.gnome.shell", "enabled-extensions", &next]).map(drop)
+}
+
+/// Removes the service, its autostart entry, the installed binary and the GNOME Shell
+/// extension; the identity stays (a reinstall keeps the fingerprint hosts have pinned).
 pub(crate) fn uninstall(places: &Places) -> anyhow::Result<String> {
     let existed = places.unit().exists();
     if existed {
@@ -185,6 +253,13 @@ pub(crate) fn uninstall(places: &Places) -> anyhow::Result<String> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e).with_context(|| format!("removing {}", f.display())),
         }
+    }
+    if places.extension().exists() {
+        if places.gnome_settings {
+            let _ = set_enabled(false);
+        }
+        std::fs::remove_dir_all(places.extension())
+            .with_context(|| format!("removing {}", places.extension().display()))?;
     }
     let _ = systemctl(&["daemon-reload"]);
     Ok(if existed {
@@ -211,6 +286,8 @@ mod tests {
             units: dir.path().join("config/systemd/user"),
             autostart: dir.path().join("config/autostart"),
             lib: dir.path().join("lib"),
+            extensions: dir.path().join("share/gnome-shell/extensions"),
+            gnome_settings: false,
         };
         let state = dir.path().join("state");
         let i = Install {
@@ -236,6 +313,14 @@ mod tests {
         );
         assert!(places.binary().is_file());
         assert!(state.join("token").is_file());
+        let extension = places.extension().join("extension.js");
+        assert!(
+            std::fs::read_to_string(&extension)
+                .unwrap()
+                .contains(gnome_extension::BUS_NAME),
+            "{}",
+            extension.display()
+        );
         assert!(
             said.contains("pincer env add desk box:7100 --fingerprint sha256:"),
             "{said}"
@@ -249,6 +334,7 @@ mod tests {
             places.wants_link(),
             places.desktop_entry(),
             places.binary(),
+            places.extension(),
         ] {
             assert!(!f.exists(), "{}", f.display());
         }

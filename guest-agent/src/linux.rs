@@ -58,12 +58,12 @@ impl Platform for Linux {
         capability::VIDEO,
         capability::RECORD,
     ];
-    /// The Wayland routes serve the screen, input and video; windows need sway's IPC
-    /// (GNOME's need a Shell extension, not built yet), and recording reads X11 input.
+    /// The Wayland routes serve the screen, input and video; windows need sway's IPC or
+    /// pincer's GNOME Shell extension, and recording reads X11 input.
     fn withheld(capture: &str) -> &'static [&'static str] {
         if !crate::wayland::CAPTURES.contains(&capture) {
             &[]
-        } else if crate::wayland::sway::socket().is_some() {
+        } else if crate::wayland::WindowManager::find().is_ok() {
             &[capability::RECORD]
         } else {
             &[capability::WINDOW, capability::RECORD]

@@ -19,7 +19,7 @@
 //! `NotFound` for an operation, never an internal error. The connection is our own, made on
 //! first use, and replaced when the X server goes away (`crate::x11::Lazy`).
 
-use crate::wayland::sway::{self, Sway};
+use crate::wayland::WindowManager;
 use crate::x11::{self, Client, Lazy, lost};
 use pincer_guest_core::platform;
 use pincer_shared::WireError;
@@ -91,13 +91,13 @@ const MOVERESIZE_NORTHWEST_XYWH: u32 = 1 | (0xf << 8);
 /// Largest coordinate or size accepted for a window (X11 positions are 16-bit signed).
 const MAX_COORDINATE: u32 = i16::MAX as u32;
 
-/// Top-level windows on one X display, or on sway's when X11 refuses a Wayland
-/// session's display.
+/// Top-level windows on one X display, or on a Wayland session's window manager when X11
+/// refuses its display.
 #[derive(Debug)]
 pub(crate) struct Windows {
     session: Lazy<Session>,
-    /// sway's IPC, taken for good once X11 refused a Wayland session's display.
-    sway: Option<Sway>,
+    /// The Wayland session's window manager, taken for good once X11 refused its display.
+    wayland: Option<WindowManager>,
 }
 
 impl Windows {
@@ -105,28 +105,28 @@ impl Windows {
     pub(crate) fn new(display: Option<String>) -> Self {
         Self {
             session: Lazy::new(display),
-            sway: None,
+            wayland: None,
         }
     }
 
-    /// X11's answer, unless X11 refused a Wayland session's display: then sway's, if the
-    /// session is sway's, or the refusal saying what is missing.
+    /// X11's answer, unless X11 refused a Wayland session's display: then the session's
+    /// window manager's, or the refusal saying what is missing.
     fn routed<T>(
         &mut self,
         x11: impl FnOnce(&mut Self) -> Result<T, WireError>,
-        on_sway: impl FnOnce(&mut Sway) -> Result<T, WireError>,
+        wayland: impl FnOnce(&mut WindowManager) -> Result<T, WireError>,
     ) -> Result<T, WireError> {
-        if let Some(sway) = &mut self.sway {
-            return on_sway(sway);
+        if let Some(manager) = &mut self.wayland {
+            return wayland(manager);
         }
         match x11(self) {
             Err(WireError::Unsupported { what }) if crate::session::wayland_session() => {
-                match sway::socket() {
-                    Some(socket) => on_sway(self.sway.insert(Sway::new(socket))),
-                    None => Err(WireError::Unsupported {
+                match WindowManager::find() {
+                    Ok(manager) => wayland(self.wayland.insert(manager)),
+                    Err(missing) => Err(WireError::Unsupported {
                         what: format!(
-                            "{what}. On Wayland, pincer-agent manages windows on sway (its IPC \
-                             socket, $SWAYSOCK); this session has none"
+                            "{what}. On Wayland, pincer-agent manages windows through sway's \
+                             IPC or pincer's GNOME Shell extension, and {missing}"
                         ),
                     }),
                 }
@@ -141,13 +141,13 @@ impl platform::Windows for Windows {
     /// else the input focus walked up to its top-level client (the child of root / the
     /// window with `WM_STATE`).
     fn active(&mut self) -> Result<Option<WindowInfo>, WireError> {
-        self.routed(Self::x11_active, Sway::active)
+        self.routed(Self::x11_active, WindowManager::active)
     }
 
     /// Every top-level client window, bottom to top: the window manager's clients when one
     /// runs (minimized ones included), else the mapped children of the root.
     fn list(&mut self) -> Result<Vec<WindowInfo>, WireError> {
-        self.routed(Self::x11_list, Sway::list)
+        self.routed(Self::x11_list, WindowManager::list)
     }
 
     /// Applies `op` to the top-level window `id` and waits (at most two seconds) until the
@@ -156,7 +156,7 @@ impl platform::Windows for Windows {
     /// window manager does not allow on this window, `Timeout` when the change does not
     /// show in time (an app that asks whether to save keeps its window open).
     fn apply(&mut self, id: u64, op: WindowOp) -> Result<(), WireError> {
-        self.routed(|w| w.x11_apply(id, op), |sway| sway.apply(id, op))
+        self.routed(|w| w.x11_apply(id, op), |m| m.apply(id, op))
     }
 }
 

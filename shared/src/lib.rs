@@ -9,6 +9,7 @@
 pub mod action;
 pub mod android;
 pub mod codec;
+pub mod gnome_extension;
 pub mod handshake;
 pub mod identity;
 pub mod key;

@@ -32,7 +32,7 @@ mod names;
 mod tests;
 mod walk;
 
-use crate::wayland::sway::{self, Origin, Sway};
+use crate::wayland::{Origin, WindowManager};
 use bus::SessionEnv;
 use pincer_guest_core::platform::Accessibility;
 use pincer_shared::WireError;
@@ -108,11 +108,11 @@ impl A11y {
                 conn
             }
         };
-        let placement = sway_placement();
+        let placement = wayland_placement();
         let screen = match bus::x_screen(display).await {
             Some(screen) => Some(screen),
-            None => match &placement {
-                Some((screen, _)) => Some(*screen),
+            None => match placement.as_ref().and_then(|(screen, _)| *screen) {
+                Some(screen) => Some(screen),
                 None => bus::desktop_extents(&conn).await,
             },
         };
@@ -145,15 +145,16 @@ impl A11y {
     }
 }
 
-/// On sway, the screen and where its windows are, as the compositor tells them. On
-/// Wayland, toolkits report bounds relative to their own window (a client does not know
-/// where it is on the screen): [`shift_apps`] moves them by their window's origin.
-/// Elsewhere (GNOME without pincer's Shell extension) they stay relative.
-fn sway_placement() -> Option<(Rect, Vec<Origin>)> {
+/// In a Wayland session with a window manager pincer reads (sway, GNOME with pincer's
+/// Shell extension), the screen (where it says) and where windows are. On Wayland,
+/// toolkits report bounds relative to their own window (a client does not know where it
+/// is on the screen): [`shift_apps`] moves them by their window's origin. Elsewhere they
+/// stay relative.
+fn wayland_placement() -> Option<(Option<Rect>, Vec<Origin>)> {
     if !crate::session::wayland_session() {
         return None;
     }
-    match Sway::new(sway::socket()?).placement() {
+    match WindowManager::find().ok()?.placement() {
         Ok(placement) => Some(placement),
         Err(e) => {
             tracing::warn!(%e, "UI-tree bounds stay relative to their windows");

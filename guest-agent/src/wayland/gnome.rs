@@ -37,8 +37,10 @@ const FIRST_FRAME: Duration = Duration::from_secs(5);
 /// How long a D-Bus call to mutter may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// The warm-up after a session starts: mutter drops the first keys of a new session's
-/// virtual keyboard, so one Shift press goes first and the keyboard gets this long.
-const KEYBOARD_WARM_UP: Duration = Duration::from_millis(100);
+/// virtual keyboard and the first motion of its virtual pointer (a first click then
+/// pressed where the pointer was), so one Shift press and a motion by nothing go first
+/// and the devices get this long.
+const WARM_UP: Duration = Duration::from_millis(100);
 /// How long keys wait after a button: mutter moves the keyboard focus a click gives after
 /// it answered the click, and keys sent meanwhile went to the window focused before (seen
 /// under load: the first characters typed right after clicking a new window's entry lost).
@@ -411,8 +413,13 @@ impl Session {
             .keysym(keysym::SHIFT, true)
             .await
             .and(session.keysym(keysym::SHIFT, false).await)
+            .and(
+                session
+                    .call("NotifyPointerMotionRelative", &(0.0f64, 0.0f64))
+                    .await,
+            )
             .map_err(|e| format!("{e:?}"))?;
-        tokio::time::sleep(KEYBOARD_WARM_UP).await;
+        tokio::time::sleep(WARM_UP).await;
         Ok(session)
     }
 

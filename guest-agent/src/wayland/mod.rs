@@ -2,7 +2,10 @@
 //! session's desktop when X11 refuses its display (Xwayland sees only X11 apps).
 //! - [`gnome`]: Mutter's RemoteDesktop and ScreenCast D-Bus APIs (GNOME, mutter 43+).
 //! - [`wlr`]: wlroots' screencopy, virtual pointer and virtual keyboard protocols (sway
-//!   and other wlroots compositors); windows on sway through its IPC ([`sway`]).
+//!   and other wlroots compositors).
+//!
+//! Windows ([`WindowManager`]) go through sway's IPC ([`sway`]) or pincer's GNOME Shell
+//! extension ([`shell`]); the UI tree asks them where windows are.
 //!
 //! Sessions that offer neither (KDE Plasma, ...) get a refusal that names what is
 //! missing. [`Wayland`] is the one handle the subsystems share; each subsystem keeps a
@@ -10,7 +13,8 @@
 
 mod frames;
 mod gnome;
-pub(crate) mod sway;
+mod shell;
+mod sway;
 mod wlr;
 
 use crate::fault::Fault;
@@ -21,6 +25,8 @@ use pincer_shared::WireError;
 use pincer_shared::action::{Action, MouseButton, Point};
 use pincer_shared::key::Key;
 use pincer_shared::observe::{Rect, ScreenInfo, ScreenshotMeta, ScreenshotRequest};
+use pincer_shared::probe::WindowInfo;
+use pincer_shared::setup::WindowOp;
 use std::time::{Duration, Instant};
 pub(crate) use wlr::Wlr;
 
@@ -170,6 +176,67 @@ impl Route {
                 }
             }
             other => other,
+        }
+    }
+}
+
+/// Where a window's content is on the screen: the origin of the coordinates its toolkit
+/// reports on Wayland.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Origin {
+    pub(crate) pid: u32,
+    pub(crate) title: String,
+    pub(crate) x: i32,
+    pub(crate) y: i32,
+}
+
+/// Windows in a Wayland session: sway's IPC, or pincer's GNOME Shell extension.
+#[derive(Debug)]
+pub(crate) enum WindowManager {
+    Sway(sway::Sway),
+    Shell(shell::Shell),
+}
+
+impl WindowManager {
+    /// The session's, if it has one; `Err` says what is missing.
+    pub(crate) fn find() -> Result<Self, String> {
+        if let Some(socket) = sway::socket() {
+            return Ok(Self::Sway(sway::Sway::new(socket)));
+        }
+        shell::Shell::find().map(Self::Shell).map_err(|no_shell| {
+            format!("this session has no sway IPC socket ($SWAYSOCK) and {no_shell}")
+        })
+    }
+
+    pub(crate) fn list(&mut self) -> Result<Vec<WindowInfo>, WireError> {
+        match self {
+            Self::Sway(s) => s.list(),
+            Self::Shell(s) => s.list(),
+        }
+    }
+
+    pub(crate) fn active(&mut self) -> Result<Option<WindowInfo>, WireError> {
+        match self {
+            Self::Sway(s) => s.active(),
+            Self::Shell(s) => s.active(),
+        }
+    }
+
+    pub(crate) fn apply(&mut self, id: u64, op: WindowOp) -> Result<(), WireError> {
+        match self {
+            Self::Sway(s) => s.apply(id, op),
+            Self::Shell(s) => s.apply(id, op),
+        }
+    }
+
+    /// The screen, where the compositor says it, and where each Wayland window's content
+    /// is on it.
+    pub(crate) fn placement(&mut self) -> Result<(Option<Rect>, Vec<Origin>), WireError> {
+        match self {
+            Self::Sway(s) => s
+                .placement()
+                .map(|(screen, origins)| (Some(screen), origins)),
+            Self::Shell(s) => Ok((None, s.origins()?)),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! sway has no minimized state: minimizing moves a window to the scratchpad (hidden, still
 //! listed), and activating it puts it back among the tiled windows.
 
+use super::Origin;
 use pincer_shared::WireError;
 use pincer_shared::observe::Rect;
 use pincer_shared::probe::WindowInfo;
@@ -45,15 +46,6 @@ pub(crate) fn socket() -> Option<PathBuf> {
         let name = entry.ok()?.file_name().into_string().ok()?;
         (name.starts_with(&prefix) && name.ends_with(".sock")).then(|| runtime.join(name))
     })
-}
-
-/// Where a window's content is on the screen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Origin {
-    pub(crate) pid: u32,
-    pub(crate) title: String,
-    pub(crate) x: i32,
-    pub(crate) y: i32,
 }
 
 /// A connection to sway's IPC, made on first use and again after it broke.

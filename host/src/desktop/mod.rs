@@ -1115,15 +1115,16 @@ fn run_session(
             .stderr(Stdio::null())
             .status();
     }
-    // The screen's server: Xvfb, or mutter with its Xwayland.
-    let (mut server, server_log, wm) = match xvfb {
-        Some(xvfb) => (xvfb, logs.join("xvfb.log"), None),
+    // The screen's server: Xvfb, or GNOME Shell (or mutter) with its Xwayland.
+    let (mut server, server_log, server_name, wm) = match xvfb {
+        Some(xvfb) => (xvfb, logs.join("xvfb.log"), "Xvfb", None),
         None => {
             let gnome = gnome::start(&env, &runtime, d.size, &logs)?;
             env.insert("DISPLAY".into(), gnome.display);
             env.insert("XAUTHORITY".into(), gnome.xauthority.display().to_string());
             env.insert("WAYLAND_DISPLAY".into(), gnome.wayland_display);
-            (gnome.mutter, logs.join("mutter.log"), Some("mutter"))
+            let log = logs.join(format!("{}.log", gnome.program));
+            (gnome.process, log, gnome.program, Some(gnome.program))
         }
     };
     let display = env.get("DISPLAY").cloned().unwrap_or_default();
@@ -1192,12 +1193,8 @@ fn run_session(
             None => std::thread::sleep(TICK),
         }
         if let Ok(Some(st)) = server.try_wait() {
-            let what = match d.session {
-                Session::X11 => "Xvfb",
-                Session::Wayland => "mutter",
-            };
             return Err(DesktopError::Process {
-                what: format!("{what} exited ({st}); the desktop is gone"),
+                what: format!("{server_name} exited ({st}); the desktop is gone"),
                 log: server_log,
             });
         }
