@@ -95,6 +95,45 @@ test_user() {
   fi
 }
 
+# `pincer bench` ARGS on a headless sway at 1920x1080 with gtk3-widget-factory, run as the
+# user running this (as pincer-tester when that is root: sway refuses root), with a
+# release pincer-agent inside; $1 is the pincer CLI.
+sway_bench() {
+  local p=$1 dir as=() agent
+  shift
+  dir=$(mktemp -d)
+  agent="$(cd "$(dirname "$p")" && pwd)/pincer-agent"
+  mkdir -p "$dir/rt" "$dir/home/agent"
+  printf 'output HEADLESS-1 resolution 1920x1080\nxwayland disable\ndefault_border none\n' \
+    > "$dir/home/sway.conf"
+  if [ "$(id -u)" = 0 ]; then
+    chown -R pincer-tester: "$dir"
+    as=(setpriv --reuid pincer-tester --regid pincer-tester --clear-groups)
+  fi
+  chmod 700 "$dir/rt"
+  local run=("${as[@]}" env -u DISPLAY -u WAYLAND_DISPLAY XDG_RUNTIME_DIR="$dir/rt" HOME="$dir/home"
+    DBUS_SESSION_BUS_ADDRESS="unix:path=$dir/rt/bus" XDG_SESSION_TYPE=wayland XDG_CURRENT_DESKTOP=sway)
+  setsid "${run[@]}" dbus-daemon --session --nofork --nopidfile --address="unix:path=$dir/rt/bus" &
+  local group=$!
+  sleep 0.5
+  "${run[@]}" WLR_BACKENDS=headless WLR_LIBINPUT_NO_DEVICES=1 WLR_RENDERER=pixman \
+    sway -c "$dir/home/sway.conf" >"$dir/sway.log" 2>&1 &
+  for _ in $(seq 100); do [ -S "$dir/rt/wayland-1" ] && break; sleep 0.1; done
+  "${run[@]}" WAYLAND_DISPLAY=wayland-1 GDK_BACKEND=wayland gtk3-widget-factory >/dev/null 2>&1 &
+  "${run[@]}" WAYLAND_DISPLAY=wayland-1 "$agent" --listen 127.0.0.1:0 --name bench-sway \
+    --state-dir "$dir/home/agent" --ready-file "$dir/home/agent/ready.json" >"$dir/agent.log" 2>&1 &
+  for _ in $(seq 100); do [ -s "$dir/home/agent/ready.json" ] && break; sleep 0.1; done
+  sleep 5   # the app up, registered with AT-SPI
+  local envs="$dir/envs.toml" addr fp
+  addr=$(sed -n 's/.*"addr":"\([^"]*\)".*/\1/p' "$dir/home/agent/ready.json")
+  fp=$(sed -n 's/.*"fingerprint":"\([^"]*\)".*/\1/p' "$dir/home/agent/ready.json")
+  "$p" --envs "$envs" env add bench-sway "$addr" --token-file "$dir/home/agent/token" --fingerprint "$fp"
+  "$p" --envs "$envs" bench --env bench-sway "$@" || true
+  kill -- -"$group" 2>/dev/null || true
+  pkill -f "$dir" 2>/dev/null || true   # sway, the agent; the app ends with sway
+  rm -rf "$dir"
+}
+
 # qemu-system-x86 and qemu-utils from the same suite. Some machines carry a newer qemu-utils
 # (a backport) than their suite's qemu-system-x86; installing the latter next to it removes
 # qemu-img, so both are pinned to the version the suite has for qemu-system-x86.
@@ -228,7 +267,7 @@ case "${1:-}" in
     "$P" bench --env bench --soak 10000 | tail -n 3
     log "video streams: the agent's CPU and the bytes a second at 5, 15 and 30 fps"
     "$P" bench --env bench --video
-    log "a GNOME Wayland desktop (headless mutter): every call through Mutter's remote-desktop API"
+    log "a GNOME Wayland desktop (headless GNOME Shell): every call through Mutter's remote-desktop API"
     deps $WAYLAND_PKGS
     "$P" desktop down bench-wl >/dev/null 2>&1 || true
     "$P" desktop up --name bench-wl --session wayland --size 1920x1080
@@ -236,6 +275,9 @@ case "${1:-}" in
     sleep 3
     "$P" bench --env bench-wl "${@:2}"
     "$P" desktop down bench-wl
+    log "a sway desktop (headless, as a normal user): every call through wlroots' protocols"
+    test_user
+    sway_bench "$P" "${@:2}"
     log "the graph evaluator's host CPU per step"
     cargo bench -p pincer --bench evaluator
     log "a VM of debian-12-minimal: up, reset, every call (builds the image first if needed)"
