@@ -112,7 +112,8 @@ class PincerEnv(gymnasium.Env):
     default, ``task_ids`` the tasks ``reset(options={"task": id})`` may switch to (default:
     ``task`` alone if given, else every task; environments are started for the roles they
     need). Without ``sets``, local desktops are
-    started for the session and stopped by ``close()``; ``sets="desktop=NAME"`` uses
+    started for the session and stopped by ``close()`` (``session="wayland"``: headless
+    GNOME Shell desktops instead of X11 ones); ``sets="desktop=NAME"`` uses
     registered environments (local desktops, VMs, phones). ``observe`` chooses what
     observations carry: ``marks`` (the Set-of-Marks image and elements), ``screenshot``,
     ``tree``, ``video=2s@5fps``. ``tools=True`` offers the API tools tasks declare (each
@@ -132,6 +133,7 @@ class PincerEnv(gymnasium.Env):
         observe: str = "marks",
         max_size: Optional[tuple[int, int]] = None,
         size: tuple[int, int] = (1920, 1080),
+        session: str = "x11",
         out: Optional[str] = None,
         envs: Optional[str] = None,
         vm: Optional[str] = None,
@@ -148,6 +150,7 @@ class PincerEnv(gymnasium.Env):
             observe=observe,
             max_size=max_size,
             size=size,
+            session=session,
             out=out,
             agent="python:gym",
             envs=envs,

@@ -141,8 +141,9 @@ fn source(
     vm: Option<String>,
     (memory_mib, cpus): (Option<u32>, u32),
     count: usize,
-    size: (u32, u32),
+    (size, session): ((u32, u32), &str),
 ) -> PyResult<Source> {
+    let session: pincer::desktop::Session = session.parse().map_err(PyValueError::new_err)?;
     Ok(match (sets.is_empty(), vm) {
         (false, Some(_)) => {
             return Err(PyValueError::new_err(
@@ -154,7 +155,11 @@ fn source(
             plan: VmPlan::new(image, memory_mib, cpus).map_err(err)?,
             count,
         },
-        (true, None) => Source::Local { count, size },
+        (true, None) => Source::Local {
+            count,
+            size,
+            session,
+        },
     })
 }
 
@@ -352,7 +357,8 @@ impl Session {
     /// Opens a session: `tasks` is a task file, directory or bundled suite (`demo`);
     /// `task_ids` narrows it; `sets` names registered environments as `ROLE=ENV,...`, `vm`
     /// an image whose VMs are started (each reset before every task; `vm_memory` MiB, default the image's,
-    /// `vm_cpus`), and without either local desktops are started, at `size`; `observe` is a comma-separated
+    /// `vm_cpus`), and without either local desktops are started, at `size`, in `session`
+    /// (`"x11"`, or `"wayland"`: a headless GNOME Shell); `observe` is a comma-separated
     /// choice of marks, screenshot, tree and video=2s@5fps; `tools` offers the API tools
     /// tasks declare (local desktops then serve them; without it a tool action is refused as
     /// invalid); `out` is the run directory (results, trajectories, report); `envs` an envs
@@ -360,7 +366,7 @@ impl Session {
     /// imported OSWorld tasks) and `allow_network` lets tasks that need the live web start.
     /// Tasks that cannot run here are left out, said on stderr; starting one says why.
     #[new]
-    #[pyo3(signature = (tasks, task_ids=None, sets=None, observe="marks", max_size=None, size=(1920, 1080), out=None, agent="python", envs=None, vm=None, vm_memory=None, vm_cpus=2, tools=false, assets=None, allow_network=false))]
+    #[pyo3(signature = (tasks, task_ids=None, sets=None, observe="marks", max_size=None, size=(1920, 1080), session="x11", out=None, agent="python", envs=None, vm=None, vm_memory=None, vm_cpus=2, tools=false, assets=None, allow_network=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -370,6 +376,7 @@ impl Session {
         observe: &str,
         max_size: Option<(u32, u32)>,
         size: (u32, u32),
+        session: &str,
         out: Option<PathBuf>,
         agent: &str,
         envs: Option<PathBuf>,
@@ -391,7 +398,7 @@ impl Session {
                 vm,
                 (vm_memory, vm_cpus),
                 1,
-                size,
+                (size, session),
             )?,
             observation,
             out: out.unwrap_or_else(|| pincer::rundir::default_dir(tasks, agent)),
@@ -621,7 +628,8 @@ impl Agent for PyAgent {
 /// Runs `tasks` with `agent` (a callable: observation dict → action dict or list) in
 /// pincer's runner: environment sets in parallel, repeats and seeds, resume, results,
 /// trajectories and the report. Environments: `sets` (registered, one worker per
-/// `ROLE=ENV,...`), else `parallel` sets of VMs of image `vm` or of local desktops.
+/// `ROLE=ENV,...`), else `parallel` sets of VMs of image `vm` or of local desktops (at
+/// `size`, in `session`: `"x11"`, or `"wayland"` for a headless GNOME Shell).
 /// `feedback` ("none", "step", "end") and `attempts` are `pincer run`'s `--feedback` and
 /// `--attempts`: what the agent is told of the checkpoints (in the observation's
 /// "feedback"), and how often a task run it failed is set up again and retried. `tools`
@@ -635,7 +643,7 @@ impl Agent for PyAgent {
 /// need the live web run too). Tasks that cannot run here are left out, each said on
 /// stderr and listed in the run's `skipped.json`. Returns {"out", "records", "report"}.
 #[pyfunction]
-#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=None, vm_cpus=2, feedback="none", attempts=1, tools=false, video=None, end=None, assets=None, allow_network=false))]
+#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), session="x11", out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=None, vm_cpus=2, feedback="none", attempts=1, tools=false, video=None, end=None, assets=None, allow_network=false))]
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
@@ -649,6 +657,7 @@ fn run(
     observe: &str,
     max_size: Option<(u32, u32)>,
     size: (u32, u32),
+    session: &str,
     out: Option<PathBuf>,
     resume: bool,
     report: bool,
@@ -708,7 +717,7 @@ fn run(
             vm,
             (vm_memory, vm_cpus),
             parallel,
-            size,
+            (size, session),
         )?,
         options: RunOptions {
             repeat,

@@ -173,3 +173,15 @@ def test_ctrl_c_records_the_run_as_aborted_and_stops_the_desktop(tmp_path: Path,
     assert record["termination"] == "aborted"
     listed = subprocess.run([str(pincer_cli), "desktop", "list"], capture_output=True, text=True)
     assert f"run{proc.pid % 100_000}-" not in listed.stdout
+
+
+def test_the_runner_starts_gnome_wayland_desktops_of_its_own(tmp_path: Path) -> None:
+    # session="wayland": the run's desktop is a headless GNOME Shell (tests/tests/wayland.rs
+    # checks the session the desktop of `pincer run --session wayland` runs).
+    agent = Scripted()
+    result = pb.run("demo", agent, task_ids=["terminal-make-project"], session="wayland",
+                    out=str(tmp_path / "run"))
+    assert [r["termination"] for r in result["records"]] == ["success"]
+    with pytest.raises(ValueError, match="sway"):
+        pb.run("demo", agent, task_ids=["terminal-make-project"], session="sway",
+               out=str(tmp_path / "refused"))

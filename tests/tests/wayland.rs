@@ -587,27 +587,32 @@ fn desktop_up_session_wayland_is_a_gnome_shell_desktop_the_agent_drives() {
     drive_app_at(&sb, "gw", ("4", typed), App::Exec(exec), &active, at);
 
     // The demo suite's tasks run there: their setups arrange windows through the extension.
-    let out = sb.path().join("run");
-    let run = sb.pincer(&[
-        "run",
-        "--tasks",
-        "demo",
-        "--task",
-        "calculator-multiply",
-        "--agent",
-        "oracle",
-        "--set",
-        "desktop=gw",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
+    let said = run(
+        &sb,
+        &[
+            "demo",
+            "--task",
+            "calculator-multiply",
+            "--set",
+            "desktop=gw",
+        ],
     );
     assert!(said.contains("terminations: success 1"), "{said}");
     drop(desktop);
+}
+
+/// What `pincer run --agent oracle --tasks ARGS --out <sandbox>/run` printed.
+fn run(sb: &Sandbox, args: &[&str]) -> String {
+    let out = sb.path().join("run");
+    let mut argv = vec!["run", "--agent", "oracle", "--out", out.to_str().unwrap()];
+    argv.push("--tasks");
+    argv.extend(args);
+    let run = sb.pincer(&argv);
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    )
 }
 
 /// The bounds of the first node of each role in the UI tree of `env`'s active app, once
@@ -973,4 +978,30 @@ fn find_node<'a>(
         .as_array()?
         .iter()
         .find_map(|child| find_node(child, wanted))
+}
+
+#[test]
+fn pincer_run_session_wayland_starts_gnome_shell_desktops_of_its_own() {
+    let sb = Sandbox::new();
+    // The demo's terminal task, with a checkpoint on the session the desktop runs.
+    let shown = sb.pincer_ok(&["task", "show", "terminal-make-project", "--tasks", "demo"]);
+    let mut task: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    task["checkpoints"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "id": "wayland",
+            "env": "desktop",
+            "check": "command_output",
+            "args": {"argv": ["printenv", "XDG_SESSION_TYPE"], "text": {"regex": "^wayland"}},
+            // Judged once the agent's work shows: a checkpoint that holds before the agent
+            // acts marks the task's setup as broken.
+            "after": ["readme"]
+        }));
+    let file = sb.path().join("task.json");
+    std::fs::write(&file, task.to_string()).unwrap();
+    let file = file.to_str().unwrap();
+    let said = run(&sb, &[file, "--session", "wayland", "--size", "1280x800"]);
+    assert!(said.contains("terminations: success 1"), "{said}");
+    assert!(said.contains("3/3 checkpoints"), "{said}");
 }

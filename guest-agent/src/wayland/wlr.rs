@@ -21,6 +21,7 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _};
 use std::os::unix::fs::FileExt as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use wayland_client::globals::{GlobalListContents, registry_queue_init};
@@ -88,11 +89,6 @@ pub(crate) struct Wlr(Arc<Mutex<Connected>>);
 #[derive(Debug, Default)]
 struct Connected {
     client: Option<Client>,
-    /// Tells this agent's connections apart (for [`Wlr::changes`]).
-    serial: u64,
-    /// The last frame [`Wlr::changes`] saw, and the changes it counted on this connection.
-    seen: Option<Vec<u8>>,
-    changes: u64,
 }
 
 impl Wlr {
@@ -121,9 +117,6 @@ impl Wlr {
                 Err(Fault::Refused(e)) => return Err(e),
                 Err(Fault::Gone(why)) => {
                     connected.client = None;
-                    connected.serial += 1;
-                    connected.seen = None;
-                    connected.changes = 0;
                     if retried {
                         return Err(WireError::Display {
                             message: format!(
@@ -150,21 +143,28 @@ impl Wlr {
         encoder: &mut FrameEncoder,
     ) -> Result<(ScreenshotMeta, Vec<u8>), WireError> {
         let start = Instant::now();
-        let shot = self.with(Client::shot)?;
-        let layout = (shot.width, shot.height, shot.stride);
-        super::encode_screen(&shot.pixels, layout, shot.format, start, req, encoder)
+        self.with(|client| {
+            let shot = client.shot()?;
+            let layout = (shot.width, shot.height, shot.stride);
+            let pixels = client.pixels(&shot);
+            super::encode_screen(&pixels, layout, shot.format, start, req, encoder)
+                .map_err(Fault::Refused)
+        })
     }
 
     /// The connection's number and the changes counted on it: each call copies the
     /// screen and counts one change if it differs from the last copy.
     pub(crate) fn changes(&self) -> Result<(u64, u64), WireError> {
-        let shot = self.with(Client::shot)?;
-        let mut connected = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if connected.seen.as_ref() != Some(&shot.pixels) {
-            connected.changes += 1;
-            connected.seen = Some(shot.pixels);
-        }
-        Ok((connected.serial, connected.changes))
+        self.with(|client| {
+            let shot = client.shot()?;
+            let pixels = client.pixels(&shot);
+            if client.seen.as_deref() != Some(&*pixels) {
+                let pixels = pixels.into_owned();
+                client.seen = Some(pixels);
+                client.changes += 1;
+            }
+            Ok((client.serial, client.changes))
+        })
     }
 
     /// Performs `action` (validated) and returns once the compositor handled its events.
@@ -195,6 +195,11 @@ struct Client {
     /// The buffer copies land in, kept while the output keeps its size.
     buffer: Option<ShmBuffer>,
     started: Instant,
+    /// Tells this agent's connections apart (for [`Wlr::changes`]).
+    serial: u64,
+    /// The last frame [`Wlr::changes`] saw, and the changes it counted.
+    seen: Option<Vec<u8>>,
+    changes: u64,
     /// When the last input event went out (see [`PACE`]).
     last_event: Option<Instant>,
     /// Where the agent last put the pointer.
@@ -231,24 +236,43 @@ struct Copy {
     done: Option<bool>,
 }
 
-/// A shared-memory buffer of one size and format.
+/// A shared-memory buffer of one size and format, mapped into the agent: a copy is
+/// encoded where the compositor wrote it.
 struct ShmBuffer {
-    file: File,
+    /// Keeps the memory's descriptor open for the mapping's life.
+    _file: File,
+    map: *mut libc::c_void,
+    len: usize,
     buffer: wl_buffer::WlBuffer,
     pool: wl_shm_pool::WlShmPool,
     layout: (wl_shm::Format, u32, u32, u32),
+}
+
+// SAFETY: the mapping is owned by the buffer and only read through `&self`; the compositor
+// writes to it only during a copy, which the route's mutex makes the only user.
+unsafe impl Send for ShmBuffer {}
+
+impl ShmBuffer {
+    fn pixels(&self) -> &[u8] {
+        // SAFETY: `map` is a live read-only mapping of `len` bytes, unmapped only on drop.
+        unsafe { std::slice::from_raw_parts(self.map.cast::<u8>(), self.len) }
+    }
 }
 
 impl Drop for ShmBuffer {
     fn drop(&mut self) {
         self.buffer.destroy();
         self.pool.destroy();
+        // SAFETY: the mapping `mmap` returned, with its length; nothing borrows it now.
+        unsafe {
+            libc::munmap(self.map, self.len);
+        }
     }
 }
 
-/// A frame copied from the output.
+/// A frame copied from the output into the kept buffer ([`Client::pixels`]).
 struct Shot {
-    pixels: Vec<u8>,
+    y_invert: bool,
     width: u32,
     height: u32,
     stride: usize,
@@ -300,6 +324,12 @@ impl Client {
             modifiers: 0,
             buffer: None,
             started: Instant::now(),
+            serial: {
+                static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
+                CONNECTIONS.fetch_add(1, Ordering::Relaxed)
+            },
+            seen: None,
+            changes: 0,
             last_event: None,
             pointer_at: Point::new(0, 0),
         };
@@ -396,28 +426,29 @@ impl Client {
         };
         frame.copy(&buffer.buffer);
         let copied = self.dispatch_until("a screen copy", |s| s.copy.done.is_some());
-        let buffer = self.buffer.insert(buffer);
+        self.buffer = Some(buffer);
         copied?;
         if self.state.copy.done != Some(true) {
             return Err(gone("the compositor failed to copy the screen"));
         }
-        let stride = stride as usize;
-        let mut pixels = vec![0; stride * height as usize];
-        buffer
-            .file
-            .read_exact_at(&mut pixels, 0)
-            .map_err(|e| gone(format!("reading the copy: {e}")))?;
-        if self.state.copy.y_invert {
-            let rows: Vec<&[u8]> = pixels.chunks(stride).rev().collect();
-            pixels = rows.concat();
-        }
         Ok(Shot {
-            pixels,
+            y_invert: self.state.copy.y_invert,
             width,
             height,
-            stride,
+            stride: stride as usize,
             format: pixel_format,
         })
+    }
+
+    /// The pixels of the last copy, top row first.
+    fn pixels(&self, shot: &Shot) -> std::borrow::Cow<'_, [u8]> {
+        let pixels = self.buffer.as_ref().map_or(&[][..], ShmBuffer::pixels);
+        if shot.y_invert {
+            let rows: Vec<&[u8]> = pixels.chunks(shot.stride).rev().collect();
+            std::borrow::Cow::Owned(rows.concat())
+        } else {
+            std::borrow::Cow::Borrowed(pixels)
+        }
     }
 
     /// The event time (ms since the connection), once [`PACE`] passed since the last event.
@@ -582,17 +613,33 @@ impl ShmBuffer {
     ) -> Result<Self, Fault> {
         let (format, width, height, stride) = layout;
         let size = stride as usize * height as usize;
-        let file = memfd("pincer-screencopy", size)?;
         let int = |v: u32| i32::try_from(v).map_err(|_| gone("the output is too large"));
-        let pool = shm.create_pool(
-            file.as_fd(),
-            int(u32::try_from(size).unwrap_or(u32::MAX))?,
-            qh,
-            (),
-        );
-        let buffer = pool.create_buffer(0, int(width)?, int(height)?, int(stride)?, format, qh, ());
+        let pool_size = int(u32::try_from(size).unwrap_or(u32::MAX))?;
+        let (w, h, row) = (int(width)?, int(height)?, int(stride)?);
+        let file = memfd("pincer-screencopy", size)?;
+        // SAFETY: a new shared read-only mapping of the whole file, which is `size` long.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(gone(format!(
+                "cannot map the screen copy's memory: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let pool = shm.create_pool(file.as_fd(), pool_size, qh, ());
+        let buffer = pool.create_buffer(0, w, h, row, format, qh, ());
         Ok(Self {
-            file,
+            _file: file,
+            map,
+            len: size,
             buffer,
             pool,
             layout,

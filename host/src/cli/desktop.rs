@@ -59,8 +59,8 @@ pub(crate) struct UpArgs {
     #[arg(long)]
     no_wm: bool,
     /// The graphical session: x11 (Xvfb and a window manager) or wayland (a headless GNOME:
-    /// mutter with Xwayland, PipeWire and WirePlumber; the agent drives it through Mutter's
-    /// remote-desktop API).
+    /// GNOME Shell, or mutter alone, with Xwayland, PipeWire and WirePlumber; the agent
+    /// drives it through Mutter's remote-desktop API and pincer's Shell extension).
     #[arg(long, default_value = "x11", value_parser = parse_session)]
     session: Session,
     /// Start the agent read-only (no setup, exec or command probes).
@@ -132,7 +132,7 @@ fn dial(
     })
 }
 
-fn parse_session(s: &str) -> Result<Session, String> {
+pub(crate) fn parse_session(s: &str) -> Result<Session, String> {
     s.parse()
 }
 

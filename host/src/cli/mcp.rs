@@ -43,6 +43,9 @@ pub(crate) struct McpArgs {
     /// Screen size of the local desktop.
     #[arg(long, default_value = "1920x1080", value_parser = super::desktop::parse_size)]
     size: (u32, u32),
+    /// The local desktop's graphical session: x11 (Xvfb) or wayland (headless GNOME Shell).
+    #[arg(long, default_value = "x11", value_parser = super::desktop::parse_session)]
+    session: pincer::desktop::Session,
 }
 
 pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
@@ -72,7 +75,13 @@ pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {
         reg.clone(),
         SessionConfig {
             tasks,
-            envs: super::run::source(a.set.into_iter().collect(), a.vm, (None, 2), 1, a.size)?,
+            envs: super::run::source(
+                a.set.into_iter().collect(),
+                a.vm,
+                (None, 2),
+                1,
+                (a.size, a.session),
+            )?,
             observation,
             out,
             agent: "mcp".into(),

@@ -3,6 +3,7 @@
 use anyhow::{Context, bail};
 use pincer::agent::correction::Correction;
 use pincer::agent::{Agent, ObservationConfig, Oracle, RandomAgent};
+use pincer::desktop::Session;
 use pincer::env::registry::Registry;
 use pincer::run::launch::{Launch, RunOptions, Signals, Source, VmPlan};
 use pincer::run::{self, AgentFactory};
@@ -101,6 +102,10 @@ pub(crate) struct RunArgs {
     /// Screen size of local desktops.
     #[arg(long, default_value = "1920x1080", value_parser = super::desktop::parse_size)]
     pub(super) size: (u32, u32),
+    /// The graphical session of local desktops: x11 (Xvfb) or wayland (a headless GNOME
+    /// Shell, as `pincer desktop up --session wayland` starts it).
+    #[arg(long, default_value = "x11", value_parser = super::desktop::parse_session)]
+    pub(super) session: Session,
     /// What the agent is told of the checkpoints: none (the benchmark as published), step
     /// (each checkpoint's state and what it saw, in every observation) or end (after a
     /// failed attempt, for the next; needs --attempts 2 or more).
@@ -253,7 +258,7 @@ async fn benchmark(a: RunArgs, reg: &Registry) -> anyhow::Result<()> {
             a.vm.clone(),
             (a.vm_memory, a.vm_cpus),
             a.parallel,
-            a.size,
+            (a.size, a.session),
         )?,
         options,
         signals: Signals::Terminal,
@@ -290,7 +295,7 @@ pub(super) fn source(
     vm: Option<String>,
     (memory_mib, cpus): (Option<u32>, u32),
     parallel: usize,
-    size: (u32, u32),
+    (size, session): ((u32, u32), Session),
 ) -> anyhow::Result<Source> {
     Ok(match vm {
         _ if !sets.is_empty() => Source::Named(sets),
@@ -301,6 +306,7 @@ pub(super) fn source(
         None => Source::Local {
             count: parallel,
             size,
+            session,
         },
     })
 }

@@ -65,7 +65,7 @@ pub enum Session {
     /// Xvfb and a window manager.
     #[default]
     X11,
-    /// A headless mutter (GNOME's compositor) with Xwayland, PipeWire and WirePlumber.
+    /// A headless GNOME Shell (or mutter alone) with Xwayland, PipeWire and WirePlumber.
     Wayland,
 }
 
@@ -449,7 +449,27 @@ pub async fn up(reg: &Registry, opts: &DesktopOptions) -> Result<DesktopState, D
             },
         );
     })?;
+    if opts.session == Session::Wayland {
+        warm_up(reg, &opts.name).await;
+    }
     Ok(state)
+}
+
+/// Has the agent of Wayland desktop `name` make its remote-desktop session now: a host's
+/// handshake waits only a moment for the screen, and a first session under load took
+/// longer, so the first `env info` said `0x0`. A failure here is the next request's to
+/// report.
+async fn warm_up(reg: &Registry, name: &str) {
+    let screen = match reg
+        .connect(Some(name), crate::env::Deadlines::default())
+        .await
+    {
+        Ok(env) => env.screen_info().await.map(drop).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(why) = screen {
+        tracing::warn!(%why, desktop = name, "the Wayland desktop's screen is not served yet");
+    }
 }
 
 fn tail(text: &str, n: usize) -> String {

@@ -330,7 +330,11 @@ impl Session {
         let refs: Vec<&Task> = cfg.tasks.iter().collect();
         let roles = sets::roles_needed(&refs)?;
         let source = match cfg.envs {
-            Source::Local { size, .. } => Source::Local { count: 1, size },
+            Source::Local { size, session, .. } => Source::Local {
+                count: 1,
+                size,
+                session,
+            },
             Source::Vm { plan, .. } => Source::Vm { plan, count: 1 },
             other => other,
         };

@@ -32,12 +32,15 @@ pub enum Source {
     /// Registered environments (the envs file), one set per `ROLE=ENV,...`.
     Named(Vec<String>),
     /// Local desktops started for the launch: `count` sets of the Linux roles the tasks
-    /// need, at `size`. They end with the launch, and with the process if it dies.
+    /// need, at `size`, in `session`. They end with the launch, and with the process if it
+    /// dies.
     Local {
         /// Environment sets.
         count: usize,
         /// Screen size.
         size: (u32, u32),
+        /// X11 (Xvfb) or Wayland (headless GNOME Shell).
+        session: crate::desktop::Session,
     },
     /// One local desktop of this name for the role `desktop` (one left from before is
     /// stopped first), which outlives the program when `keep` is set: `pincer demo`.
@@ -146,12 +149,16 @@ impl Environments {
         };
         let started = match source {
             Source::Named(specs) => sets::named_sets(reg, specs).await,
-            Source::Local { count, size } => {
+            Source::Local {
+                count,
+                size,
+                session,
+            } => {
                 sets::local_sets(
                     reg,
                     roles,
                     (*count).max(1),
-                    *size,
+                    (*size, *session),
                     tools,
                     &guard.made,
                     progress,

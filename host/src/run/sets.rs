@@ -178,13 +178,13 @@ fn listed(names: &[(usize, String, String)]) -> String {
         .join(", ")
 }
 
-/// Brings up `count` sets of local desktops for the Linux roles the tasks need; with
-/// `allow_tools`, their agents serve API tools (`--allow-tools`).
+/// Brings up `count` sets of local desktops (of `size`, in `session`) for the Linux roles
+/// the tasks need; with `allow_tools`, their agents serve API tools (`--allow-tools`).
 pub(super) async fn local_sets(
     reg: &Registry,
     roles: &BTreeMap<String, Platform>,
     count: usize,
-    size: (u32, u32),
+    (size, session): ((u32, u32), desktop::Session),
     allow_tools: bool,
     made: &Made,
     progress: &(dyn Fn(&str) + Sync),
@@ -197,7 +197,7 @@ pub(super) async fn local_sets(
     ));
     start_sets(roles, count, names, false, |role, name| async move {
         // However the run ends, its desktops end with it.
-        start_desktop(reg, &name, &role, size, allow_tools, true, made).await
+        start_desktop(reg, &name, &role, (size, session), allow_tools, true, made).await
     })
     .await
 }
@@ -208,7 +208,7 @@ async fn start_desktop(
     reg: &Registry,
     name: &str,
     role: &str,
-    size: (u32, u32),
+    (size, session): ((u32, u32), desktop::Session),
     allow_tools: bool,
     lifeline: bool,
     made: &Made,
@@ -227,7 +227,7 @@ async fn start_desktop(
             home: None,
             dial: None,
             lifeline,
-            session: desktop::Session::X11,
+            session,
         },
     )
     .await
@@ -266,7 +266,8 @@ pub(super) async fn one_desktop(
             .await
             .map_err(desktop_error(name, role))?;
     }
-    let env = start_desktop(reg, name, role, size, allow_tools, !keep, made).await?;
+    let screen = (size, desktop::Session::X11);
+    let env = start_desktop(reg, name, role, screen, allow_tools, !keep, made).await?;
     Ok(vec![EnvSet {
         name: "s0".into(),
         envs: [(role.to_owned(), env)].into(),
