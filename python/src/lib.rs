@@ -143,7 +143,8 @@ fn source(
     count: usize,
     (size, session): ((u32, u32), &str),
 ) -> PyResult<Source> {
-    let session: pincer::desktop::Session = session.parse().map_err(PyValueError::new_err)?;
+    let session: pincer::run::launch::DesktopSession =
+        session.parse().map_err(PyValueError::new_err)?;
     Ok(match (sets.is_empty(), vm) {
         (false, Some(_)) => {
             return Err(PyValueError::new_err(

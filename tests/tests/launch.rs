@@ -49,7 +49,7 @@ async fn what_a_launch_started_ends_with_its_guard_and_a_kept_desktop_stays() {
         &Source::Local {
             count: 1,
             size: (800, 600),
-            session: pincer::desktop::Session::X11,
+            session: pincer::run::launch::DesktopSession::X11,
         },
         &roles,
         false,

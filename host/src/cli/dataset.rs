@@ -156,7 +156,7 @@ async fn ground_set(a: GroundArgs, reg: &Registry) -> anyhow::Result<()> {
                     Source::Local {
                         count: 1,
                         size: a.size,
-                        session: pincer::desktop::Session::X11,
+                        session: pincer::run::launch::DesktopSession::X11,
                     }
                 }
             };

@@ -45,7 +45,7 @@ pub(crate) struct McpArgs {
     size: (u32, u32),
     /// The local desktop's graphical session: x11 (Xvfb) or wayland (headless GNOME Shell).
     #[arg(long, default_value = "x11", value_parser = super::desktop::parse_session)]
-    session: pincer::desktop::Session,
+    session: pincer::run::launch::DesktopSession,
 }
 
 pub(crate) async fn run(a: McpArgs, reg: &Registry) -> anyhow::Result<()> {

@@ -76,7 +76,7 @@ pub(crate) async fn run(a: ReplayArgs, reg: &Registry) -> anyhow::Result<()> {
             a.vm.clone(),
             (a.vm_memory, a.vm_cpus),
             1,
-            (a.size, pincer::desktop::Session::X11),
+            (a.size, pincer::run::launch::DesktopSession::X11),
         )?,
     };
     let notes = Arc::new(Mutex::new(Vec::new()));

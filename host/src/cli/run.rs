@@ -3,9 +3,8 @@
 use anyhow::{Context, bail};
 use pincer::agent::correction::Correction;
 use pincer::agent::{Agent, ObservationConfig, Oracle, RandomAgent};
-use pincer::desktop::Session;
 use pincer::env::registry::Registry;
-use pincer::run::launch::{Launch, RunOptions, Signals, Source, VmPlan};
+use pincer::run::launch::{DesktopSession, Launch, RunOptions, Signals, Source, VmPlan};
 use pincer::run::{self, AgentFactory};
 use pincer::rundir::{self, shard::Shard};
 use pincer::task;
@@ -105,7 +104,7 @@ pub(crate) struct RunArgs {
     /// The graphical session of local desktops: x11 (Xvfb) or wayland (a headless GNOME
     /// Shell, as `pincer desktop up --session wayland` starts it).
     #[arg(long, default_value = "x11", value_parser = super::desktop::parse_session)]
-    pub(super) session: Session,
+    pub(super) session: DesktopSession,
     /// What the agent is told of the checkpoints: none (the benchmark as published), step
     /// (each checkpoint's state and what it saw, in every observation) or end (after a
     /// failed attempt, for the next; needs --attempts 2 or more).
@@ -295,7 +294,7 @@ pub(super) fn source(
     vm: Option<String>,
     (memory_mib, cpus): (Option<u32>, u32),
     parallel: usize,
-    (size, session): ((u32, u32), Session),
+    (size, session): ((u32, u32), DesktopSession),
 ) -> anyhow::Result<Source> {
     Ok(match vm {
         _ if !sets.is_empty() => Source::Named(sets),

@@ -24,6 +24,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+pub use crate::desktop::Session as DesktopSession;
 pub use sets::VmPlan;
 
 /// Where a launch's environments come from.
@@ -40,7 +41,7 @@ pub enum Source {
         /// Screen size.
         size: (u32, u32),
         /// X11 (Xvfb) or Wayland (headless GNOME Shell).
-        session: crate::desktop::Session,
+        session: DesktopSession,
     },
     /// One local desktop of this name for the role `desktop` (one left from before is
     /// stopped first), which outlives the program when `keep` is set: `pincer demo`.
