@@ -5,6 +5,8 @@ real apps) through the installed pincer-bench wheel."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +28,14 @@ def pincer_cli() -> Path:
     return cli
 
 
-def completion(record: dict) -> float:
-    """A record's completion rate, as the report counts it."""
-    return record["passed"] / record["total"]
+def python_as_in_a_terminal(script: str) -> subprocess.Popen:
+    """`python -c script` with its stdout piped, started as a terminal starts it: with
+    SIGINT at its default, so Python turns Ctrl-C into KeyboardInterrupt. A shell without
+    job control (CI started in the background) starts children with SIGINT ignored, which
+    Python keeps, and a test sending SIGINT would then wait on a child that never sees it."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )

@@ -181,9 +181,9 @@ def test_an_env_never_closed_stops_its_desktop_at_exit(tmp_path: Path, pincer_cl
 def test_ctrl_c_in_a_step_ends_the_episode_aborted(tmp_path: Path) -> None:
     import json
     import signal
-    import subprocess
-    import sys
     import time
+
+    from conftest import python_as_in_a_terminal
 
     out = tmp_path / "run"
     script = (
@@ -197,7 +197,7 @@ def test_ctrl_c_in_a_step_ends_the_episode_aborted(tmp_path: Path) -> None:
         "    print('interrupted', flush=True)\n"
         "env.close()\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    proc = python_as_in_a_terminal(script)
     try:
         assert proc.stdout.readline().strip() == "stepping"
         time.sleep(0.5)  # into the step

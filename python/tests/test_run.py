@@ -148,7 +148,8 @@ def test_the_cli_comes_with_the_package(pincer_cli: Path) -> None:
 def test_ctrl_c_records_the_run_as_aborted_and_stops_the_desktop(tmp_path: Path, pincer_cli: Path) -> None:
     import signal
     import subprocess
-    import sys
+
+    from conftest import python_as_in_a_terminal
 
     out = tmp_path / "run"
     script = (
@@ -161,7 +162,7 @@ def test_ctrl_c_records_the_run_as_aborted_and_stops_the_desktop(tmp_path: Path,
         "except KeyboardInterrupt:\n"
         "    print('interrupted', flush=True)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    proc = python_as_in_a_terminal(script)
     try:
         assert proc.stdout.readline().strip() == "acting"
         proc.send_signal(signal.SIGINT)
