@@ -327,6 +327,18 @@ for f in pathlib.Path("tasks/osworld-offline").glob("*/*.json"):
     "$P" run --tasks osworld-offline --vm osworld --agent random \
       --out "$osw/offline-random" --no-report | tail -n 5
     python3 tests/osworld/campaign_stats.py "$osw/offline-random/results.jsonl"
+    log "CRAB's Ubuntu tasks on the crab image: every imported task whose templates all have oracles (expect each to pass), then the random agent (expect none)"
+    "$P" image build crab
+    crab="$PINCER_STATE_DIR/crab-bench"
+    rm -rf "$crab"
+    "$P" task import-crab fixtures/crab-benchmark-v0 --out "$crab/all" | tail -n 1
+    python3 -c 'import json, pathlib, shutil, sys
+for f in pathlib.Path(sys.argv[1], "ubuntu").glob("*.json"):
+    if json.loads(f.read_text()).get("oracle"):
+        out = pathlib.Path(sys.argv[2], f.name); out.parent.mkdir(parents=True, exist_ok=True); shutil.copy(f, out)' \
+      "$crab/all" "$crab/solvable"
+    "$P" run --tasks "$crab/solvable" --vm crab --agent oracle --out "$crab/oracle" --no-report | tail -n 7
+    "$P" run --tasks "$crab/solvable" --vm crab --agent random --out "$crab/random" --no-report | tail -n 7
     log "the bundled suite with the oracle: one machine, then 3 shards on a local Slurm cluster"
     runs="$PINCER_STATE_DIR/runs-$(date +%s)"
     start=$(date +%s.%N)

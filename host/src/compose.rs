@@ -11,7 +11,14 @@
 //! drawn from typed pools by a seed, without replacement within an instance, so one template
 //! chain yields unlimited reproducible instances and no two attributes of an instance share
 //! a drawn value.
+//!
+//! A template may carry an oracle fragment: the steps that solve it, with the same
+//! placeholders. A composed task has an oracle when every part has one: the parts'
+//! fragments, filled, one after another in an order the links allow, each step naming the
+//! part's environment role.
 
+use crate::task::compat::CompatCheck;
+use crate::task::oracle::OracleStep;
 use crate::task::steps::Step;
 use crate::task::{Checkpoint, EnvNeed, Limits, Task};
 use include_dir::{Dir, include_dir};
@@ -78,6 +85,16 @@ pub struct Template {
     pub input_setup: Vec<Step>,
     /// The evaluator sub-graph (placeholders allowed in arguments).
     pub checkpoints: Vec<Checkpoint>,
+    /// Steps that solve the sub-task (placeholders allowed in their strings; a run-time
+    /// `{{var}}` of the oracle is written `{{{{var}}}}`). Composed tasks have an oracle
+    /// when all their parts do.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub oracle: Vec<OracleStep>,
+    /// A peer benchmark's own checks of some of the checkpoints, by scoring mode (`crab`),
+    /// where they differ from pincer's (placeholders allowed); composed tasks carry them
+    /// for `pincer run --compat`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub compat: BTreeMap<String, Vec<CompatCheck>>,
     /// Why the template cannot be evaluated offline, if it cannot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsupported: Option<String>,
@@ -531,6 +548,29 @@ pub fn compose_lenient(
             c.after.extend(sinks[from].iter().cloned());
         }
     }
+    let oracle = composed_oracle(parts, edges, envs.len() > 1)?;
+    let mut compat: BTreeMap<String, Vec<CompatCheck>> = BTreeMap::new();
+    for (i, part) in parts.iter().enumerate() {
+        let t = part.template;
+        for (mode, checks) in &t.compat {
+            for c in checks {
+                if !t.checkpoints.iter().any(|k| k.id == c.id) {
+                    return Err(ComposeError::File {
+                        file: t.id.clone(),
+                        message: format!(
+                            "compat.{mode}: '{}' is no checkpoint of the template",
+                            c.id
+                        ),
+                    });
+                }
+                compat.entry(mode.clone()).or_default().push(CompatCheck {
+                    id: format!("s{i}.{}", c.id),
+                    check: c.check.clone(),
+                    args: fill_json(&t.id, &c.args, &part.values)?,
+                });
+            }
+        }
+    }
     Ok(Task {
         id: id.to_owned(),
         instruction: instruction.unwrap_or_else(|| texts.join(" ")),
@@ -544,10 +584,80 @@ pub fn compose_lenient(
         end: Default::default(),
         limits: Limits::default(),
         preconditions: None,
-        oracle: None,
+        oracle,
         origin: None,
         requires: Default::default(),
+        compat,
     })
+}
+
+/// The parts' oracle fragments, filled, in an order the edges allow (each part after the
+/// parts that feed it; otherwise in the parts' order); `None` when a part has none. With
+/// several environments each step names its part's role.
+fn composed_oracle(
+    parts: &[Part<'_>],
+    edges: &[(usize, usize)],
+    name_roles: bool,
+) -> Result<Option<Vec<OracleStep>>, ComposeError> {
+    if parts.iter().any(|p| p.template.oracle.is_empty()) {
+        return Ok(None);
+    }
+    let mut steps = Vec::new();
+    for i in linked_order(parts.len(), edges) {
+        let part = &parts[i];
+        let t = part.template;
+        let role = role_of(t.platform);
+        for step in &t.oracle {
+            let filled = fill_json(
+                &t.id,
+                &serde_json::to_value(step).unwrap_or_default(),
+                &part.values,
+            )?;
+            let mut step: OracleStep =
+                serde_json::from_value(filled).map_err(|e| ComposeError::File {
+                    file: t.id.clone(),
+                    message: format!("oracle: {e}"),
+                })?;
+            if name_roles && let Some(env) = step.env_mut() {
+                *env = Some(role.to_owned());
+            }
+            if let OracleStep::WaitPassed { checkpoint, .. } = &mut step {
+                if !t.checkpoints.iter().any(|c| &c.id == checkpoint) {
+                    return Err(ComposeError::File {
+                        file: t.id.clone(),
+                        message: format!(
+                            "oracle: wait_passed names no checkpoint of the template: '{checkpoint}'"
+                        ),
+                    });
+                }
+                *checkpoint = format!("s{i}.{checkpoint}");
+            }
+            steps.push(step);
+        }
+    }
+    Ok(Some(steps))
+}
+
+/// Part indices with every part after those linked into it (Kahn's algorithm, lowest index
+/// first among the ready ones); parts on a cycle come last, in their order.
+fn linked_order(n: usize, edges: &[(usize, usize)]) -> Vec<usize> {
+    let mut fed_by = vec![0usize; n];
+    for &(_, to) in edges {
+        fed_by[to] += 1;
+    }
+    let mut order = Vec::with_capacity(n);
+    let mut done = vec![false; n];
+    while let Some(i) = (0..n).find(|&i| !done[i] && fed_by[i] == 0) {
+        done[i] = true;
+        order.push(i);
+        for &(from, to) in edges {
+            if from == i {
+                fed_by[to] -= 1;
+            }
+        }
+    }
+    order.extend((0..n).filter(|&i| !done[i]));
+    order
 }
 
 /// A small deterministic generator (SplitMix64): the same seed gives the same instance on
@@ -698,12 +808,20 @@ env = "desktop"
 check = "file_contains"
 args = { path = "{path}", text = "{text}" }
 after = ["exists"]
+[[template.oracle]]
+do = "type"
+text = "echo '{text}' > {path} && echo DONE-${{X}}\n"
+target = { role = "terminal" }
+[[template.oracle]]
+do = "wait_passed"
+checkpoint = "content"
 
 [[template]]
 id = "remove-file"
 platform = "linux"
 description = "Delete {target}."
 attributes = [{ name = "target", type = "file_path" }]
+oracle = [{ do = "type", text = "rm {target}\n" }, { do = "sleep", ms = 100 }]
 [[template.checkpoints]]
 id = "gone"
 env = "desktop"
@@ -715,6 +833,7 @@ id = "answer"
 platform = "android"
 description = "Say {{hi}}."
 attributes = []
+oracle = [{ do = "submit", answer = "hi" }]
 [[template.checkpoints]]
 id = "said"
 check = "answer_contains"
@@ -742,6 +861,14 @@ id = "said"
 check = "answer_contains"
 args = { text = "{text}" }
 "#;
+
+    /// Attribute values from (name, value) pairs.
+    fn values(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
 
     fn cat() -> Catalogue {
         let mut c = Catalogue::default();
@@ -782,6 +909,60 @@ args = { text = "{text}" }
     }
 
     #[test]
+    fn oracle_fragments_compose_in_link_order_and_name_roles() {
+        let c = cat();
+        let remove = Part {
+            template: c.get("remove-file").unwrap(),
+            values: values(&[("target", "~/a b.txt")]),
+        };
+        let make = Part {
+            template: c.get("make-file").unwrap(),
+            values: values(&[("path", "~/a b.txt"), ("text", "x")]),
+        };
+        // Listed after the part it feeds, the maker still solves first; `{{X}}` is a
+        // literal brace for the shell.
+        let task = compose("t", &[remove.clone(), make.clone()], &[(1, 0)], None).unwrap();
+        let oracle = serde_json::to_value(task.oracle.unwrap()).unwrap();
+        assert_eq!(
+            oracle,
+            serde_json::json!([
+                {"do": "type", "text": "echo 'x' > ~/a b.txt && echo DONE-${X}\n", "target": {"role": "terminal"}},
+                {"do": "wait_passed", "checkpoint": "s1.content"},
+                {"do": "type", "text": "rm ~/a b.txt\n"},
+                {"do": "sleep", "ms": 100},
+            ])
+        );
+        // Across platforms each acting step names its part's role.
+        let answer = Part {
+            template: c.get("answer").unwrap(),
+            values: BTreeMap::new(),
+        };
+        let both = compose_lenient("t", &[make, answer, remove], &[], None).unwrap();
+        let envs: Vec<Option<String>> = both
+            .oracle
+            .unwrap()
+            .iter_mut()
+            .map(|s| s.env_mut().and_then(|e| e.clone()))
+            .collect();
+        assert_eq!(
+            envs,
+            [
+                Some("desktop".into()),
+                None,
+                None,
+                Some("desktop".into()),
+                None
+            ]
+        );
+        // A part without a fragment leaves the task without an oracle.
+        let moved = Part {
+            template: c.get("move-file").unwrap(),
+            values: values(&[("from", "~/a"), ("to", "~/b")]),
+        };
+        assert!(compose("t", &[moved], &[], None).unwrap().oracle.is_none());
+    }
+
+    #[test]
     fn seeds_are_reproducible_and_vary() {
         let c = cat();
         let a = generate(&c, &["make-file"], 1, None).unwrap();
@@ -805,12 +986,6 @@ args = { text = "{text}" }
     #[test]
     fn compose_enforces_the_type_rule_and_the_lenient_variant_does_not() {
         let c = cat();
-        let values = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect()
-        };
         let parts = [
             Part {
                 template: c.get("remove-file").unwrap(),

@@ -50,6 +50,22 @@ pub fn dial_in_host(
     (listener, host, token_file)
 }
 
+/// CRAB's Benchmark-v0 files (`fixtures/crab-benchmark-v0`) imported with `pincer task
+/// import-crab` into the sandbox's `name`; returns that folder (`ubuntu/`, `android/`,
+/// `cross/` in it).
+pub fn import_crab(sb: &Sandbox, name: &str) -> PathBuf {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/crab-benchmark-v0");
+    let out = sb.path().join(name);
+    sb.pincer_ok(&[
+        "task",
+        "import-crab",
+        fixtures.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    out
+}
+
 /// Writes an OSWorld task folder (`examples/<domain>/<id>.json` and `test_all.json`, in the
 /// sandbox, under a name with a space and non-ASCII) of tasks with these evaluators and no
 /// setup, and imports it with `pincer task import-osworld`; returns the imported folder.

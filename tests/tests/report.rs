@@ -377,6 +377,7 @@ fn write_run(dir: &Path) {
             passed: passing,
             final_passed: Some(passing),
             score: None,
+            compat: None,
             total: n,
             actions: t.steps,
             usage,

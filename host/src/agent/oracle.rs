@@ -249,6 +249,26 @@ impl Agent for Oracle {
                     self.pressed_again = None;
                     return self.act(obs).await;
                 }
+                OracleStep::WaitPassed {
+                    checkpoint,
+                    timeout_ms,
+                } => match obs.checkpoints.iter().find(|(id, _)| id == checkpoint) {
+                    None => {
+                        return Err(AgentError::Oracle(format!(
+                            "step {}: the task has no checkpoint '{checkpoint}'",
+                            self.next + 1
+                        )));
+                    }
+                    Some((_, false)) => {
+                        let limit = Duration::from_millis(timeout_ms.unwrap_or(20_000));
+                        return self.wait_for(format!("checkpoint {checkpoint} to pass"), limit);
+                    }
+                    Some((_, true)) => {
+                        self.next += 1;
+                        self.waiting_since = None;
+                        return self.act(obs).await;
+                    }
+                },
                 OracleStep::Read {
                     env,
                     target,
@@ -361,8 +381,8 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn after_its_last_step_the_oracle_waits_for_the_checkpoints_before_saying_done() {
+    /// An oracle that began a one-desktop task with these steps.
+    fn begun(steps: Vec<OracleStep>) -> Oracle {
         let mut o = Oracle::default();
         let brief = TaskBrief {
             id: "t".into(),
@@ -370,10 +390,16 @@ mod tests {
             tools: Vec::new(),
             roles: [("desktop".to_owned(), Platform::Linux)].into(),
             env_names: Default::default(),
-            oracle: Some(vec![OracleStep::Sleep { ms: 1 }]),
+            oracle: Some(steps),
             max_steps: 10,
         };
         o.begin(&brief).unwrap();
+        o
+    }
+
+    #[tokio::test]
+    async fn after_its_last_step_the_oracle_waits_for_the_checkpoints_before_saying_done() {
+        let mut o = begun(vec![OracleStep::Sleep { ms: 1 }]);
         let mut obs = observation(UiNode::default());
         obs.checkpoints = vec![("a".into(), true), ("b".into(), false)];
         let first = o.act(&obs).await.unwrap();
@@ -388,5 +414,38 @@ mod tests {
         o.waiting_since = Some(Instant::now() - SETTLE);
         let done = o.act(&obs).await.unwrap();
         assert_eq!(done.actions, [AgentAction::Complete]);
+    }
+
+    #[tokio::test]
+    async fn wait_passed_waits_for_its_checkpoint_then_goes_on() {
+        let mut o = begun(vec![
+            OracleStep::WaitPassed {
+                checkpoint: "app-up".into(),
+                timeout_ms: None,
+            },
+            OracleStep::Key {
+                env: None,
+                key: "escape".into(),
+            },
+            OracleStep::WaitPassed {
+                checkpoint: "typo".into(),
+                timeout_ms: None,
+            },
+        ]);
+        let mut obs = observation(UiNode::default());
+        obs.checkpoints = vec![("app-up".into(), false)];
+        let waiting = o.act(&obs).await.unwrap();
+        assert!(
+            matches!(waiting.actions[..], [AgentAction::Wait { .. }]),
+            "{waiting:?}"
+        );
+        obs.checkpoints = vec![("app-up".into(), true)];
+        let next = o.act(&obs).await.unwrap();
+        assert!(
+            matches!(&next.actions[..], [AgentAction::Key { key, .. }] if key == "escape"),
+            "{next:?}"
+        );
+        let e = o.act(&obs).await.unwrap_err();
+        assert!(e.to_string().contains("no checkpoint 'typo'"), "{e}");
     }
 }

@@ -131,6 +131,13 @@ pub(crate) struct RunArgs {
     /// with why, as are tasks whose files are missing or that use what pincer lacks.
     #[arg(long)]
     pub(super) allow_network: bool,
+    /// Score as a peer benchmark scores: `crab` reproduces CRAB's own scores on tasks
+    /// imported from CRAB (its checks where they differ from pincer's; its harness: the
+    /// first failed action or evaluator error ends the task, a wait is a step, `complete`
+    /// ends it unevaluated, nothing passed is looked at again). Records and the summary say
+    /// which scoring made them.
+    #[arg(long, value_name = "crab")]
+    pub(super) compat: Option<task::compat::Compat>,
     /// Do not write the HTML/Markdown report at the end.
     #[arg(long)]
     pub(super) no_report: bool,
@@ -332,6 +339,7 @@ pub(super) fn options(a: &RunArgs, out: PathBuf) -> anyhow::Result<RunOptions> {
             .clone()
             .unwrap_or_else(pincer::peers::osworld::cache::default_dir),
         allow_network: a.allow_network,
+        compat: a.compat,
     })
 }
 
@@ -383,6 +391,9 @@ pub(crate) fn shard_args(a: &RunArgs, tasks: &str, out: &std::path::Path) -> Vec
     }
     if let Some((w, h)) = a.max_size {
         push("--max-size", format!("{w}x{h}"));
+    }
+    if let Some(mode) = a.compat {
+        push("--compat", mode.to_string());
     }
     push("--size", format!("{}x{}", a.size.0, a.size.1));
     push("--out", out.display().to_string());

@@ -137,6 +137,10 @@ pub(crate) enum TaskCmd {
         /// --no-setup it only times the checks on the state as it is.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         repeat: u32,
+        /// Judge as a peer benchmark judges: `crab` uses CRAB's own checks where they differ
+        /// from pincer's (tasks imported from CRAB only).
+        #[arg(long, value_name = "crab")]
+        compat: Option<task::compat::Compat>,
     },
 }
 
@@ -412,6 +416,7 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
             json,
             assets,
             repeat,
+            compat,
         } => {
             let mut events: Vec<AgentEvent> = answer
                 .map(|text| AgentEvent::Answer { text })
@@ -426,7 +431,7 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
             let set = tasks.load()?;
             let assets = assets.unwrap_or_else(pincer::peers::osworld::cache::default_dir);
             let lib = pincer::peers::library(&assets);
-            let checking = Checking::connect(reg, &set, &id, &bind, &lib, assets).await?;
+            let checking = Checking::connect(reg, &set, &id, &bind, &lib, assets, compat).await?;
             if json {
                 checking.json(!no_setup, &log).await?;
             } else if repeat == 1 {
@@ -440,25 +445,30 @@ pub(crate) async fn run(cmd: TaskCmd, reg: &Registry) -> anyhow::Result<()> {
 }
 
 /// A task bound to live environments, for `pincer task check`.
-struct Checking<'a> {
-    task: &'a Task,
+struct Checking {
+    /// The task, as the scoring mode judges it.
+    task: Task,
     graph: Graph,
     envs: Envs,
     /// The asset cache setups put files from (OSWorld's file cache).
     assets: PathBuf,
 }
 
-impl<'a> Checking<'a> {
+impl Checking {
     async fn connect(
         reg: &Registry,
-        set: &'a TaskSet,
+        set: &TaskSet,
         id: &str,
         bind: &[String],
         lib: &Library,
         assets: PathBuf,
+        compat: Option<task::compat::Compat>,
     ) -> anyhow::Result<Self> {
-        let task = find(set, id)?;
-        let graph = Graph::build(task, lib)?;
+        let task = match compat {
+            Some(mode) => find(set, id)?.scored_as(mode)?,
+            None => find(set, id)?.clone(),
+        };
+        let graph = Graph::build(&task, lib)?;
         let mut binds: BTreeMap<String, String> = BTreeMap::new();
         for b in bind {
             let (role, env) = b

@@ -425,6 +425,7 @@ mod tests {
             final_images: Vec::new(),
             retried: vec![],
             score: None,
+            compat: None,
             tool_calls: 0,
         }
     }

@@ -289,7 +289,11 @@ impl Graph {
         let oracle = task
             .oracle
             .as_deref()
-            .map_or(Ok(()), crate::task::oracle::check)
+            .map_or(Ok(()), |steps| {
+                let ids: Vec<&str> = task.checkpoints.iter().map(|c| c.id.as_str()).collect();
+                crate::task::oracle::check(steps)
+                    .and_then(|()| crate::task::oracle::check_checkpoints(steps, &ids))
+            })
             .err()
             .map(|e| (task.id.clone(), e));
         match (graph, oracle) {

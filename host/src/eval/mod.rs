@@ -166,6 +166,8 @@ pub enum AgentEvent {
     },
     /// The agent said it was done.
     Done,
+    /// The agent chose to wait (CRAB counts it as its root environment's action).
+    Wait,
     /// The agent said the task cannot be done.
     Infeasible {
         /// Why, in its words.
@@ -195,7 +197,10 @@ impl AgentLog {
     pub fn answer(&self) -> Option<&str> {
         self.events.iter().rev().find_map(|e| match e {
             AgentEvent::Answer { text } => Some(text.as_str()),
-            AgentEvent::Action { .. } | AgentEvent::Done | AgentEvent::Infeasible { .. } => None,
+            AgentEvent::Action { .. }
+            | AgentEvent::Done
+            | AgentEvent::Wait
+            | AgentEvent::Infeasible { .. } => None,
         })
     }
 }

@@ -647,9 +647,11 @@ name = "pincer"
         }
         for n in names {
             let l = load(&n).unwrap_or_else(|e| panic!("{n}: {e}"));
-            // OSWorld's tasks assume its user and password.
+            // OSWorld's tasks assume its user and password, CRAB's its user `crab`.
             let user = if n.contains("osworld") {
                 "user"
+            } else if n == "crab" {
+                "crab"
             } else {
                 "pincer"
             };

@@ -492,6 +492,7 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
     };
     let never = AtomicBool::new(false);
     let ctx = Context {
+        compat: None,
         end: None,
         assets: None,
         set: cfg.set,

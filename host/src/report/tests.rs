@@ -61,6 +61,7 @@ fn record(
         final_images: Vec::new(),
         retried: vec![],
         score: None,
+        compat: None,
         tool_calls: 0,
     }
 }
@@ -535,6 +536,7 @@ fn graded_runs_get_their_score_by_domain() {
     let mut results = JsonlWriter::append(&dir.path().join("results.jsonl")).unwrap();
     let graded = |task: &str, t: Termination, score: f64| TaskRecord {
         score: Some(score),
+        compat: None,
         ..record(task, 0, PlatformClass::SingleDesktop, t, 1, 1)
     };
     for rec in [

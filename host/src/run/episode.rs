@@ -156,6 +156,7 @@ impl Episode {
         let run = tokio::spawn(async move {
             let mut agent = Outside { name: agent, to };
             let ctx = task::Context {
+                compat: None,
                 end: None,
                 assets: Some(&assets),
                 set: &set,

@@ -17,6 +17,7 @@ use crate::agent::observe::ObservationConfig;
 use crate::env::registry::Registry;
 use crate::rundir::shard::{self, Shard};
 use crate::rundir::{Identity, TaskRecord};
+use crate::task::compat::Compat;
 use crate::task::{EndRule, Task};
 use pincer_shared::Platform;
 use std::collections::BTreeMap;
@@ -316,6 +317,9 @@ pub struct RunOptions {
     /// Run tasks that need the live web too (`--allow-network`); the run's header then
     /// says it was not hermetic.
     pub allow_network: bool,
+    /// Score as a peer benchmark does (`--compat crab`): its predicates and harness rules;
+    /// the run's header and every record say so.
+    pub compat: Option<Compat>,
 }
 
 impl RunOptions {
@@ -333,6 +337,7 @@ impl RunOptions {
             end: None,
             assets: crate::peers::osworld::cache::default_dir(),
             allow_network: false,
+            compat: None,
         }
     }
 
@@ -346,6 +351,13 @@ impl RunOptions {
                 "video at {fps} frames a second: give 1 to {most}"
             )));
         }
+        if let Some(mode) = self.compat
+            && (self.correction != Correction::default() || self.end.is_some())
+        {
+            return Err(RunError::BadOption(format!(
+                "--compat {mode} runs each task once under CRAB's own rules: leave out --feedback, --attempts and --end"
+            )));
+        }
         Ok(())
     }
 
@@ -354,6 +366,7 @@ impl RunOptions {
         Identity {
             end: self.end,
             network: self.allow_network,
+            compat: self.compat,
             ..Identity::new(
                 agent,
                 tasks,
@@ -422,6 +435,15 @@ impl Launch {
                  run tasks that need the web on local desktops or registered environments"
                     .into(),
             ));
+        }
+        // Scored as a peer scores: every task must be the peer's, with its checks in.
+        if let Some(mode) = self.options.compat {
+            self.tasks = self
+                .tasks
+                .iter()
+                .map(|t| t.scored_as(mode))
+                .collect::<Result<_, _>>()
+                .map_err(|e| RunError::BadOption(e.to_string()))?;
         }
         // Tasks that cannot run here are said and left out before anything starts.
         let (tasks, skipped) = crate::peers::runnable(

@@ -469,6 +469,7 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
                 loop {
                     let mut agent = (cfg.agent)(seed)?;
                     let ctx = task::Context {
+                        compat: cfg.options.compat,
                         end: cfg.options.end,
                         assets: Some(&cfg.options.assets),
                         set: &set,
@@ -573,6 +574,9 @@ pub fn summary_table(records: &[TaskRecord]) -> String {
             .map(|(t, n)| format!("{t} {n}"))
             .collect();
         let _ = writeln!(out, "terminations: {}", ends.join(", "));
+    }
+    if let Some(line) = crate::task::compat::summary(records) {
+        let _ = writeln!(out, "{line}");
     }
     let attempts = records.iter().map(TaskRecord::attempt).max().unwrap_or(1);
     if attempts > 1 {

@@ -16,6 +16,7 @@ use crate::eval::{AgentEvent, AgentLog};
 use crate::metrics::Termination;
 use crate::observe;
 use crate::rundir::{Attempt, ImageRef, JsonlWriter, StepRecord, TaskRecord, Timing};
+use crate::task::compat::{Compat, CompatEnding};
 use crate::task::{EndRule, Task, steps};
 use crate::video::{Recent, Recorder};
 use pincer_shared::setup::ExitStatus;
@@ -56,6 +57,9 @@ pub struct Context<'a> {
     pub end: Option<EndRule>,
     /// The asset cache that `put_asset` steps read (`--assets`).
     pub assets: Option<&'a Path>,
+    /// Score as a peer benchmark does (`--compat crab`): its harness rules here, its
+    /// predicates in the task (`Task::scored_as`).
+    pub compat: Option<Compat>,
 }
 
 impl std::fmt::Debug for Context<'_> {
@@ -171,7 +175,11 @@ async fn run_attempt(
     r.stop_videos(videos).await;
     drop(recents);
     let end = r.finalize(end).await;
-    let end = r.final_check(end).await;
+    // CRAB latches what passed and never looks again.
+    let end = match r.ctx.compat {
+        Some(Compat::Crab) => end,
+        None => r.final_check(end).await,
+    };
     r.teardown().await;
     r.record(&agent.name(), seed, end)
 }
@@ -449,10 +457,7 @@ impl<'a> TaskRun<'a> {
         agent
             .begin(&brief)
             .map_err(|e| End::new(Termination::AgentError, e.to_string()))?;
-        let mut turn = Turn {
-            feedback: told,
-            ..Turn::default()
-        };
+        let mut turn = Turn::new(told, self.ctx.compat);
         // The views taken while the last action was evaluated (both only read the state
         // the action left), so a step costs the longer of the two, not their sum.
         let mut seen_already = None;
@@ -721,12 +726,25 @@ impl<'a> TaskRun<'a> {
                 self.task.limits.max_steps,
                 action.describe()
             ));
+            let crab = self.ctx.compat == Some(Compat::Crab);
+            if crab && matches!(action, AgentAction::Infeasible { .. }) {
+                record
+                    .results
+                    .push("invalid: CRAB has no infeasible action".into());
+                return Some(End::new(
+                    Termination::InvalidAction,
+                    "CRAB's agents have no action to call a task infeasible".to_owned(),
+                ));
+            }
             let t = Instant::now();
             let outcome =
                 execute(action, self.ctx.set, self.offered(), &marks, &mut self.log).await;
-            // A wait is the agent's choice to idle, not harness time, nor a step.
+            // A wait is the agent's choice to idle, not harness time, nor a step (CRAB
+            // counts it as one).
             if !matches!(action, AgentAction::Wait { .. }) {
                 record.timing.act_ms += t.elapsed().as_secs_f64() * 1000.0;
+                self.actions_done += 1;
+            } else if crab {
                 self.actions_done += 1;
             }
             if matches!(action, AgentAction::Tool { .. }) {
@@ -758,6 +776,16 @@ impl<'a> TaskRun<'a> {
                     return Some(e);
                 }
             }
+            // CRAB ends the task on `complete` without evaluating it.
+            if crab && matches!(action, AgentAction::Complete) {
+                let (p, n) = self.evaluator.counts();
+                return Some(End::new(
+                    Termination::FalseCompletion,
+                    format!(
+                        "the agent said it was done with {p} of {n} checkpoints passed (CRAB ends the task there, unevaluated)"
+                    ),
+                ));
+            }
             let t = Instant::now();
             let step = self.actions_done.max(1);
             let report = if last {
@@ -779,6 +807,19 @@ impl<'a> TaskRun<'a> {
                 Err(e) => return Some(step_error(e)),
             }
             if let Some(end) = after_action(action, &self.evaluator, self.rule()) {
+                // CRAB checks its step limit after success, and its label wins.
+                if crab
+                    && end.termination == Termination::Success
+                    && self.actions_done >= self.task.limits.max_steps
+                {
+                    return Some(End::new(
+                        Termination::StepLimit,
+                        format!(
+                            "{} actions (the graph completed on the last one)",
+                            self.actions_done
+                        ),
+                    ));
+                }
                 return Some(end);
             }
         }
@@ -898,6 +939,10 @@ impl<'a> TaskRun<'a> {
             final_images: std::mem::take(&mut self.final_images),
             retried: Vec::new(),
             score: self.evaluator.score(),
+            compat: self
+                .ctx
+                .compat
+                .map(|mode| CompatEnding::new(mode, end.termination)),
         }
     }
 }
@@ -935,10 +980,27 @@ async fn observe_all(ctx: &Context<'_>, task: &Task) -> Vec<Result<View, observe
 
 /// What carries over from one decision to the next: feedback on what went wrong, and how
 /// many unusable actions came in a row.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Turn {
     feedback: Vec<String>,
     invalid_streak: u32,
+    /// How many unusable actions in a row end the run.
+    invalid_limit: u32,
+}
+
+impl Turn {
+    /// The first turn, the agent first told `told`; CRAB ends a task on its first action
+    /// that fails.
+    fn new(told: Vec<String>, compat: Option<Compat>) -> Self {
+        Self {
+            feedback: told,
+            invalid_streak: 0,
+            invalid_limit: match compat {
+                Some(Compat::Crab) => 1,
+                None => MAX_INVALID_STREAK,
+            },
+        }
+    }
 }
 
 impl Turn {
@@ -947,7 +1009,7 @@ impl Turn {
     fn invalid(&mut self, feedback: String, why: String) -> Option<End> {
         self.feedback.push(feedback);
         self.invalid_streak += 1;
-        (self.invalid_streak >= MAX_INVALID_STREAK)
+        (self.invalid_streak >= self.invalid_limit)
             .then(|| End::new(Termination::InvalidAction, why))
     }
 }
@@ -1142,6 +1204,7 @@ async fn execute(
     match action {
         AgentAction::Wait { seconds } => {
             tokio::time::sleep(Duration::from_secs_f64(seconds.clamp(0.0, 10.0))).await;
+            log.events.push(AgentEvent::Wait);
             return Ok(None);
         }
         AgentAction::Submit { answer } => {
@@ -1523,8 +1586,10 @@ mod tests {
     }
 
     #[test]
-    fn three_unusable_actions_in_a_row_end_the_run() {
-        let mut turn = Turn::default();
+    fn unusable_actions_end_the_run_after_three_in_a_row_or_under_crab_the_first() {
+        let mut crab = Turn::new(Vec::new(), Some(Compat::Crab));
+        assert!(crab.invalid("one".into(), "bad".into()).is_some());
+        let mut turn = Turn::new(Vec::new(), None);
         assert!(turn.invalid("one".into(), "bad".into()).is_none());
         assert!(turn.invalid("two".into(), "bad".into()).is_none());
         let end = turn.invalid("three".into(), "bad json".into()).unwrap();
@@ -1581,6 +1646,7 @@ mod tests {
             retried: vec![],
             tool_calls: 0,
             score: None,
+            compat: None,
         };
         let bare = told_after(&rec, 1, Correction::new(Feedback::None, 3).unwrap());
         assert_eq!(

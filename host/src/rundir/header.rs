@@ -45,6 +45,10 @@ pub struct Identity {
     /// hermetic. Written only when set.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub network: bool,
+    /// The peer benchmark the run scored as (`--compat crab`), if any. Written only when
+    /// set; a run is resumed only under the same scoring.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compat: Option<crate::task::compat::Compat>,
 }
 
 impl Identity {
@@ -72,6 +76,7 @@ impl Identity {
             correction,
             end: None,
             network: false,
+            compat: None,
         }
     }
 
@@ -125,6 +130,12 @@ impl Identity {
                 e.map_or("each task's end rule".into(), |e| format!("--end {e}"))
             };
             diffs.push(format!("{} (here: {})", e(self.end), e(other.end)));
+        }
+        if self.compat != other.compat {
+            let c = |c: Option<crate::task::compat::Compat>| {
+                c.map_or("pincer's own scoring".into(), |c| format!("--compat {c}"))
+            };
+            diffs.push(format!("{} (here: {})", c(self.compat), c(other.compat)));
         }
         if self.network != other.network {
             let n = |on: bool| if on { "--allow-network" } else { "no network" };
@@ -259,8 +270,17 @@ mod tests {
             correction: Correction::default(),
             end: None,
             network: false,
+            compat: None,
         };
         assert_eq!(a.difference(&a.clone()), None);
+        let crab = Identity {
+            compat: Some(crate::task::compat::Compat::Crab),
+            ..a.clone()
+        };
+        assert_eq!(
+            crab.difference(&a).as_deref(),
+            Some("--compat crab (here: pincer's own scoring)")
+        );
         let retried = Identity {
             correction: Correction::new(Feedback::End, 3).unwrap(),
             ..a.clone()

@@ -69,6 +69,10 @@ pub struct TaskRecord {
     /// (final checkpoints: a peer benchmark's metric); `None` for the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub score: Option<f64>,
+    /// For a run scored as a peer benchmark scores (`--compat crab`): the peer's label for
+    /// how it ended and whether the peer counts it a success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compat: Option<crate::task::compat::CompatEnding>,
 }
 
 impl TaskRecord {
@@ -309,6 +313,7 @@ mod tests {
             retried: vec![],
             tool_calls: 0,
             score: None,
+            compat: None,
         };
         w.write(&rec).unwrap();
         drop(w);

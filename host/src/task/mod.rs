@@ -3,6 +3,7 @@
 //! TOML; their JSON Schema is generated from these types (`pincer task schema`), and a bad
 //! file is reported with the file, the path inside it and what was expected.
 
+pub mod compat;
 mod load;
 pub mod oracle;
 pub mod selector;
@@ -72,6 +73,10 @@ pub struct Task {
     /// task before it starts and say why; it is never scored.
     #[serde(default, skip_serializing_if = "Requires::is_empty")]
     pub requires: Requires,
+    /// A peer benchmark's own checks of some checkpoints, by scoring mode (`crab`), where
+    /// they differ from pincer's: `pincer run --compat crab` scores with them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub compat: BTreeMap<String, Vec<compat::CompatCheck>>,
 }
 
 /// What a task needs beyond an environment of its platform.

@@ -96,6 +96,16 @@ pub enum OracleStep {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_ms: Option<u64>,
     },
+    /// Wait until one of the task's checkpoints has passed, as a person waits to see an
+    /// app come up before going on: the evaluator must see a state (a window active, a
+    /// program running) that the next steps change.
+    WaitPassed {
+        /// The checkpoint's id.
+        checkpoint: String,
+        /// Give up after this long (default 20 s).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+    },
     /// Wait a fixed time.
     Sleep {
         /// Milliseconds.
@@ -158,6 +168,23 @@ pub fn fill(text: &str, vars: &std::collections::BTreeMap<String, String>) -> St
 }
 
 impl OracleStep {
+    /// The environment role the step acts in, for steps that act in one.
+    pub fn env_mut(&mut self) -> Option<&mut Option<String>> {
+        match self {
+            Self::Click { env, .. }
+            | Self::Type { env, .. }
+            | Self::Key { env, .. }
+            | Self::WaitFor { env, .. }
+            | Self::Read { env, .. } => Some(env),
+            Self::Sleep { .. }
+            | Self::WaitPassed { .. }
+            | Self::Tool { .. }
+            | Self::Submit { .. }
+            | Self::Complete
+            | Self::Infeasible { .. } => None,
+        }
+    }
+
     /// The selector the step finds its node by, if any.
     fn selector(&self) -> Option<&Selector> {
         match self {
@@ -180,6 +207,14 @@ impl OracleStep {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum OracleError {
+    /// A `wait_passed` step names a checkpoint the task does not have.
+    #[error("oracle step {step} waits for checkpoint '{id}', which the task does not have")]
+    NoCheckpoint {
+        /// The step.
+        step: usize,
+        /// The checkpoint it names.
+        id: String,
+    },
     /// A selector asks for node attributes, which agents' views leave out.
     #[error(
         "oracle step {0} selects by `attributes`, which agents' views leave out (reading them costs a call a node): select by role, name, text or states"
@@ -250,9 +285,36 @@ pub fn check(steps: &[OracleStep]) -> Result<(), OracleError> {
     Ok(())
 }
 
+/// Checks that the checkpoints a solution waits for (`wait_passed`) are the task's.
+pub fn check_checkpoints(steps: &[OracleStep], ids: &[&str]) -> Result<(), OracleError> {
+    match steps.iter().enumerate().find_map(|(i, s)| match s {
+        OracleStep::WaitPassed { checkpoint, .. } if !ids.contains(&checkpoint.as_str()) => {
+            Some((i + 1, checkpoint))
+        }
+        _ => None,
+    }) {
+        Some((step, id)) => Err(OracleError::NoCheckpoint {
+            step,
+            id: id.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wait_passed_must_name_a_checkpoint_of_the_task() {
+        let s = steps(r#"[{"do": "wait_passed", "checkpoint": "saved"}]"#);
+        assert_eq!(check_checkpoints(&s, &["opened", "saved"]), Ok(()));
+        let e = check_checkpoints(&s, &["opened"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "oracle step 1 waits for checkpoint 'saved', which the task does not have"
+        );
+    }
 
     fn steps(json: &str) -> Vec<OracleStep> {
         serde_json::from_str(json).expect("oracle steps")

@@ -270,6 +270,23 @@ const ODF_TEXT: Vocabulary = Vocabulary {
     line_break: &[b"text:line-break"],
 };
 
+/// What CRAB's check of a pasted document reads (odfpy's `text.P` elements): paragraphs,
+/// not headings.
+const ODF_CRAB_TEXT: Vocabulary = Vocabulary {
+    paragraph: &[b"text:p"],
+    ..ODF_TEXT
+};
+
+/// The text CRAB's `verify_odt_file_content_with_clipboard` compares: every `text:p`
+/// paragraph's text (line breaks as newlines, spaces and tabs as written; headings left
+/// out), joined by newlines.
+pub(crate) fn crab_odt_text(bytes: &[u8]) -> Result<String, DocError> {
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+        .map_err(|e| DocError::Archive(e.to_string()))?;
+    let content = read_part(&mut zip, "content.xml")?;
+    Ok(paragraphs(&content, "content.xml", &ODF_CRAB_TEXT)?.join("\n"))
+}
+
 const DOCX_TEXT: Vocabulary = Vocabulary {
     paragraph: &[b"w:p"],
     text_run: Some(b"w:t"),
@@ -486,7 +503,7 @@ fn odf_sheets(xml: &str) -> Result<Vec<Sheet>, DocError> {
 }
 
 /// The file's bytes, or the verdict to give when there are none to judge.
-fn file_bytes<'a>(
+pub(super) fn file_bytes<'a>(
     r: &'a ProbeResult,
     path: &str,
 ) -> Result<Result<&'a FileContent, Verdict>, EvalError> {
@@ -514,7 +531,7 @@ fn document(r: &ProbeResult, path: &str) -> Result<Result<Document, Verdict>, Ev
     })
 }
 
-fn read_probe(path: &str) -> Probe {
+pub(super) fn read_probe(path: &str) -> Probe {
     Probe::ReadFile {
         path: path.to_owned(),
         max_len: MAX_INLINE_FILE,
@@ -994,28 +1011,8 @@ pub(super) fn register(lib: &mut Library) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::replies::archive;
     use super::*;
-    use std::io::Write as _;
-
-    /// A zip archive from (name, text) parts, stored the way LibreOffice stores them: the
-    /// `mimetype` first and uncompressed, the XML deflated.
-    fn archive(parts: &[(&str, &str)]) -> Vec<u8> {
-        let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-        for (name, text) in parts {
-            let method = if *name == "mimetype" {
-                zip::CompressionMethod::Stored
-            } else {
-                zip::CompressionMethod::Deflated
-            };
-            w.start_file(
-                *name,
-                zip::write::SimpleFileOptions::default().compression_method(method),
-            )
-            .unwrap();
-            w.write_all(text.as_bytes()).unwrap();
-        }
-        w.finish().unwrap().into_inner()
-    }
 
     #[test]
     fn odt_paragraphs_keep_spaces_tabs_entities_and_order() {

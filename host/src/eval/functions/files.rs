@@ -247,13 +247,13 @@ impl Check for FileText {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct CopiedArgs {
+pub(super) struct CopiedArgs {
     /// Directory the files come from.
-    source_dir: String,
+    pub(super) source_dir: String,
     /// Directory they must be copied to.
-    target_dir: String,
+    pub(super) target_dir: String,
     /// File extension without the dot ("ods").
-    extension: String,
+    pub(super) extension: String,
 }
 
 /// Every file of an extension in one directory also in another, with the same size.

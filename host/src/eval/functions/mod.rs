@@ -7,6 +7,7 @@
 
 mod agent;
 mod android;
+mod crab;
 mod documents;
 mod files;
 mod logic;
@@ -110,6 +111,7 @@ impl Library {
         documents::register(&mut lib);
         media::register(&mut lib);
         android::register(&mut lib);
+        crab::register(&mut lib);
         lib
     }
 
@@ -349,6 +351,27 @@ mod replies {
             bytes: bytes.to_vec(),
             total_size: bytes.len() as u64,
         })))
+    }
+
+    /// A zip archive from (name, text) parts, stored the way LibreOffice stores them: the
+    /// `mimetype` first and uncompressed, the XML deflated.
+    pub(super) fn archive(parts: &[(&str, &str)]) -> Vec<u8> {
+        use std::io::Write as _;
+        let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        for (name, text) in parts {
+            let method = if *name == "mimetype" {
+                zip::CompressionMethod::Stored
+            } else {
+                zip::CompressionMethod::Deflated
+            };
+            w.start_file(
+                *name,
+                zip::write::SimpleFileOptions::default().compression_method(method),
+            )
+            .unwrap();
+            w.write_all(text.as_bytes()).unwrap();
+        }
+        w.finish().unwrap().into_inner()
     }
 
     /// The verdict of the function `name` with `args` on `replies`, with an empty log.

@@ -397,6 +397,7 @@ pub fn convert(domain: &str, t: &OsTask, original: serde_json::Value, cache: &Pa
             unsupported: unsupported.clone(),
             apps: apps_started(t),
         },
+        compat: Default::default(),
     };
     Imported {
         task,
