@@ -640,11 +640,12 @@ impl Agent for PyAgent {
 /// frames a second (`pincer run --video`; needs ffmpeg). `end` is `pincer run --end`:
 /// "agent" (only the agent ends a task run, then the final state decides) or "sinks"
 /// (default: each task's own rule). `assets` is `--assets` (the asset cache, OSWorld's
-/// file cache for imported OSWorld tasks) and `allow_network` `--allow-network` (tasks that
+/// file cache for imported OSWorld tasks), `compat` is `--compat` ("crab": CRAB's tasks
+/// scored as CRAB's own code scores them) and `allow_network` `--allow-network` (tasks that
 /// need the live web run too). Tasks that cannot run here are left out, each said on
 /// stderr and listed in the run's `skipped.json`. Returns {"out", "records", "report"}.
 #[pyfunction]
-#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), session="x11", out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=None, vm_cpus=2, feedback="none", attempts=1, tools=false, video=None, end=None, assets=None, allow_network=false))]
+#[pyo3(signature = (tasks, agent, task_ids=None, sets=None, parallel=1, repeat=1, seed=0, observe="marks", max_size=None, size=(1920, 1080), session="x11", out=None, resume=false, report=true, name="callable", envs=None, vm=None, vm_memory=None, vm_cpus=2, feedback="none", attempts=1, tools=false, video=None, end=None, assets=None, allow_network=false, compat=None))]
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
@@ -674,6 +675,7 @@ fn run(
     end: Option<&str>,
     assets: Option<PathBuf>,
     allow_network: bool,
+    compat: Option<&str>,
 ) -> PyResult<Py<PyAny>> {
     if !agent.bind(py).is_callable() {
         return Err(PyValueError::new_err(
@@ -731,6 +733,10 @@ fn run(
                 .transpose()
                 .map_err(PyValueError::new_err)?,
             allow_network,
+            compat: compat
+                .map(str::parse)
+                .transpose()
+                .map_err(PyValueError::new_err)?,
             ..options
         },
         signals: Signals::Caller(cancel.clone()),

@@ -186,3 +186,31 @@ def test_the_runner_starts_gnome_wayland_desktops_of_its_own(tmp_path: Path) -> 
     with pytest.raises(ValueError, match="sway"):
         pb.run("demo", agent, task_ids=["terminal-make-project"], session="sway",
                out=str(tmp_path / "refused"))
+
+
+def test_compat_crab_scores_crabs_tasks_as_crab_does(tmp_path: Path, pincer_cli: Path) -> None:
+    # CRAB's answer task, imported from CRAB's files, run from Python under CRAB's scoring:
+    # the record carries CRAB's label; a mode that does not exist and pincer's own tasks
+    # are refused (tests/tests/crab_compat.rs checks the scoring itself).
+    import subprocess
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "crab-benchmark-v0"
+    tasks = tmp_path / "crab"
+    subprocess.run([str(pincer_cli), "task", "import-crab", str(fixtures), "--out", str(tasks)],
+                   check=True, capture_output=True)
+    task = "0a893c2e-eec5-47cc-a930-eb01c5f17683"
+    answer = json.loads((tasks / "ubuntu" / f"{task}.json").read_text())["compat"]["crab"][0]["args"]["text"]
+
+    def agent(obs: dict) -> list[dict]:
+        return [{"action": "wait", "seconds": 0.0}, {"action": "submit", "answer": answer}]
+
+    own = pb.run(str(tasks / "ubuntu"), agent, task_ids=[task], out=str(tmp_path / "own"), report=False)
+    assert [(r["termination"], r.get("compat")) for r in own["records"]] == [("success", None)]
+    crab = pb.run(str(tasks / "ubuntu"), agent, task_ids=[task], compat="crab",
+                  out=str(tmp_path / "crab-run"), report=False)
+    (record,) = crab["records"]
+    assert record["compat"] == {"mode": "crab", "reason": "success", "success": True}
+    with pytest.raises(ValueError, match="no scoring mode 'crabs'"):
+        pb.run(str(tasks / "ubuntu"), agent, task_ids=[task], compat="crabs", out=str(tmp_path / "x"))
+    with pytest.raises(pb.PincerError, match="did not come from CRAB's files"):
+        pb.run("demo", agent, task_ids=["terminal-make-project"], compat="crab", out=str(tmp_path / "y"))

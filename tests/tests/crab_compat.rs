@@ -265,7 +265,6 @@ fn crab_compat_runs_under_crabs_harness_rules() {
             "oracle",
             "--set",
             "desktop=harness",
-            "--no-report",
             "--out",
             out.to_str().unwrap(),
         ];
@@ -273,12 +272,15 @@ fn crab_compat_runs_under_crabs_harness_rules() {
             args.extend(["--compat", "crab"]);
         }
         let log = sb.pincer_ok(&args);
-        if compat {
-            assert!(
-                log.contains("scored as CRAB scores it (--compat crab): 3 task runs, 0 success"),
-                "{log}"
-            );
-        }
+        // The summary and the report say which scoring made the records.
+        let line = "scored as CRAB scores it (--compat crab): 3 task runs, 0 success";
+        let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+        assert_eq!(log.contains(line), compat, "{log}");
+        assert_eq!(
+            report.contains(&format!("- **scoring**: {line}")),
+            compat,
+            "{report}"
+        );
         let mut recs: Vec<_> = results(&out)
             .iter()
             .map(|r| {

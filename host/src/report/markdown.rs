@@ -94,11 +94,30 @@ pub(crate) fn header(run: &RunDir) -> Vec<(&'static str, String)> {
             format!("feedback {}, up to {} attempts", c.feedback, c.attempts),
         ));
     }
+    if let Some(scoring) = scoring(run) {
+        h.push(("scoring", scoring));
+    }
     if let Some(w) = tables::when(run) {
         h.push(("when", w));
     }
     h.push(("directory", run.dir.display().to_string()));
     h
+}
+
+/// How the records were scored, when a peer's scoring made any (`--compat crab`): the
+/// peer's own summary line, or a warning that the directory mixes two scorings (a run is
+/// resumed only under its own, so only records put together by hand can).
+fn scoring(run: &RunDir) -> Option<String> {
+    let records: Vec<_> = run.runs.iter().map(|r| r.record.clone()).collect();
+    let line = crate::task::compat::summary(&records)?;
+    let own = records.iter().filter(|r| r.compat.is_none()).count();
+    Some(match own {
+        0 => line,
+        n => format!(
+            "MIXED, not comparable: {n} of {} task runs were scored by pincer's own checks; the others {line}",
+            records.len()
+        ),
+    })
 }
 
 fn table_md(t: &Table) -> String {
