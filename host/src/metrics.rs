@@ -7,6 +7,7 @@
 //! agents): such runs are left out of its mean rather than counted as zero.
 
 use crate::task::PlatformClass;
+use crate::task::compat::Compat;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -300,6 +301,53 @@ pub fn success_by_attempt(runs: &[(Termination, u32)], attempts: u32) -> Vec<f64
             by_then as f64 / scored.len().max(1) as f64
         })
         .collect()
+}
+
+/// How a run scored as a peer ended, in the peer's own words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompatEnding {
+    /// The peer.
+    pub mode: Compat,
+    /// The peer's label (CRAB's `terminate_reason`).
+    pub reason: String,
+    /// Whether the peer counts the run a success.
+    pub success: bool,
+}
+
+impl CompatEnding {
+    /// The peer's label for a run that ended so under its rules.
+    pub fn new(mode: Compat, t: Termination) -> Self {
+        let reason = match mode {
+            Compat::Crab => crab_reason(t),
+        };
+        Self {
+            mode,
+            success: reason == "success",
+            reason: reason.to_owned(),
+        }
+    }
+}
+
+/// CRAB's `terminate_reason` (crab/core/benchmark.py, crab/core/experiment.py) for a run
+/// that ended so under `--compat crab`. An action CRAB's environment could not run and a
+/// reply that held none are both `env_exception` here (CRAB's agent code raises on the
+/// second, `agent_exception`; either way the run fails). pincer's time limit and a start
+/// with checkpoints already passed have no CRAB label (CRAB has no time limit and writes no
+/// result for the second).
+fn crab_reason(t: Termination) -> &'static str {
+    match t {
+        Termination::Success | Termination::Undone => "success",
+        Termination::StepLimit => "reach_max_step",
+        Termination::FalseCompletion => "agent_complete",
+        Termination::InvalidAction | Termination::Infeasible | Termination::EnvironmentError => {
+            "env_exception"
+        }
+        Termination::EvaluatorError => "evaluator_exception",
+        Termination::AgentError => "agent_exception",
+        Termination::Aborted => "keyboard_interrupt",
+        Termination::TimeLimit => "time_limit",
+        Termination::BrokenSetup => "nonzero_start",
+    }
 }
 
 #[cfg(test)]

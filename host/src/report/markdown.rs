@@ -109,7 +109,7 @@ pub(crate) fn header(run: &RunDir) -> Vec<(&'static str, String)> {
 /// resumed only under its own, so only records put together by hand can).
 fn scoring(run: &RunDir) -> Option<String> {
     let records: Vec<_> = run.runs.iter().map(|r| r.record.clone()).collect();
-    let line = crate::task::compat::summary(&records)?;
+    let line = crate::rundir::compat_summary(&records)?;
     let own = records.iter().filter(|r| r.compat.is_none()).count();
     Some(match own {
         0 => line,

@@ -575,7 +575,7 @@ pub fn summary_table(records: &[TaskRecord]) -> String {
             .collect();
         let _ = writeln!(out, "terminations: {}", ends.join(", "));
     }
-    if let Some(line) = crate::task::compat::summary(records) {
+    if let Some(line) = rundir::compat_summary(records) {
         let _ = writeln!(out, "{line}");
     }
     let attempts = records.iter().map(TaskRecord::attempt).max().unwrap_or(1);

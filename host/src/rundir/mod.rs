@@ -25,7 +25,8 @@ pub mod status;
 
 pub use header::{Identity, RunHeader};
 pub use record::{
-    Attempt, ImageRef, JsonlWriter, StepRecord, TaskRecord, Timing, read_results, read_steps,
+    Attempt, ImageRef, JsonlWriter, StepRecord, TaskRecord, Timing, compat_summary, read_results,
+    read_steps,
 };
 
 use serde::Serialize;

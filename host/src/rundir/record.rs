@@ -72,7 +72,7 @@ pub struct TaskRecord {
     /// For a run scored as a peer benchmark scores (`--compat crab`): the peer's label for
     /// how it ended and whether the peer counts it a success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compat: Option<crate::task::compat::CompatEnding>,
+    pub compat: Option<crate::metrics::CompatEnding>,
 }
 
 impl TaskRecord {
@@ -278,6 +278,43 @@ fn parse_jsonl<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Vec<T> {
         .split(|&b| b == b'\n')
         .filter_map(|l| serde_json::from_slice(l).ok())
         .collect()
+}
+
+/// The run as the peer counts it, for runs scored with `--compat` (`None` for others):
+/// CRAB's success rate over the task runs CRAB writes a result for (all but a start with
+/// checkpoints already passed), its mean completeness (checkpoints passed over the graph's),
+/// and its `terminate_reason` counts.
+pub fn compat_summary(records: &[TaskRecord]) -> Option<String> {
+    let scored: Vec<(&TaskRecord, &crate::metrics::CompatEnding)> = records
+        .iter()
+        .filter_map(|r| r.compat.as_ref().map(|c| (r, c)))
+        .collect();
+    let (_, first) = scored.first()?;
+    let rows: Vec<_> = scored
+        .iter()
+        .filter(|(_, c)| c.reason != "nonzero_start")
+        .collect();
+    let success = rows.iter().filter(|(_, c)| c.success).count();
+    let completeness = rows
+        .iter()
+        .map(|(r, _)| r.passed as f64 / r.total.max(1) as f64)
+        .sum::<f64>()
+        / rows.len().max(1) as f64;
+    let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
+    for (_, c) in &scored {
+        *reasons.entry(c.reason.as_str()).or_default() += 1;
+    }
+    let reasons: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
+    Some(format!(
+        "scored as {} scores it (--compat {}): {} task runs, {} success ({:.1}%), mean completeness {:.3}; terminate_reason: {}",
+        first.mode.name().to_uppercase(),
+        first.mode,
+        rows.len(),
+        success,
+        100.0 * success as f64 / rows.len().max(1) as f64,
+        completeness,
+        reasons.join(", ")
+    ))
 }
 
 #[cfg(test)]

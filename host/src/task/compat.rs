@@ -1,10 +1,10 @@
 //! Scoring as a peer benchmark scores: a task imported from a peer carries that peer's
 //! own checks where they differ from pincer's (`compat`, by mode), and a run with
 //! `--compat <mode>` scores with them and with the peer's harness rules. Only CRAB's mode
-//! exists: its predicates (`eval::functions::crab`) and its rules (`run::task`).
+//! exists: its predicates (`eval::functions::crab`), its rules (`run::task`) and its labels
+//! (`metrics::CompatEnding`).
 
 use super::Task;
-use crate::metrics::Termination;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -113,88 +113,4 @@ impl Task {
         }
         Ok(task)
     }
-}
-
-/// How a run scored as a peer ended, in the peer's own words.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CompatEnding {
-    /// The peer.
-    pub mode: Compat,
-    /// The peer's label (CRAB's `terminate_reason`).
-    pub reason: String,
-    /// Whether the peer counts the run a success.
-    pub success: bool,
-}
-
-impl CompatEnding {
-    /// The peer's label for a run that ended so under its rules.
-    pub fn new(mode: Compat, t: Termination) -> Self {
-        let reason = match mode {
-            Compat::Crab => crab_reason(t),
-        };
-        Self {
-            mode,
-            success: reason == "success",
-            reason: reason.to_owned(),
-        }
-    }
-}
-
-/// CRAB's `terminate_reason` (crab/core/benchmark.py, crab/core/experiment.py) for a run
-/// that ended so under `--compat crab`. An action CRAB's environment could not run and a
-/// reply that held none are both `env_exception` here (CRAB's agent code raises on the
-/// second, `agent_exception`; either way the run fails). pincer's time limit and a start
-/// with checkpoints already passed have no CRAB label (CRAB has no time limit and writes no
-/// result for the second).
-fn crab_reason(t: Termination) -> &'static str {
-    match t {
-        Termination::Success | Termination::Undone => "success",
-        Termination::StepLimit => "reach_max_step",
-        Termination::FalseCompletion => "agent_complete",
-        Termination::InvalidAction | Termination::Infeasible | Termination::EnvironmentError => {
-            "env_exception"
-        }
-        Termination::EvaluatorError => "evaluator_exception",
-        Termination::AgentError => "agent_exception",
-        Termination::Aborted => "keyboard_interrupt",
-        Termination::TimeLimit => "time_limit",
-        Termination::BrokenSetup => "nonzero_start",
-    }
-}
-
-/// The run as the peer counts it, for runs scored with `--compat` (`None` for others):
-/// CRAB's success rate over the task runs CRAB writes a result for (all but a start with
-/// checkpoints already passed), its mean completeness (checkpoints passed over the graph's),
-/// and its `terminate_reason` counts.
-pub fn summary(records: &[crate::rundir::TaskRecord]) -> Option<String> {
-    let scored: Vec<(&crate::rundir::TaskRecord, &CompatEnding)> = records
-        .iter()
-        .filter_map(|r| r.compat.as_ref().map(|c| (r, c)))
-        .collect();
-    let (_, first) = scored.first()?;
-    let rows: Vec<_> = scored
-        .iter()
-        .filter(|(_, c)| c.reason != "nonzero_start")
-        .collect();
-    let success = rows.iter().filter(|(_, c)| c.success).count();
-    let completeness = rows
-        .iter()
-        .map(|(r, _)| r.passed as f64 / r.total.max(1) as f64)
-        .sum::<f64>()
-        / rows.len().max(1) as f64;
-    let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
-    for (_, c) in &scored {
-        *reasons.entry(c.reason.as_str()).or_default() += 1;
-    }
-    let reasons: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
-    Some(format!(
-        "scored as {} scores it (--compat {}): {} task runs, {} success ({:.1}%), mean completeness {:.3}; terminate_reason: {}",
-        first.mode.name().to_uppercase(),
-        first.mode,
-        rows.len(),
-        success,
-        100.0 * success as f64 / rows.len().max(1) as f64,
-        completeness,
-        reasons.join(", ")
-    ))
 }
