@@ -1312,6 +1312,10 @@ async fn agent_log_functions_judge_what_the_agent_did() {
 /// `tests/checks_crab.rs` (which checks their coverage the same way).
 const COVERED_IN_CHECKS_CRAB: &[&str] = &[
     "clipboard_in_document",
+    "crab_clipboard_in_file",
+    "crab_files_copied",
+    "crab_process_open",
+    "crab_submitted",
     "document_contains",
     "document_text",
     "document_type",

@@ -431,6 +431,9 @@ fn wallpaper_cases(home: &str) -> Vec<Case> {
 
 /// The functions added for CRAB's templates that run on Linux (documents.rs, media.rs).
 const CRAB_LINUX_FUNCTIONS: &[&str] = &[
+    "crab_clipboard_in_file",
+    "crab_files_copied",
+    "crab_process_open",
     "document_contains",
     "document_text",
     "clipboard_in_document",
@@ -448,9 +451,16 @@ fn every_crab_linux_function_has_a_passing_and_a_failing_case() {
         document_cases(),
         brightness_cases(),
         wallpaper_cases("/home/u"),
+        compat_cases(),
+        submitted_cases(),
     ]
     .concat();
     let lib = Library::standard();
+    let submitted = lib
+        .get("crab_submitted")
+        .expect("crab_submitted is in the library");
+    assert!(matches!(submitted.reads, Reads::Agent));
+    assert!(uncovered(&all, ["crab_submitted"]).is_empty());
     for name in CRAB_LINUX_FUNCTIONS {
         let def = lib
             .get(name)
@@ -649,4 +659,111 @@ async fn composed_crab_templates_pass_only_after_the_work() {
     assert_eq!(r.passed, ["s1.wallpaper", "s2.submitted"]);
     assert!(ev.is_success());
     assert!((ev.completion_ratio() - 1.0).abs() < 1e-9);
+}
+
+/// CRAB's own predicates (`--compat crab`) on the state `crab_functions_judge_real_state`
+/// makes: `~/cs/src` holds a.py and b.txt, `~/cs/same` a.py, `~/cs/more` a.py and old.py;
+/// `~/cs/paste.txt` reads "alpha one\nbeta two", `~/cs/other.txt` "gamma", `~/cs/paste.odt`
+/// holds the paragraphs "alpha" and "beta" under a heading "Title"; xclip owns the
+/// clipboard with "alpha\nbeta".
+fn compat_cases() -> Vec<Case> {
+    let copied =
+        |target: &str| json!({"source_dir": "~/cs/src", "target_dir": target, "extension": "py"});
+    vec![
+        pass(
+            "crab_files_copied",
+            copied("~/cs/same"),
+            &["~/cs/same", "(1)"],
+        ),
+        fail(
+            "crab_files_copied",
+            copied("~/cs/more"),
+            &["only there [old.py]"],
+        ),
+        pass(
+            "crab_clipboard_in_file",
+            json!({"path": "~/cs/paste.txt"}),
+            &["first 2 clipboard lines"],
+        ),
+        fail(
+            "crab_clipboard_in_file",
+            json!({"path": "~/cs/other.txt"}),
+            &["'gamma'", "'alpha'"],
+        ),
+        pass(
+            "crab_clipboard_in_file",
+            json!({"path": "~/cs/paste.odt", "odt": true}),
+            &["~/cs/paste.odt"],
+        ),
+        pass("crab_process_open", json!({"name": "XCLIP"}), &["'xclip'"]),
+        fail(
+            "crab_process_open",
+            json!({"name": "no-such-program"}),
+            &["'no-such-program'"],
+        ),
+    ]
+}
+
+/// CRAB's submit check against an agent that submitted "It is 1 hour behind.".
+fn submitted_cases() -> Vec<Case> {
+    vec![
+        pass(
+            "crab_submitted",
+            json!({"text": "1 hour behind"}),
+            &["'It is 1 hour behind.'"],
+        ),
+        fail(
+            "crab_submitted",
+            json!({"text": "1 HOUR"}),
+            &["'It is 1 hour behind.'", "'1 HOUR'"],
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crab_functions_judge_real_state() {
+    let sb = Sandbox::new();
+    let d = sb.desktop("crab-compat", "800x600", &[]);
+    let env = d.connect().await;
+    sh(
+        &env,
+        r#"mkdir -p ~/cs/src ~/cs/same ~/cs/more && echo a > ~/cs/src/a.py && echo b > ~/cs/src/b.txt \
+        && cp ~/cs/src/a.py ~/cs/same/ && cp ~/cs/src/a.py ~/cs/more/ && echo old > ~/cs/more/old.py \
+        && printf 'alpha one\nbeta two' > ~/cs/paste.txt && printf gamma > ~/cs/other.txt \
+        && python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1], "w")
+z.writestr("mimetype", "application/vnd.oasis.opendocument.text")
+z.writestr("content.xml", "<office:document-content xmlns:office=\"urn:oasis:names:tc:opendocument:xmlns:office:1.0\" xmlns:text=\"urn:oasis:names:tc:opendocument:xmlns:text:1.0\"><office:body><office:text><text:h>Title</text:h><text:p>alpha</text:p><text:p>beta</text:p></office:text></office:body></office:document-content>")
+z.close()' ~/cs/paste.odt"#,
+    )
+    .await;
+    env.launch(
+        vec![
+            "sh".into(),
+            "-c".into(),
+            "printf 'alpha\nbeta' | exec xclip -selection clipboard -quiet".into(),
+        ],
+        vec![],
+    )
+    .await
+    .unwrap();
+    // xclip owns the clipboard once it answers with the text.
+    for _ in 0..150 {
+        let out = env
+            .exec(ExecRequest::new(["xclip", "-o", "-selection", "clipboard"]))
+            .await
+            .unwrap();
+        if out.stdout == b"alpha\nbeta" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let envs = envs(env);
+    judge(&envs, &compat_cases()).await;
+    let answered = AgentLog {
+        events: vec![AgentEvent::Answer {
+            text: "It is 1 hour behind.".into(),
+        }],
+    };
+    cases::judge(&Envs::default(), None, &submitted_cases(), &answered).await;
 }

@@ -6,7 +6,7 @@
 
 use super::documents::{crab_odt_text, file_bytes, read_probe};
 use super::files::CopiedArgs;
-use super::{ANY, LINUX, Library, Reads, clip};
+use super::{LINUX, Library, Reads, clip};
 use crate::eval::{
     AgentEvent, AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected,
 };
@@ -220,7 +220,7 @@ pub(super) fn register(lib: &mut Library) {
     lib.add(
         "crab_clipboard_in_file",
         "CRAB's paste check: each clipboard line inside the same-numbered line of the file, as far as the shorter goes (Python's zip); `odt` reads Writer's paragraphs as odfpy does (--compat crab).",
-        Reads::Env(ANY),
+        Reads::Env(LINUX),
         r#"{"path": "/home/crab/paste.odt", "odt": true}"#,
         |a: PastedArgs, _| Ok(Pasted(a)),
     );
