@@ -229,3 +229,36 @@ pub fn uncovered<'a>(cases: &[Case], names: impl IntoIterator<Item = &'a str>) -
     }
     missing
 }
+
+/// Judges agent-log cases the way [`judge`] does, on a task that declares the roles their
+/// `env` arguments name (a desktop and a phone), with no environment behind them: these
+/// checks read none.
+pub async fn judge_log(cases: &[Case], log: &AgentLog) {
+    let nodes: Vec<Value> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| json!({"id": format!("{i:02}"), "check": c.check, "args": c.args}))
+        .collect();
+    let mut ev = Evaluator::new(graph(&task(&["desktop", "phone"], nodes)));
+    let r = ev.step(1, &Envs::default(), log).await.unwrap();
+    assert_eq!((r.checked, r.round_trips), (cases.len(), 0));
+    ev.finish(&Envs::default(), log).await.unwrap();
+    let wrong: Vec<String> = cases
+        .iter()
+        .zip(ev.progress())
+        .filter_map(|(c, p)| {
+            let feedback = p.feedback.unwrap_or_default();
+            let named = c.says.iter().all(|s| feedback.contains(s.as_str()));
+            (p.passed_at.is_some() != c.passes || !named).then(|| {
+                format!(
+                    "{} {}: expected {} naming {:?}, got \"{feedback}\"",
+                    c.check,
+                    c.args,
+                    if c.passes { "pass" } else { "fail" },
+                    c.says
+                )
+            })
+        })
+        .collect();
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

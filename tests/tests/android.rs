@@ -1813,6 +1813,312 @@ async fn crab_phone_tasks_pass_on_done_states_and_fail_on_near_misses() {
     }
 }
 
+/// How a mode scores an end state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scored {
+    Pass,
+    Fail,
+    /// An evaluator error (CRAB's Python raised), which ends a `--compat crab` run.
+    Error,
+}
+
+/// One step of the agent's work on the phone: what the phone then shows and holds, and the
+/// agent's action.
+struct PhoneStep {
+    state: fn(&Phone),
+    action: Action,
+}
+
+/// An end state of one of CRAB's phone tasks, reached in steps, scored with pincer's
+/// checks and with CRAB's (`--compat crab`).
+struct Divergence {
+    file: &'static str,
+    what: &'static str,
+    steps: Vec<PhoneStep>,
+    pincer: Scored,
+    crab: Scored,
+}
+
+fn typing(text: &str) -> Action {
+    Action::TypeText { text: text.into() }
+}
+
+fn tap() -> Action {
+    Action::click(540, 1200)
+}
+
+fn settings(p: &Phone, nodes: &[Node]) {
+    p.set_foreground("com.android.settings/.bluetooth.BluetoothDeviceRenamePreference");
+    p.set_screen(&dump("com.android.settings", nodes));
+}
+
+/// Contacts' editor, the contact not yet saved.
+fn contact_editor(p: &Phone) {
+    p.set_foreground("com.android.contacts/.activities.ContactEditorActivity");
+    p.set_screen(&dump("com.android.contacts", &[]));
+}
+
+/// The contact saved, and its page with `title` and perhaps an email `header`.
+fn contact_saved(p: &Phone, title: &str, header: Option<&str>) {
+    p.set_foreground("com.android.contacts/.activities.QuickContactActivity");
+    p.set_rows(
+        "content://com.android.contacts/data/emails",
+        "Row: 0 display_name=John Haruhimiya, data1=abcdcly@qq.com\n",
+    );
+    let mut nodes = vec![Node::text("com.android.contacts:id/large_title", title)];
+    nodes.extend(header.map(|h| Node::text("com.android.contacts:id/header", h)));
+    p.set_screen(&dump("com.android.contacts", &nodes));
+}
+
+fn photo_details(p: &Phone, date: &str) {
+    p.set_foreground("com.google.android.apps.photos/.home.HomeActivity");
+    let label = |text: &str| Node::text("com.google.android.apps.photos:id/label", text);
+    p.set_screen(&dump(
+        "com.google.android.apps.photos",
+        &[
+            Node::described("com.google.android.apps.photos:id/datetime_item_layout", ""),
+            label(date),
+            Node::described("com.google.android.apps.photos:id/exif_item_layout", ""),
+            label("/storage/emulated/0/Download/meow.jpg.webp"),
+        ],
+    ));
+}
+
+const MEETING: &str = "The meeting starts from 10am today";
+
+/// The end states where CRAB's Android checks and pincer's disagree (README, "CRAB's scoring
+/// and pincer's"), each with one where they agree that CRAB's check passes.
+fn divergences() -> Vec<Divergence> {
+    let step = |state: fn(&Phone), action| PhoneStep { state, action };
+    vec![
+        Divergence {
+            file: "android/e20fd121-b981-42da-94de-efcd66889c11.json",
+            what: "the conversation opened, the message typed, then sent",
+            steps: vec![
+                step(|p| messages(p, "123456789", ""), tap()),
+                step(|p| messages(p, "123456789", ""), typing(MEETING)),
+                step(|p| messages(p, "123456789", MEETING), tap()),
+            ],
+            pincer: Scored::Pass,
+            crab: Scored::Pass,
+        },
+        Divergence {
+            file: "android/e20fd121-b981-42da-94de-efcd66889c11.json",
+            what: "the message typed before the conversation showed",
+            steps: vec![
+                step(
+                    |p| {
+                        p.set_foreground(
+                            "com.google.android.apps.messaging/.ui.ConversationListActivity",
+                        )
+                    },
+                    typing(MEETING),
+                ),
+                step(|p| messages(p, "123456789", MEETING), tap()),
+            ],
+            pincer: Scored::Pass,
+            crab: Scored::Fail,
+        },
+        Divergence {
+            file: "android/22b04776-8eec-4303-b3f6-9c981f7f29b8.json",
+            what: "the name typed and shown as the summary, the setting not yet written",
+            steps: vec![
+                step(|p| settings(p, &[]), tap()),
+                step(
+                    |p| settings(p, &[Node::text("android:id/summary", "Sydney")]),
+                    typing("Sydney"),
+                ),
+            ],
+            pincer: Scored::Fail,
+            crab: Scored::Pass,
+        },
+        Divergence {
+            file: "android/22b04776-8eec-4303-b3f6-9c981f7f29b8.json",
+            what: "the name typed and set, the screen showing no summary",
+            steps: vec![
+                step(|p| settings(p, &[]), tap()),
+                step(
+                    |p| {
+                        settings(p, &[]);
+                        p.set_setting("secure", "bluetooth_name", "Sydney");
+                    },
+                    typing("Sydney"),
+                ),
+            ],
+            pincer: Scored::Pass,
+            crab: Scored::Fail,
+        },
+        Divergence {
+            file: "android/46d7ccdb-d2e4-4b8a-bead-f2641b5ac23c.json",
+            what: "the contact saved and its page showing the name and the address",
+            steps: vec![
+                step(contact_editor, typing("John Haruhimiya")),
+                step(contact_editor, typing("abcdcly@qq.com")),
+                step(
+                    |p| contact_saved(p, "John Haruhimiya", Some("abcdcly@qq.com")),
+                    tap(),
+                ),
+            ],
+            pincer: Scored::Pass,
+            crab: Scored::Pass,
+        },
+        Divergence {
+            file: "android/46d7ccdb-d2e4-4b8a-bead-f2641b5ac23c.json",
+            what: "a page titled 'John', the contact saved under another name",
+            steps: vec![
+                step(contact_editor, typing("John Haruhimiya")),
+                step(contact_editor, typing("abcdcly@qq.com")),
+                step(
+                    |p| {
+                        contact_saved(p, "John", Some("abcdcly@qq.com"));
+                        p.set_rows(
+                            "content://com.android.contacts/data/emails",
+                            "Row: 0 display_name=John, data1=abcdcly@qq.com\n",
+                        );
+                    },
+                    tap(),
+                ),
+            ],
+            pincer: Scored::Fail,
+            crab: Scored::Pass,
+        },
+        Divergence {
+            file: "android/46d7ccdb-d2e4-4b8a-bead-f2641b5ac23c.json",
+            what: "the contact saved, its page showing the name without an email header",
+            steps: vec![
+                step(contact_editor, typing("John Haruhimiya")),
+                step(contact_editor, typing("abcdcly@qq.com")),
+                step(|p| contact_saved(p, "John Haruhimiya", None), tap()),
+            ],
+            pincer: Scored::Pass,
+            crab: Scored::Error,
+        },
+        Divergence {
+            file: "android/77289141-e52b-48c8-b3a7-1b29520f3e1e.json",
+            what: "the contact's page showing abcdcly@qq.com",
+            steps: vec![step(
+                |p| contact(p, "John Haruhimiya", "abcdcly@qq.com"),
+                tap(),
+            )],
+            pincer: Scored::Pass,
+            crab: Scored::Pass,
+        },
+        Divergence {
+            file: "android/77289141-e52b-48c8-b3a7-1b29520f3e1e.json",
+            what: "the contact's page showing an address with a dot before the @",
+            steps: vec![step(
+                |p| contact(p, "John Haruhimiya", "john.h@qq.com"),
+                tap(),
+            )],
+            pincer: Scored::Pass,
+            crab: Scored::Fail,
+        },
+        Divergence {
+            file: "android/de843952-df8f-4a26-bae9-d0a32ed9a7f5.json",
+            what: "the details dated May 15, 10:32 AM",
+            steps: vec![step(
+                |p| photo_details(p, "Wed, May 15, 2024 • 10:32\u{202f}AM"),
+                tap(),
+            )],
+            pincer: Scored::Pass,
+            crab: Scored::Pass,
+        },
+        Divergence {
+            file: "android/de843952-df8f-4a26-bae9-d0a32ed9a7f5.json",
+            what: "the details dated May 5, 9:32 AM (one-digit day and hour)",
+            steps: vec![step(
+                |p| photo_details(p, "Sun, May 5, 2024 • 9:32\u{202f}AM"),
+                tap(),
+            )],
+            pincer: Scored::Pass,
+            crab: Scored::Fail,
+        },
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crab_phone_checks_score_as_crab_does_where_the_two_differ() {
+    use pincer::compose::Catalogue;
+    use pincer::eval::functions::Library;
+    use pincer::eval::graph::{Evaluator, Graph};
+    use pincer::eval::{AgentEvent, AgentLog};
+    use pincer::task::compat::Compat;
+    use std::sync::Arc;
+
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/crab-benchmark-v0");
+    let lib = Library::standard();
+    let report =
+        pincer::peers::crab::import_dir(&fixtures, &Catalogue::bundled().unwrap(), &lib).unwrap();
+    let sb = Sandbox::new();
+    let (phone, _s, env) = standin(
+        &sb,
+        "com.google.android.apps.nexuslauncher/.NexusLauncherActivity",
+        &["--no-uinput"],
+        "udp",
+    )
+    .await;
+    let envs = pincer_tests::cases::envs(vec![("phone", env)]);
+    let mut differ = std::collections::BTreeSet::new();
+    for case in divergences() {
+        let task = report
+            .files
+            .iter()
+            .find(|f| f.file == case.file)
+            .and_then(|f| f.task.clone())
+            .unwrap();
+        for (mode, want) in [(None, case.pincer), (Some(Compat::Crab), case.crab)] {
+            let scored = match mode {
+                Some(m) => task.scored_as(m).unwrap(),
+                None => task.clone(),
+            };
+            let graph = Arc::new(Graph::build(&scored, &lib).unwrap());
+            // The phone as setup leaves it: home screen, nothing saved.
+            phone.set_foreground("com.google.android.apps.nexuslauncher/.NexusLauncherActivity");
+            phone.set_screen(&gmail());
+            phone.set_setting("secure", "bluetooth_name", "Pixel 8");
+            phone.set_rows(
+                "content://com.android.contacts/data/emails",
+                "No result found.\n",
+            );
+            let mut ev = Evaluator::new(graph);
+            let mut log = AgentLog::default();
+            let mut got = Scored::Fail;
+            for (i, s) in case.steps.iter().enumerate() {
+                (s.state)(&phone);
+                log.events.push(AgentEvent::Action {
+                    env: "phone".into(),
+                    action: s.action.clone(),
+                });
+                if ev.step(i as u32 + 1, &envs, &log).await.is_err() {
+                    got = Scored::Error;
+                    break;
+                }
+            }
+            if got != Scored::Error && ev.is_success() {
+                got = Scored::Pass;
+            }
+            let progress: Vec<String> = ev
+                .progress()
+                .into_iter()
+                .map(|p| format!("{} {:?}", p.id, p.passed_at))
+                .collect();
+            assert_eq!(
+                got,
+                want,
+                "{} ({}), scored {}: {progress:?}",
+                case.file,
+                case.what,
+                mode.map_or("by pincer", |_| "as CRAB")
+            );
+        }
+        if case.pincer != case.crab {
+            differ.insert(case.file);
+        }
+    }
+    // Each of the five templates whose Android check differs has a case that shows it.
+    assert_eq!(differ.len(), 5, "{differ:?}");
+}
+
 /// Kills the real adb server on a port when dropped.
 struct AdbServer(u16);
 

@@ -12,6 +12,7 @@ use pincer::eval::functions::{Library, Reads};
 use pincer::eval::graph::{Envs, Evaluator, Graph};
 use pincer::eval::{AgentEvent, AgentLog};
 use pincer_shared::Platform;
+use pincer_shared::action::Action;
 use pincer_shared::setup::ExecRequest;
 use pincer_tests::Sandbox;
 use pincer_tests::cases::{self, Case, fail, pass, uncovered};
@@ -453,6 +454,7 @@ fn every_crab_linux_function_has_a_passing_and_a_failing_case() {
         wallpaper_cases("/home/u"),
         compat_cases(),
         submitted_cases(),
+        last_typed_cases(),
     ]
     .concat();
     let lib = Library::standard();
@@ -460,7 +462,7 @@ fn every_crab_linux_function_has_a_passing_and_a_failing_case() {
         .get("crab_submitted")
         .expect("crab_submitted is in the library");
     assert!(matches!(submitted.reads, Reads::Agent));
-    assert!(uncovered(&all, ["crab_submitted"]).is_empty());
+    assert!(uncovered(&all, ["crab_submitted", "crab_last_typed"]).is_empty());
     for name in CRAB_LINUX_FUNCTIONS {
         let def = lib
             .get(name)
@@ -720,6 +722,46 @@ fn submitted_cases() -> Vec<Case> {
     ]
 }
 
+/// An agent that typed on the phone, then clicked on the desktop.
+fn typed_then_clicked() -> AgentLog {
+    AgentLog {
+        events: vec![
+            AgentEvent::Action {
+                env: "phone".into(),
+                action: Action::TypeText {
+                    text: "Rename to SYDNEY".into(),
+                },
+            },
+            AgentEvent::Action {
+                env: "desktop".into(),
+                action: Action::click(10, 10),
+            },
+        ],
+    }
+}
+
+/// CRAB's Android typing check against [`typed_then_clicked`]: each environment's own last
+/// action counts.
+fn last_typed_cases() -> Vec<Case> {
+    vec![
+        pass(
+            "crab_last_typed",
+            json!({"text": "sydney", "env": "phone"}),
+            &["the last action on phone typed 'Rename to SYDNEY'"],
+        ),
+        fail(
+            "crab_last_typed",
+            json!({"text": "Perth", "env": "phone"}),
+            &["which does not contain 'Perth'"],
+        ),
+        fail(
+            "crab_last_typed",
+            json!({"text": "Sydney", "env": "desktop"}),
+            &["the last action on desktop was not typing"],
+        ),
+    ]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crab_functions_judge_real_state() {
     let sb = Sandbox::new();
@@ -766,4 +808,5 @@ z.close()' ~/cs/paste.odt"#,
         }],
     };
     cases::judge(&Envs::default(), None, &submitted_cases(), &answered).await;
+    cases::judge_log(&last_typed_cases(), &typed_then_clicked()).await;
 }

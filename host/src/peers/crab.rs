@@ -613,6 +613,13 @@ mod tests {
             )
             .unwrap_or_else(|e| panic!("{}: {e}", t.id));
             Graph::build(&task, &lib).unwrap_or_else(|e| panic!("{}: {e}", t.id));
+            // CRAB's own checks build too, in place of the checkpoints they name.
+            let mut imported = task.clone();
+            imported.tags.push(crate::task::compat::CRAB_TAG.to_owned());
+            let crabs = imported
+                .scored_as(crate::task::compat::Compat::Crab)
+                .unwrap();
+            Graph::build(&crabs, &lib).unwrap_or_else(|e| panic!("{} as CRAB: {e}", t.id));
         }
     }
 

@@ -26,13 +26,13 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
-const ANDROID: &[Platform] = &[Platform::Android];
+pub(super) const ANDROID: &[Platform] = &[Platform::Android];
 
-fn tree_probe() -> Probe {
+pub(super) fn tree_probe() -> Probe {
     Probe::UiTree(TreeRequest::default())
 }
 
-fn tree(r: &ProbeResult) -> Result<&UiNode, EvalError> {
+pub(super) fn tree(r: &ProbeResult) -> Result<&UiNode, EvalError> {
     match reply(r, "ui tree")? {
         ProbeReply::UiTree(t) => Ok(&t.root),
         other => Err(unexpected("ui tree", other)),
@@ -55,7 +55,7 @@ fn desc(n: &UiNode) -> &str {
 }
 
 /// A node's `text`.
-fn text(n: &UiNode) -> &str {
+pub(super) fn text(n: &UiNode) -> &str {
     n.text.as_deref().unwrap_or("")
 }
 
@@ -64,7 +64,7 @@ fn nodes(root: &UiNode) -> impl Iterator<Item = &UiNode> {
     root.walk().map(|(_, n)| n)
 }
 
-fn with_id<'a>(root: &'a UiNode, id: &'a str) -> impl Iterator<Item = &'a UiNode> {
+pub(super) fn with_id<'a>(root: &'a UiNode, id: &'a str) -> impl Iterator<Item = &'a UiNode> {
     nodes(root).filter(move |n| rid(n) == id)
 }
 
@@ -310,16 +310,27 @@ impl Check for Calendar {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct ContactShownArgs {
+pub(super) struct ContactShownArgs {
     /// The contact's display name.
-    name: String,
+    pub(super) name: String,
 }
 
 /// Contacts shows the named contact's page with an email address on it.
 #[derive(Debug)]
-struct ContactEmailShown {
+pub(super) struct ContactEmailShown {
     name: String,
     email: regex::Regex,
+}
+
+/// What pincer takes for an email address on a contact page.
+const EMAIL: &str = r"^[\w.+-]+@[\w-]+(\.[\w-]+)+";
+
+impl ContactEmailShown {
+    /// The check for `name`'s page, with `email` the pattern the shown address must match.
+    pub(super) fn new(name: String, email: &str) -> Result<Self, String> {
+        let email = regex::Regex::new(email).map_err(|e| e.to_string())?;
+        Ok(Self { name, email })
+    }
 }
 
 const CONTACT_TITLE: &str = "com.android.contacts:id/photo_touch_intercept_overlay";
@@ -442,16 +453,27 @@ impl Check for ContactSaved {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct PhotosArgs {
+pub(super) struct PhotosArgs {
     /// Text the details panel must show in a label (the file's name or path).
-    file: String,
+    pub(super) file: String,
 }
 
 /// Google Photos' details panel shows the file and a date and time.
 #[derive(Debug)]
-struct PhotosDetails {
+pub(super) struct PhotosDetails {
     file: String,
     date: regex::Regex,
+}
+
+/// What pincer takes for the details panel's date and time ("Wed, May 5, 2024 • 9:32 AM").
+const PHOTOS_DATE: &str = r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun),\s(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s\d{1,2},\s\d{4}\s•\s\d{1,2}:\d{2}\s(AM|PM)";
+
+impl PhotosDetails {
+    /// The check for `file`, with `date` the pattern the first label must match.
+    pub(super) fn new(file: String, date: &str) -> Result<Self, String> {
+        let date = regex::Regex::new(date).map_err(|e| e.to_string())?;
+        Ok(Self { file, date })
+    }
 }
 
 const PHOTOS_LABEL: &str = "com.google.android.apps.photos:id/label";
@@ -702,13 +724,7 @@ pub(super) fn register(lib: &mut Library) {
         "Contacts shows the page of the named contact, with an email row and an email address.",
         Reads::Env(ANDROID),
         r#"{"name": "John Lauphin"}"#,
-        |a: ContactShownArgs, _| {
-            Ok(ContactEmailShown {
-                name: a.name,
-                email: regex::Regex::new(r"^[\w.+-]+@[\w-]+(\.[\w-]+)+")
-                    .map_err(|e| e.to_string())?,
-            })
-        },
+        |a: ContactShownArgs, _| ContactEmailShown::new(a.name, EMAIL),
     );
     lib.add(
         "android_contact_saved",
@@ -727,15 +743,7 @@ pub(super) fn register(lib: &mut Library) {
         "Google Photos' details panel shows a label with the file and, first, a date and time.",
         Reads::Env(ANDROID),
         r#"{"file": "movie_list.txt"}"#,
-        |a: PhotosArgs, _| {
-            Ok(PhotosDetails {
-                file: a.file,
-                date: regex::Regex::new(
-                    r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun),\s(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s\d{1,2},\s\d{4}\s•\s\d{1,2}:\d{2}\s(AM|PM)",
-                )
-                .map_err(|e| e.to_string())?,
-            })
-        },
+        |a: PhotosArgs, _| PhotosDetails::new(a.file, PHOTOS_DATE),
     );
     lib.add(
         "android_gmail_compose",

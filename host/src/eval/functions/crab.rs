@@ -2,14 +2,21 @@
 //! (CRAB's `crab-benchmark-v0/dataset/ubuntu_subtasks.py` and `crab/actions/crab_actions.py`
 //! at fa46f8c, line by line). Where CRAB's Python raises (a directory missing, a file that
 //! is not a document), these fail as an evaluator error, which under `--compat crab` ends
-//! the task as CRAB's `evaluator_exception` does.
+//! the task as CRAB's `evaluator_exception` does. The Android ones follow
+//! `android_subtasks.py`: the screen as `uiautomator dump` shows it, and the Android
+//! environment's last action.
 
+use super::android::{
+    ANDROID, ContactEmailShown, ContactShownArgs, PhotosArgs, PhotosDetails, text, tree,
+    tree_probe, with_id,
+};
 use super::documents::{crab_odt_text, file_bytes, read_probe};
 use super::files::CopiedArgs;
 use super::{LINUX, Library, Reads, clip};
 use crate::eval::{
     AgentEvent, AgentLog, Check, EvalError, ProbeResult, Verdict, reply, unexpected,
 };
+use pincer_shared::action::Action;
 use pincer_shared::probe::{Probe, ProbeReply};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -202,6 +209,116 @@ impl Check for Submitted {
     }
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct LastTypedArgs {
+    /// Text the typing contains, in any case.
+    text: String,
+    /// The environment role whose actions count (CRAB's Android environment).
+    env: String,
+}
+
+/// `check_contain_input_text`: the environment's last action typed a text containing this
+/// one, ignoring case. Typing followed by any other action there (a tap on Send) no longer
+/// counts.
+#[derive(Debug)]
+struct LastTyped(LastTypedArgs);
+
+impl Check for LastTyped {
+    fn probes(&self) -> Vec<Probe> {
+        Vec::new()
+    }
+
+    fn judge(&self, _: &[&ProbeResult], log: &AgentLog) -> Result<Verdict, EvalError> {
+        let LastTypedArgs { text: want, env } = &self.0;
+        let last = log.events.iter().rev().find_map(|e| match e {
+            AgentEvent::Action { env: role, action } if role == env => Some(action),
+            _ => None,
+        });
+        let quoted = clip(want, 60);
+        Ok(match last {
+            Some(Action::TypeText { text })
+                if text.to_lowercase().contains(&want.to_lowercase()) =>
+            {
+                Verdict::pass(format!(
+                    "the last action on {env} typed '{}'",
+                    clip(text, 60)
+                ))
+            }
+            Some(Action::TypeText { text }) => Verdict::fail(format!(
+                "the last action on {env} typed '{}', which does not contain '{quoted}'",
+                clip(text, 60)
+            )),
+            Some(_) => Verdict::fail(format!(
+                "the last action on {env} was not typing '{quoted}'"
+            )),
+            None => Verdict::fail(format!(
+                "the agent has done nothing on {env}, expected typing '{quoted}'"
+            )),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RegisteredArgs {
+    /// The contact's email address.
+    mail: String,
+    /// The contact's name.
+    name: String,
+}
+
+/// `check_contact_registered`: the first `large_title` on screen is *part of* the name and
+/// the first `header` part of the mail (CRAB's tests run that way round, so "John" passes
+/// for "John Haruhimiya"); a screen with a title but no header raises.
+#[derive(Debug)]
+struct Registered(RegisteredArgs);
+
+impl Check for Registered {
+    fn probes(&self) -> Vec<Probe> {
+        vec![tree_probe()]
+    }
+
+    fn judge(&self, r: &[&ProbeResult], _: &AgentLog) -> Result<Verdict, EvalError> {
+        let root = tree(r[0])?;
+        let RegisteredArgs { mail, name } = &self.0;
+        let Some(title) = with_id(root, "com.android.contacts:id/large_title").next() else {
+            return Ok(Verdict::fail(
+                "the screen shows no contact's name (large_title)",
+            ));
+        };
+        if !name.contains(text(title)) {
+            return Ok(Verdict::fail(format!(
+                "the contact shown is '{}', which is not part of '{name}'",
+                clip(text(title), 60)
+            )));
+        }
+        let Some(header) = with_id(root, "com.android.contacts:id/header").next() else {
+            return Err(raises(
+                "mail_node[0]: the contact page has no header (IndexError)".into(),
+            ));
+        };
+        Ok(Verdict::when(
+            mail.contains(text(header)),
+            format!(
+                "the contact page shows '{}' <{}>",
+                clip(text(title), 60),
+                clip(text(header), 60)
+            ),
+            format!(
+                "the contact page's header is '{}', which is not part of '{mail}'",
+                clip(text(header), 60)
+            ),
+        ))
+    }
+}
+
+/// `check_contain_contact`'s email pattern (`re.match`, so anchored at the start only).
+const CRAB_EMAIL: &str = r"^\w+@\w+.com";
+
+/// `check_file`'s date pattern: two-digit days and hours, plain spaces around the bullet.
+const CRAB_PHOTOS_DATE: &str = r"^(Tue|Mon|Wed|Thu|Fri|Sat|Sun),\s(May|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s\d{2},\s\d{4} • \d{2}:\d{2}\s(AM|PM)";
+
 pub(super) fn register(lib: &mut Library) {
     lib.add(
         "crab_process_open",
@@ -231,6 +348,34 @@ pub(super) fn register(lib: &mut Library) {
         r#"{"text": "1 hour behind"}"#,
         |a: SubmitArgs, _| Ok(Submitted(a.text)),
     );
+    lib.add(
+        "crab_last_typed",
+        "CRAB's check_contain_input_text: the environment's last action typed a text containing this one, ignoring case (--compat crab).",
+        Reads::Agent,
+        r#"{"text": "Sydney", "env": "phone"}"#,
+        |a: LastTypedArgs, _| Ok(LastTyped(a)),
+    );
+    lib.add(
+        "crab_contact_registered",
+        "CRAB's check_contact_registered: the first contact name on screen is part of `name` and the first header part of `mail`; no header is an evaluator error (--compat crab).",
+        Reads::Env(ANDROID),
+        r#"{"mail": "abcdcly@qq.com", "name": "John Haruhimiya"}"#,
+        |a: RegisteredArgs, _| Ok(Registered(a)),
+    );
+    lib.add(
+        "crab_contact_email_shown",
+        "CRAB's check_contain_contact: the named contact's page with an email row, its first header matching ^\\w+@\\w+.com (--compat crab).",
+        Reads::Env(ANDROID),
+        r#"{"name": "John Lauphin"}"#,
+        |a: ContactShownArgs, _| ContactEmailShown::new(a.name, CRAB_EMAIL),
+    );
+    lib.add(
+        "crab_photos_details",
+        "CRAB's check_file: Photos' details panel shows the file and, first, a date with two-digit day and hour (--compat crab).",
+        Reads::Env(ANDROID),
+        r#"{"file": "meow.jpg"}"#,
+        |a: PhotosArgs, _| PhotosDetails::new(a.file, CRAB_PHOTOS_DATE),
+    );
 }
 
 #[cfg(test)]
@@ -238,6 +383,7 @@ mod tests {
     use super::super::replies::{archive, file};
     use crate::eval::functions::Library;
     use crate::eval::{AgentEvent, AgentLog, EvalError, ProbeResult, Verdict};
+    use pincer_shared::action::Action;
     use pincer_shared::probe::{DirEntry, FileKind, ProbeReply, ProcessInfo};
     use serde_json::json;
 
@@ -418,5 +564,46 @@ mod tests {
             text: "1 HOUR BEHIND".into(),
         };
         assert!(!passed(&log(vec![lower])));
+    }
+
+    #[test]
+    fn typing_counts_only_while_it_is_the_phones_last_action() {
+        let args = json!({"text": "sydney", "env": "phone"});
+        let on = |env: &str, action: Action| AgentEvent::Action {
+            env: env.into(),
+            action,
+        };
+        let typed = on(
+            "phone",
+            Action::TypeText {
+                text: "New name: Sydney".into(),
+            },
+        );
+        let tap = on("phone", Action::click(5, 5));
+        let judged = |events: Vec<AgentEvent>| {
+            judge_log("crab_last_typed", args.clone(), &[], &AgentLog { events }).unwrap()
+        };
+        assert!(judged(vec![typed.clone()]).passed);
+        // The desktop's actions and the agent's own are not the phone's.
+        assert!(
+            judged(vec![
+                typed.clone(),
+                on("desktop", Action::click(1, 1)),
+                AgentEvent::Wait
+            ])
+            .passed
+        );
+        let v = judged(vec![typed, tap]);
+        assert!(
+            !v.passed && v.feedback.contains("was not typing"),
+            "{}",
+            v.feedback
+        );
+        let v = judged(vec![AgentEvent::Wait]);
+        assert!(
+            !v.passed && v.feedback.contains("has done nothing on phone"),
+            "{}",
+            v.feedback
+        );
     }
 }
