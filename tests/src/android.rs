@@ -7,9 +7,12 @@
 //! the shim sends to `input` is logged, so a test sees every tap, and what it types is kept
 //! as a text field would have it (`input text`, Enter, and paste of the clipboard, which
 //! the shim's own clipboard helper sets when [`Phone::with_clipboard`] installs a stand-in
-//! `app_process` running it on a JVM: see [`crate::android_framework`]).
+//! `app_process` running it on a JVM: see [`crate::android_framework`]). A test can also
+//! script the phone ([`Phone::play`]): scenes that follow each other when a tap lands on a
+//! named node, a text is typed or a key pressed, as an app moves between screens.
 
 use crate::android_framework::{ClipApi, Framework, app_process_script};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The recorded outputs.
@@ -100,7 +103,7 @@ impl Phone {
             b,
             s,
             "input",
-            "echo \"$*\" >> \"$S/input.log\"\ncase \"$1 $2\" in\n  'text '*) printf '%s' \"$2\" | sed 's/%s/ /g' >> \"$S/typed.txt\" ;;\n  'keyevent KEYCODE_ENTER') printf '\\n' >> \"$S/typed.txt\" ;;\n  'keyevent KEYCODE_PASTE') cat \"$S/clip.txt\" >> \"$S/typed.txt\" 2>/dev/null ;;\nesac",
+            "echo \"$*\" >> \"$S/input.log\"\ncase \"$1 $2\" in\n  'text '*) printf '%s' \"$2\" | sed 's/%s/ /g' >> \"$S/typed.txt\" ;;\n  'keyevent KEYCODE_ENTER') printf '\\n' >> \"$S/typed.txt\" ;;\n  'keyevent KEYCODE_PASTE') cat \"$S/clip.txt\" >> \"$S/typed.txt\" 2>/dev/null ;;\nesac\n[ -f \"$S/scenes.json\" ] && \"$(dirname \"$0\")/scenes\" \"$S\" input \"$@\"\nexit 0",
         );
         script(
             b,
@@ -225,13 +228,7 @@ impl Phone {
     /// Which activity is in front (`pkg/.Activity`), as `dumpsys activity activities`
     /// prints it on Android 14 (`topResumedActivity=` and `ResumedActivity:`).
     pub fn set_foreground(&self, component: &str) {
-        self.write(
-            "activities.txt",
-            &format!(
-                "ACTIVITY MANAGER ACTIVITIES (dumpsys activity activities)\nDisplay #0 (activities from top to bottom):\n  * Task{{1a2b #57 type=standard A=10123:{pkg} U=0 visible=true}}\n    topResumedActivity=ActivityRecord{{d9b8281 u0 {component} t57}}\n      ResumedActivity: ActivityRecord{{d9b8281 u0 {component} t57}}\n",
-                pkg = component.split('/').next().unwrap_or_default()
-            ),
-        );
+        self.write("activities.txt", &activities(component));
     }
 
     /// A setting's value (`settings put`).
@@ -244,11 +241,29 @@ impl Phone {
 
     /// The rows `content query --uri URI` prints.
     pub fn set_rows(&self, uri: &str, rows: &str) {
-        let name: String = uri
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
-        self.write(&format!("content/{name}"), rows);
+        self.write(&format!("content/{}", content_name(uri)), rows);
+    }
+
+    /// Scripts the phone: from now on each scene's trigger (a tap on a named node, text
+    /// typed, a key) moves it to that scene, in order, as an app moves from screen to
+    /// screen; what moved it is logged (`scenes.log`). The scenes are written for a test,
+    /// not recorded from the apps they imitate.
+    pub fn play(&self, scenes: &[Scene]) {
+        self.write("scenes.json", &serde_json::to_string(scenes).unwrap());
+        self.write("scene", "0");
+        self.write("scene-typed-from", &self.typed().len().to_string());
+        let p = self.bin.join("scenes");
+        std::fs::write(&p, SCENES).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// How many scenes the script has played so far.
+    pub fn scenes_played(&self) -> usize {
+        std::fs::read_to_string(self.state.join("scene"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// What `input` was asked, one line per call.
@@ -260,6 +275,141 @@ impl Phone {
             .collect()
     }
 }
+
+/// `dumpsys activity activities` with `component` (`pkg/.Activity`) in front, as Android 14
+/// prints it (`topResumedActivity=` and `ResumedActivity:`).
+fn activities(component: &str) -> String {
+    format!(
+        "ACTIVITY MANAGER ACTIVITIES (dumpsys activity activities)\nDisplay #0 (activities from top to bottom):\n  * Task{{1a2b #57 type=standard A=10123:{pkg} U=0 visible=true}}\n    topResumedActivity=ActivityRecord{{d9b8281 u0 {component} t57}}\n      ResumedActivity: ActivityRecord{{d9b8281 u0 {component} t57}}\n",
+        pkg = component.split('/').next().unwrap_or_default()
+    )
+}
+
+/// What moves a scripted phone ([`Phone::play`]) on to its next scene.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// A tap inside the bounds of the current screen's node with this `resource-id`, or
+    /// (when no node has it) this `content-desc` or `text`.
+    Tap(String),
+    /// Text typed (`input text`, Enter, paste) since the scene began, containing this.
+    Typed(String),
+    /// `input keyevent` with this key code ("KEYCODE_ENTER").
+    Key(String),
+}
+
+/// One scene of a scripted phone: what starts it, and the state files it writes (the
+/// screen, the app in front, settings, content rows).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Scene {
+    when: Trigger,
+    files: BTreeMap<String, String>,
+}
+
+impl Scene {
+    /// After `when`, the phone shows `nodes` of `component`'s app (`pkg/.Activity`), laid
+    /// out top to bottom, one band each, so that a tap lands in one node only.
+    pub fn shows(when: Trigger, component: &str, nodes: Vec<Node>) -> Self {
+        let package = component.split('/').next().unwrap_or_default();
+        let nodes: Vec<Node> = nodes
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let top = 150 + 160 * i as u32;
+                Node {
+                    bounds: [0, top, SIZE.0, top + 140],
+                    ..n
+                }
+            })
+            .collect();
+        let mut files = BTreeMap::new();
+        files.insert("screen.xml".to_owned(), dump(package, &nodes));
+        files.insert("activities.txt".to_owned(), activities(component));
+        Self { when, files }
+    }
+
+    /// Also sets a setting (`settings get` answers it from then on).
+    pub fn setting(mut self, namespace: &str, key: &str, value: &str) -> Self {
+        self.files
+            .insert(format!("settings/{namespace}.{key}"), format!("{value}\n"));
+        self
+    }
+
+    /// Also makes `content query --uri URI` print `rows`.
+    pub fn rows(mut self, uri: &str, rows: &str) -> Self {
+        self.files
+            .insert(format!("content/{}", content_name(uri)), rows.to_owned());
+        self
+    }
+}
+
+/// The state file `content query --uri URI` reads.
+fn content_name(uri: &str) -> String {
+    uri.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// The stand-in's scene player, run by `input` after each command while a script is on:
+/// when the command is the current scene's trigger, it writes the scene's files and moves
+/// on. Anything else changes nothing, as a tap beside a button does.
+const SCENES: &str = r#"#!/usr/bin/env python3
+# pincer test stand-in: plays the scripted scenes of a stand-in phone (tests/src/android.rs).
+import json, os, re, sys
+import xml.etree.ElementTree as ET
+
+state, command, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+def path(name):
+    return os.path.join(state, name)
+def read(name, default=""):
+    try:
+        with open(path(name), encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return default
+
+scenes = json.loads(read("scenes.json"))
+at = int(read("scene", "0") or 0)
+if at >= len(scenes):
+    sys.exit(0)
+when = scenes[at]["when"]
+kind, want = next(iter(when.items()))
+typed_from = int(read("scene-typed-from", "0") or 0)
+
+def tapped(want):
+    if args[:1] != ["tap"]:
+        return False
+    x, y = int(float(args[1])), int(float(args[2]))
+    root = ET.fromstring(read("screen.xml"))
+    nodes = list(root.iter("node"))
+    named = [n for n in nodes if n.get("resource-id") == want] or [
+        n for n in nodes if want in (n.get("content-desc"), n.get("text"))]
+    for n in named:
+        x1, y1, x2, y2 = map(int, re.findall(r"\d+", n.get("bounds")))
+        if x1 <= x < x2 and y1 <= y < y2:
+            return True
+    return False
+
+if kind == "tap":
+    hit = tapped(want)
+elif kind == "typed":
+    hit = want in read("typed.txt")[typed_from:]
+elif kind == "key":
+    hit = args[:2] == ["keyevent", want]
+else:
+    sys.exit("unknown trigger " + kind)
+if hit:
+    for name, text in scenes[at]["files"].items():
+        os.makedirs(os.path.dirname(path(name)), exist_ok=True)
+        with open(path(name), "w", encoding="utf-8") as f:
+            f.write(text)
+    with open(path("scene"), "w") as f:
+        f.write(str(at + 1))
+    with open(path("scene-typed-from"), "w") as f:
+        f.write(str(len(read("typed.txt"))))
+with open(path("scenes.log"), "a", encoding="utf-8") as f:
+    f.write("%s %s -> %s\n" % (command, " ".join(args), "scene %d" % (at + 1) if hit else "no change"))
+"#;
 
 /// The stand-in's display: `wm size` and the capture.
 pub const SIZE: (u32, u32) = (1080, 2400);

@@ -12,7 +12,9 @@
 //! enjarify, for each `setPrimaryClip` Android has had), every probe, every setup step, the
 //! read-only mode, the TCP fallback, `pincer android devices|connect|doctor`, garbage from
 //! Android's commands as typed errors, a phone that goes away as an environment error,
-//! CRAB's evaluable phone tasks, and a task across a local desktop and the phone.
+//! CRAB's evaluable phone tasks (their checks both ways, and their composed oracles on a
+//! phone scripted to move from screen to screen as the apps do), and a task across a local
+//! desktop and the phone.
 
 use pincer::env::{ClientError, Deadlines, Environment};
 use pincer_shared::Platform;
@@ -24,9 +26,9 @@ use pincer_shared::observe::{ImageFormat, PixelLayout, ScreenshotRequest, TreeRe
 use pincer_shared::probe::{Probe, ProbeReply};
 use pincer_shared::setup::{ExecRequest, Setup};
 use pincer_tests::adb::{StandInAdb, StandInDevice};
-use pincer_tests::android::{self, Node, Phone, SIZE, dump};
+use pincer_tests::android::{self, Node, Phone, SIZE, Scene, Trigger, dump};
 use pincer_tests::android_framework::{self as framework, ClipApi, Framework};
-use pincer_tests::{Sandbox, bin};
+use pincer_tests::{Sandbox, bin, results};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -2117,6 +2119,442 @@ async fn crab_phone_checks_score_as_crab_does_where_the_two_differ() {
     }
     // Each of the five templates whose Android check differs has a case that shows it.
     assert_eq!(differ.len(), 5, "{differ:?}");
+}
+
+/// A launcher or app-drawer icon: its label as text and as description.
+fn icon(label: &str) -> Node {
+    Node {
+        text: label.into(),
+        desc: label.into(),
+        ..Node::default()
+    }
+}
+
+/// A node with only a description (a button with an icon).
+fn button(id: &'static str, desc: &str) -> Node {
+    Node {
+        class: "android.widget.ImageButton",
+        ..Node::described(id, desc)
+    }
+}
+
+/// A text field showing `text` (or its hint while empty).
+fn field(id: &'static str, text: &str) -> Node {
+    Node {
+        class: "android.widget.EditText",
+        ..Node::text(id, text)
+    }
+}
+
+const LAUNCHER: &str = "com.google.android.apps.nexuslauncher/.NexusLauncherActivity";
+
+/// Home pressed: the launcher; then, for apps not on it, its app list.
+fn home_then(app: &str) -> Vec<Scene> {
+    let mut scenes = vec![Scene::shows(
+        Trigger::Key("KEYCODE_HOME".into()),
+        LAUNCHER,
+        vec![icon("Messages"), icon("Phone"), icon("Apps list")],
+    )];
+    if !["Messages", "Phone"].contains(&app) {
+        scenes.push(Scene::shows(
+            Trigger::Tap("Apps list".into()),
+            LAUNCHER,
+            ["Clock", "Contacts", "Photos", "Settings"]
+                .map(icon)
+                .to_vec(),
+        ));
+    }
+    scenes
+}
+
+fn tap_on(name: &str) -> Trigger {
+    Trigger::Tap(name.into())
+}
+
+fn typed(text: &str) -> Trigger {
+    Trigger::Typed(text.into())
+}
+
+const MESSAGING: &str = "com.google.android.apps.messaging/.ui.conversation.ConversationActivity";
+
+/// Messages: a new conversation with `number`, `content` typed and sent.
+fn messages_scenes(number: &str, content: &str) -> Vec<Scene> {
+    let conversation = |compose: &str, sent: Option<&str>| {
+        let mut nodes = vec![Node::text(
+            "com.google.android.apps.messaging:id/conversation_title",
+            number,
+        )];
+        nodes.extend(
+            sent.map(|m| Node::text("com.google.android.apps.messaging:id/message_text", m)),
+        );
+        nodes.push(field(
+            "com.google.android.apps.messaging:id/compose_message_text",
+            compose,
+        ));
+        nodes.push(button(
+            "com.google.android.apps.messaging:id/send_message_button_icon",
+            "Send SMS",
+        ));
+        nodes
+    };
+    let mut scenes = home_then("Messages");
+    scenes.extend([
+        Scene::shows(
+            tap_on("Messages"),
+            "com.google.android.apps.messaging/.ui.ConversationListActivity",
+            vec![button(
+                "com.google.android.apps.messaging:id/start_chat_fab",
+                "Start chat",
+            )],
+        ),
+        Scene::shows(
+            tap_on("com.google.android.apps.messaging:id/start_chat_fab"),
+            MESSAGING,
+            vec![field(
+                "com.google.android.apps.messaging:id/recipient_text_view",
+                "Type names, phone numbers, or emails",
+            )],
+        ),
+        Scene::shows(
+            typed(&format!("{number}\n")),
+            MESSAGING,
+            conversation("Text message", None),
+        ),
+        Scene::shows(typed(content), MESSAGING, conversation(content, None)),
+        Scene::shows(
+            tap_on("com.google.android.apps.messaging:id/send_message_button_icon"),
+            MESSAGING,
+            conversation("Text message", Some(content)),
+        ),
+    ]);
+    scenes
+}
+
+/// Contacts: the list, then `name`'s page with `mail`.
+fn contact_page_scenes(name: &str, mail: &str) -> Vec<Scene> {
+    let mut scenes = home_then("Contacts");
+    scenes.extend([
+        Scene::shows(
+            tap_on("Contacts"),
+            "com.android.contacts/.activities.PeopleActivity",
+            vec![
+                Node::text("com.android.contacts:id/cliv_name_textview", "Ada Lovelace"),
+                Node::text("com.android.contacts:id/cliv_name_textview", name),
+            ],
+        ),
+        Scene::shows(
+            tap_on(name),
+            "com.android.contacts/.activities.QuickContactActivity",
+            vec![
+                Node::described(
+                    "com.android.contacts:id/photo_touch_intercept_overlay",
+                    name,
+                ),
+                Node {
+                    class: "android.widget.RelativeLayout",
+                    desc: format!("Email Home {mail}"),
+                    ..Node::default()
+                },
+                Node::text("com.android.contacts:id/header", mail),
+            ],
+        ),
+    ]);
+    scenes
+}
+
+/// How each of CRAB's evaluable phone tasks goes on the stand-in phone when its composed
+/// oracle solves it: the screens Android's and Google's apps show on the way (written for
+/// this test from the ids CRAB's checks read, not recorded), each reached by the tap,
+/// typing or key a person would use.
+fn oracle_scenes(file: &str) -> Vec<Scene> {
+    let settings = |nodes: Vec<Node>| {
+        Scene::shows(tap_on("Settings"), "com.android.settings/.Settings", nodes)
+    };
+    match file {
+        // call-number 123456789
+        "764838cc-9359-4130-9bb2-4a75900b2d89" => {
+            let dialpad = |digits: &str| {
+                vec![
+                    field("com.android.dialer:id/digits", digits),
+                    button(
+                        "com.android.dialer:id/dialpad_floating_action_button",
+                        "dial",
+                    ),
+                ]
+            };
+            let main = "com.android.dialer/.main.impl.MainActivity";
+            let mut scenes = home_then("Phone");
+            scenes.extend([
+                Scene::shows(
+                    tap_on("Phone"),
+                    main,
+                    vec![button("com.android.dialer:id/fab", "key pad")],
+                ),
+                Scene::shows(tap_on("com.android.dialer:id/fab"), main, dialpad("")),
+                Scene::shows(typed("123456789"), main, dialpad("123456789")),
+                Scene::shows(
+                    tap_on("com.android.dialer:id/dialpad_floating_action_button"),
+                    "com.android.dialer/com.android.incallui.InCallActivity",
+                    vec![Node::text(
+                        "com.android.dialer:id/contactgrid_contact_name",
+                        "123456789",
+                    )],
+                ),
+            ]);
+            scenes
+        }
+        // clock-add-city London
+        "6d9f6395-de79-4ad0-8a2a-2d674f93f293" => {
+            let clock = "com.google.android.deskclock/com.android.deskclock.DeskClock";
+            let cities = "com.google.android.deskclock/com.android.deskclock.worldclock.CitySelectionActivity";
+            let city = |name: &str| Node::text("com.google.android.deskclock:id/city_name", name);
+            let search =
+                |text: &str| field("com.google.android.deskclock:id/search_src_text", text);
+            let mut scenes = home_then("Clock");
+            scenes.extend([
+                Scene::shows(
+                    tap_on("Clock"),
+                    clock,
+                    vec![button("com.google.android.deskclock:id/fab", "Cities")],
+                ),
+                Scene::shows(
+                    tap_on("com.google.android.deskclock:id/fab"),
+                    cities,
+                    vec![search("Search"), city("Abidjan")],
+                ),
+                Scene::shows(
+                    typed("London"),
+                    cities,
+                    vec![search("London"), city("London"), city("Londonderry")],
+                ),
+                Scene::shows(tap_on("London"), clock, vec![city("London")]),
+            ]);
+            scenes
+        }
+        // messages-send
+        "e20fd121-b981-42da-94de-efcd66889c11" => messages_scenes("123456789", MEETING),
+        // contacts-find-mail, then messages-send the address found
+        "fbe6a1b1-63bb-4d4e-8a53-ff4f7839ef61" => {
+            let mut scenes = contact_page_scenes("Luis Martin", "lmartin0431@gmail.com");
+            scenes.extend(messages_scenes("04055891132", "lmartin0431@gmail.com"));
+            scenes
+        }
+        // contacts-find-mail
+        "77289141-e52b-48c8-b3a7-1b29520f3e1e" => {
+            contact_page_scenes("John Haruhimiya", "abcdcly@qq.com")
+        }
+        // contacts-add
+        "46d7ccdb-d2e4-4b8a-bead-f2641b5ac23c" => {
+            let editor = "com.android.contacts/.activities.ContactEditorActivity";
+            let fields = |name: &str, mail: &str| {
+                vec![
+                    field("", name),
+                    field("", mail),
+                    button("com.android.contacts:id/editor_menu_save_button", "Save"),
+                ]
+            };
+            let mut scenes = home_then("Contacts");
+            scenes.extend([
+                Scene::shows(
+                    tap_on("Contacts"),
+                    "com.android.contacts/.activities.PeopleActivity",
+                    vec![button(
+                        "com.android.contacts:id/floating_action_button",
+                        "Create contact",
+                    )],
+                ),
+                Scene::shows(
+                    tap_on("com.android.contacts:id/floating_action_button"),
+                    editor,
+                    fields("First name", "Email"),
+                ),
+                Scene::shows(
+                    typed("John Haruhimiya"),
+                    editor,
+                    fields("John Haruhimiya", "Email"),
+                ),
+                Scene::shows(
+                    typed("abcdcly@qq.com"),
+                    editor,
+                    fields("John Haruhimiya", "abcdcly@qq.com"),
+                ),
+                Scene::shows(
+                    tap_on("com.android.contacts:id/editor_menu_save_button"),
+                    "com.android.contacts/.activities.QuickContactActivity",
+                    vec![
+                        Node::text("com.android.contacts:id/large_title", "John Haruhimiya"),
+                        Node::text("com.android.contacts:id/header", "abcdcly@qq.com"),
+                    ],
+                )
+                .rows(
+                    "content://com.android.contacts/data/emails",
+                    "Row: 0 display_name=John Haruhimiya, data1=abcdcly@qq.com\n",
+                ),
+            ]);
+            scenes
+        }
+        // file-create-date Download/meow.jpg.webp
+        "de843952-df8f-4a26-bae9-d0a32ed9a7f5" => {
+            let photos = "com.google.android.apps.photos/.home.HomeActivity";
+            let photo = "Photo taken on May 15, 2024 10:32:00 AM";
+            let label = |text: &str| Node::text("com.google.android.apps.photos:id/label", text);
+            let mut scenes = home_then("Photos");
+            scenes.extend([
+                Scene::shows(tap_on("Photos"), photos, vec![icon("Library")]),
+                Scene::shows(tap_on("Library"), photos, vec![icon("Download")]),
+                Scene::shows(tap_on("Download"), photos, vec![Node::described("", photo)]),
+                Scene::shows(tap_on(photo), photos, vec![button("", "More options")]),
+                Scene::shows(tap_on("More options"), photos, vec![icon("Details")]),
+                Scene::shows(
+                    tap_on("Details"),
+                    photos,
+                    vec![
+                        Node::described(
+                            "com.google.android.apps.photos:id/datetime_item_layout",
+                            "",
+                        ),
+                        label("Wed, May 15, 2024 • 10:32\u{202f}AM"),
+                        Node::described("com.google.android.apps.photos:id/exif_item_layout", ""),
+                        label("/storage/emulated/0/Download/meow.jpg.webp"),
+                    ],
+                ),
+            ]);
+            scenes
+        }
+        // bluetooth-rename Sydney
+        "22b04776-8eec-4303-b3f6-9c981f7f29b8" => {
+            let page = |name: &str| {
+                vec![
+                    Node::text("android:id/title", "Device name"),
+                    Node::text("android:id/summary", name),
+                ]
+            };
+            let dialog = |name: &str| {
+                vec![
+                    field("android:id/edit", name),
+                    Node::text("android:id/button1", "Rename"),
+                ]
+            };
+            let mut scenes = home_then("Settings");
+            scenes.extend([
+                settings(vec![Node::text("android:id/title", "Connected devices")]),
+                Scene::shows(
+                    tap_on("Connected devices"),
+                    "com.android.settings/.SubSettings",
+                    vec![Node::text("android:id/title", "Connection preferences")],
+                ),
+                Scene::shows(
+                    tap_on("Connection preferences"),
+                    "com.android.settings/.SubSettings",
+                    vec![Node::text("android:id/title", "Bluetooth")],
+                ),
+                Scene::shows(
+                    tap_on("Bluetooth"),
+                    "com.android.settings/.SubSettings",
+                    page("Pixel 8"),
+                ),
+                Scene::shows(
+                    tap_on("Device name"),
+                    "com.android.settings/.SubSettings",
+                    dialog("Pixel 8"),
+                ),
+                Scene::shows(
+                    typed("Sydney"),
+                    "com.android.settings/.SubSettings",
+                    dialog("Sydney"),
+                ),
+                Scene::shows(
+                    tap_on("Rename"),
+                    "com.android.settings/.SubSettings",
+                    page("Sydney"),
+                )
+                .setting("secure", "bluetooth_name", "Sydney"),
+            ]);
+            scenes
+        }
+        other => panic!("no scenes for {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crab_phone_tasks_pass_with_their_composed_oracles_on_the_stand_in_phone() {
+    let sb = Sandbox::new();
+    let (phone, _s, _env) = standin(&sb, LAUNCHER, &["--no-uinput"], "udp").await;
+    let crab = pincer_tests::import_crab(&sb, "CRAB tasks é");
+    // cross/a956a091 is not here: CRAB asks for "yakarta", which Clock calls Jakarta, so
+    // it cannot pass as written (the import says so).
+    let files = [
+        "764838cc-9359-4130-9bb2-4a75900b2d89",
+        "6d9f6395-de79-4ad0-8a2a-2d674f93f293",
+        "e20fd121-b981-42da-94de-efcd66889c11",
+        "fbe6a1b1-63bb-4d4e-8a53-ff4f7839ef61",
+        "77289141-e52b-48c8-b3a7-1b29520f3e1e",
+        "46d7ccdb-d2e4-4b8a-bead-f2641b5ac23c",
+        "de843952-df8f-4a26-bae9-d0a32ed9a7f5",
+        "22b04776-8eec-4303-b3f6-9c981f7f29b8",
+    ];
+    // Runs `agent` on the task from the phone as its owner left it (the home screen, nothing
+    // saved or renamed), scripted with the task's scenes; returns the run's one record and
+    // its log.
+    let run = |id: &str, agent: &str, compat: bool| {
+        phone.set_foreground(LAUNCHER);
+        phone.set_screen(&gmail());
+        phone.set_setting("secure", "bluetooth_name", "Pixel 8");
+        phone.set_rows(
+            "content://com.android.contacts/data/emails",
+            "No result found.\n",
+        );
+        phone.play(&oracle_scenes(id));
+        std::fs::remove_file(phone.state.join("scenes.log")).ok();
+        let task = crab.join("android").join(format!("{id}.json"));
+        let out = sb.path().join(format!("{agent} {id} {compat}"));
+        let mut args = vec![
+            "run",
+            "--tasks",
+            task.to_str().unwrap(),
+            "--agent",
+            agent,
+            "--set",
+            "phone=phone",
+            "--no-report",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        if compat {
+            args.extend(["--compat", "crab"]);
+        }
+        let log = sb.pincer_ok(&args);
+        let recs = results(&out);
+        assert_eq!(recs.len(), 1, "{log}");
+        (recs[0].clone(), log)
+    };
+    for id in files {
+        let scenes = oracle_scenes(id).len();
+        for compat in [false, true] {
+            let (rec, log) = run(id, "oracle", compat);
+            let scenes_log =
+                std::fs::read_to_string(phone.state.join("scenes.log")).unwrap_or_default();
+            assert_eq!(
+                rec["termination"],
+                "success",
+                "{id} (compat {compat}): {log}\n{rec}\ninputs: {:?}\nscenes:\n{scenes_log}",
+                phone.inputs()
+            );
+            if compat {
+                assert_eq!(rec["compat"]["reason"], "success", "{id}: {log}");
+            }
+            // The oracle went through the app screen by screen, as a person would (the
+            // run may end before the last screen when the checks pass on the one before).
+            assert!(
+                phone.scenes_played() + 1 >= scenes,
+                "{id}: {} of {scenes} scenes played:\n{scenes_log}",
+                phone.scenes_played(),
+            );
+        }
+        // An agent tapping and typing at random on the same phone passes nothing.
+        let (rec, log) = run(id, "random", false);
+        assert_ne!(rec["termination"], "success", "{id}: {log}");
+    }
 }
 
 /// Kills the real adb server on a port when dropped.

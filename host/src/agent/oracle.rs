@@ -112,8 +112,16 @@ impl Oracle {
     }
 }
 
-/// The action that presses a key ("enter") or a combination ("ctrl+alt+t").
-fn key_action(env: String, key: &str) -> AgentAction {
+/// The action that presses a key ("enter") or a combination ("ctrl+alt+t"); on a phone
+/// "home" and "back" are its system buttons.
+fn key_action(env: String, platform: Option<&Platform>, key: &str) -> AgentAction {
+    if platform == Some(&Platform::Android) {
+        match key {
+            "home" => return AgentAction::Home { env },
+            "back" => return AgentAction::Back { env },
+            _ => {}
+        }
+    }
     if key.contains('+') && key.len() > 1 {
         AgentAction::Hotkey {
             env,
@@ -215,7 +223,10 @@ impl Agent for Oracle {
                         target: t,
                     }
                 }
-                OracleStep::Key { env, key } => key_action(self.role(env)?, key),
+                OracleStep::Key { env, key } => {
+                    let role = self.role(env)?;
+                    key_action(role.clone(), self.roles.get(&role), key)
+                }
                 OracleStep::WaitFor {
                     env,
                     target,
@@ -233,7 +244,7 @@ impl Agent for Oracle {
                         if let Some(key) = again.as_ref().filter(|_| last.elapsed() >= every) {
                             self.pressed_again = Some(Instant::now());
                             return Ok(Decision {
-                                actions: vec![key_action(role, key)],
+                                actions: vec![key_action(role.clone(), self.roles.get(&role), key)],
                                 thought: Some(format!(
                                     "pressing {key} again: {target} has not appeared"
                                 )),
@@ -328,6 +339,31 @@ mod tests {
     use super::*;
     use crate::agent::observe::View;
     use pincer_shared::tree::UiNode;
+
+    #[test]
+    fn home_and_back_are_a_phones_system_buttons() {
+        let phone = Some(&Platform::Android);
+        assert!(
+            matches!(key_action("p".into(), phone, "home"), AgentAction::Home { env } if env == "p")
+        );
+        assert!(matches!(
+            key_action("p".into(), phone, "back"),
+            AgentAction::Back { .. }
+        ));
+        assert!(matches!(
+            key_action("p".into(), phone, "enter"),
+            AgentAction::Key { .. }
+        ));
+        // On a desktop "home" is the keyboard's Home key.
+        let desk = Some(&Platform::Linux);
+        assert!(
+            matches!(key_action("d".into(), desk, "home"), AgentAction::Key { key, .. } if key == "home")
+        );
+        assert!(matches!(
+            key_action("d".into(), desk, "ctrl+s"),
+            AgentAction::Hotkey { .. }
+        ));
+    }
 
     fn observation(root: UiNode) -> Observation {
         Observation {

@@ -50,7 +50,8 @@ pub enum OracleStep {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         target: Option<Locator>,
     },
-    /// Press a key or combination ("enter", "ctrl+s").
+    /// Press a key or combination ("enter", "ctrl+s"); on a phone "home" and "back" are
+    /// its system buttons.
     Key {
         /// Environment role.
         #[serde(default, skip_serializing_if = "Option::is_none")]

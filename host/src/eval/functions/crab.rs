@@ -555,7 +555,7 @@ mod tests {
         // Actions on a screen are not the agent's own (CRAB's root environment's).
         let typed = AgentEvent::Action {
             env: "desktop".into(),
-            action: pincer_shared::Action::KeyPress {
+            action: Action::KeyPress {
                 key: "enter".parse().unwrap(),
             },
         };
