@@ -554,17 +554,8 @@ pub fn compose_lenient(
         let t = part.template;
         for (mode, checks) in &t.compat {
             for c in checks {
-                if !t.checkpoints.iter().any(|k| k.id == c.id) {
-                    return Err(ComposeError::File {
-                        file: t.id.clone(),
-                        message: format!(
-                            "compat.{mode}: '{}' is no checkpoint of the template",
-                            c.id
-                        ),
-                    });
-                }
                 compat.entry(mode.clone()).or_default().push(CompatCheck {
-                    id: format!("s{i}.{}", c.id),
+                    id: part_checkpoint(t, i, &c.id, &format!("compat.{mode}"))?,
                     check: c.check.clone(),
                     args: fill_json(&t.id, &c.args, &part.values)?,
                 });
@@ -622,20 +613,25 @@ fn composed_oracle(
                 *env = Some(role.to_owned());
             }
             if let OracleStep::WaitPassed { checkpoint, .. } = &mut step {
-                if !t.checkpoints.iter().any(|c| &c.id == checkpoint) {
-                    return Err(ComposeError::File {
-                        file: t.id.clone(),
-                        message: format!(
-                            "oracle: wait_passed names no checkpoint of the template: '{checkpoint}'"
-                        ),
-                    });
-                }
-                *checkpoint = format!("s{i}.{checkpoint}");
+                *checkpoint = part_checkpoint(t, i, checkpoint, "oracle: wait_passed")?;
             }
             steps.push(step);
         }
     }
     Ok(Some(steps))
+}
+
+/// The composed task's id (`s{i}.{id}`) of checkpoint `id` of part `i`'s template, which
+/// `what` (an oracle step, a compat check) names; an id the template lacks is refused.
+fn part_checkpoint(t: &Template, i: usize, id: &str, what: &str) -> Result<String, ComposeError> {
+    if t.checkpoints.iter().any(|c| c.id == id) {
+        Ok(format!("s{i}.{id}"))
+    } else {
+        Err(ComposeError::File {
+            file: t.id.clone(),
+            message: format!("{what}: '{id}' is no checkpoint of the template"),
+        })
+    }
 }
 
 /// Part indices with every part after those linked into it (Kahn's algorithm, lowest index
@@ -960,6 +956,46 @@ args = { text = "{text}" }
             values: values(&[("from", "~/a"), ("to", "~/b")]),
         };
         assert!(compose("t", &[moved], &[], None).unwrap().oracle.is_none());
+    }
+
+    #[test]
+    fn oracle_waits_and_compat_checks_must_name_the_templates_checkpoints() {
+        let bad = |extra: &str| {
+            let mut c = Catalogue::default();
+            c.add_toml(
+                "bad.toml",
+                &format!(
+                    "[[template]]\nid = \"gone\"\nplatform = \"linux\"\ndescription = \"Delete it.\"\nattributes = []\n{extra}\n[[template.checkpoints]]\nid = \"gone\"\nenv = \"desktop\"\ncheck = \"file_absent\"\nargs = {{ path = \"~/x\" }}\n"
+                ),
+            )
+            .unwrap();
+            let part = Part {
+                template: c.get("gone").unwrap(),
+                values: BTreeMap::new(),
+            };
+            compose("t", &[part], &[], None).map(|t| (t.oracle, t.compat))
+        };
+        let (oracle, compat) =
+            bad("oracle = [{ do = \"wait_passed\", checkpoint = \"gone\" }]\ncompat = { crab = [{ id = \"gone\", check = \"file_absent\", args = { path = \"~/y\" } }] }")
+                .unwrap();
+        assert_eq!(
+            serde_json::to_value(oracle).unwrap(),
+            serde_json::json!([{"do": "wait_passed", "checkpoint": "s0.gone"}])
+        );
+        assert_eq!(compat["crab"][0].id, "s0.gone");
+        for (extra, says) in [
+            (
+                "oracle = [{ do = \"wait_passed\", checkpoint = \"went\" }]",
+                "oracle: wait_passed: 'went' is no checkpoint of the template",
+            ),
+            (
+                "compat = { crab = [{ id = \"went\", check = \"file_absent\", args = { path = \"~/y\" } }] }",
+                "compat.crab: 'went' is no checkpoint of the template",
+            ),
+        ] {
+            let e = bad(extra).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+        }
     }
 
     #[test]

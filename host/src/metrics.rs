@@ -315,10 +315,11 @@ pub struct CompatEnding {
 }
 
 impl CompatEnding {
-    /// The peer's label for a run that ended so under its rules.
-    pub fn new(mode: Compat, t: Termination) -> Self {
+    /// The peer's label for a run that ended so under its rules; `unreadable`: on a reply
+    /// that held no usable action.
+    pub fn new(mode: Compat, t: Termination, unreadable: bool) -> Self {
         let reason = match mode {
-            Compat::Crab => crab_reason(t),
+            Compat::Crab => crab_reason(t, unreadable),
         };
         Self {
             mode,
@@ -329,16 +330,17 @@ impl CompatEnding {
 }
 
 /// CRAB's `terminate_reason` (crab/core/benchmark.py, crab/core/experiment.py) for a run
-/// that ended so under `--compat crab`. An action CRAB's environment could not run and a
-/// reply that held none are both `env_exception` here (CRAB's agent code raises on the
-/// second, `agent_exception`; either way the run fails). pincer's time limit and a start
-/// with checkpoints already passed have no CRAB label (CRAB has no time limit and writes no
-/// result for the second).
-fn crab_reason(t: Termination) -> &'static str {
+/// that ended so under `--compat crab`. An action CRAB's environment could not run is
+/// `env_exception`; a reply that held none (`unreadable`) is `agent_exception`, as CRAB's
+/// agent code raises on it (no tool call, arguments that are not JSON). pincer's time limit
+/// and a start with checkpoints already passed have no CRAB label (CRAB has no time limit
+/// and writes no result for the second).
+fn crab_reason(t: Termination, unreadable: bool) -> &'static str {
     match t {
         Termination::Success | Termination::Undone => "success",
         Termination::StepLimit => "reach_max_step",
         Termination::FalseCompletion => "agent_complete",
+        Termination::InvalidAction if unreadable => "agent_exception",
         Termination::InvalidAction | Termination::Infeasible | Termination::EnvironmentError => {
             "env_exception"
         }
@@ -555,5 +557,22 @@ mod tests {
         assert_eq!(success_by_attempt(&runs, 1), [0.25]);
         assert_eq!(success_by_attempt(&[], 2), [0.0, 0.0]);
         assert_eq!(success_by_attempt(&[(Aborted, 2)], 2), [0.0, 0.0]);
+    }
+
+    #[test]
+    fn crabs_labels_tell_an_unreadable_reply_from_a_refused_action() {
+        let label = |t, unreadable| CompatEnding::new(Compat::Crab, t, unreadable);
+        let refused = label(Termination::InvalidAction, false);
+        assert_eq!(
+            (refused.reason.as_str(), refused.success),
+            ("env_exception", false)
+        );
+        assert_eq!(
+            label(Termination::InvalidAction, true).reason,
+            "agent_exception"
+        );
+        // Only an invalid action is told apart by how it came.
+        assert_eq!(label(Termination::StepLimit, true).reason, "reach_max_step");
+        assert!(label(Termination::Undone, false).success);
     }
 }

@@ -231,6 +231,10 @@ struct TaskRun<'a> {
     usage: Usage,
     /// Agent actions executed (waits excluded): what `max_steps` counts.
     actions_done: u32,
+    /// Whether the run ended on a reply that held no usable action (CRAB's agent raises
+    /// there: `agent_exception`, where an action the environment refused is
+    /// `env_exception`).
+    ended_unreadable: bool,
     /// Of those, API tool calls.
     tool_calls: u32,
     /// Harness milliseconds of each step.
@@ -268,6 +272,7 @@ impl<'a> TaskRun<'a> {
             log: AgentLog::default(),
             usage: Usage::default(),
             actions_done: 0,
+            ended_unreadable: false,
             tool_calls: 0,
             harness: Vec::new(),
             traj_rel,
@@ -699,6 +704,7 @@ impl<'a> TaskRun<'a> {
                 format!("your last output was not a valid action: {why}"),
                 why,
             ) {
+                self.ended_unreadable = true;
                 return Some(end);
             }
         }
@@ -943,7 +949,7 @@ impl<'a> TaskRun<'a> {
             compat: self
                 .ctx
                 .compat
-                .map(|mode| CompatEnding::new(mode, end.termination)),
+                .map(|mode| CompatEnding::new(mode, end.termination, self.ended_unreadable)),
         }
     }
 }
