@@ -16,7 +16,9 @@
 //! broken connection are dropped, as a lossy UDP path would drop them: QUIC retransmits,
 //! and its congestion control backs off. When only the TCP connection broke and the agent
 //! lives on, its QUIC connections carry on: the new TCP connection comes from a new port,
-//! which QUIC takes for a migration.
+//! which QUIC takes for a migration. A connection that goes silent (frames sent, none back
+//! for [`SILENT_PEER`]) is taken for broken the same way: its peer may have vanished
+//! without a FIN.
 //!
 //! The guest side ([`ServerSocket`]) serves the UDP socket and a TCP listener on the same
 //! address and port as one socket. Each accepted TCP connection is one QUIC peer, whose
@@ -77,6 +79,14 @@ const WRITE_BUFFER: usize = 64 * 1024;
 /// Datagrams received and not yet taken by the QUIC endpoint; a full queue makes the
 /// readers wait, which pushes back through TCP.
 const RECV_QUEUE: usize = 1024;
+/// How long the host's tunnel waits for any frame back after it sent one before it takes
+/// the TCP peer for gone and dials again on the next datagram. A live guest answers within
+/// a round trip (QUIC acknowledges, and its keep-alives every 4 s get one), but a peer that
+/// vanished without a FIN or reset (a phone unplugged behind `adb forward`, a VM's forward
+/// that went stale) leaves the connection open and silent, and QUIC's packets would go
+/// into it until QUIC's own idle timeout (20 s) ended every connection. Dialling again
+/// lets the connections carry on through a new tunnel when the guest is still there.
+pub const SILENT_PEER: Duration = Duration::from_secs(4);
 
 /// What is wrong with what a peer sent on a tunnel.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +107,9 @@ pub enum TunnelError {
     /// The connection ended in the middle of the preamble or a frame.
     #[error("the connection ended mid-frame")]
     Truncated,
+    /// Frames went out and none came back for this long.
+    #[error("no frame back within {0:?} of sending one: the peer is taken for gone")]
+    Silent(Duration),
     /// Reading or writing the connection failed.
     #[error(transparent)]
     Io(#[from] io::Error),
@@ -185,10 +198,11 @@ where
 }
 
 /// Writes the frames queued on `queue` to `w`, flushing whenever the queue runs dry, until
-/// the queue closes (`Ok`) or writing fails.
+/// the queue closes (`Ok`) or writing fails; `sent` is told of each frame.
 async fn write_frames(
     w: &mut BufWriter<OwnedWriteHalf>,
     queue: &mut mpsc::Receiver<Bytes>,
+    mut sent: impl FnMut(),
 ) -> Result<(), TunnelError> {
     loop {
         let frame = match queue.try_recv() {
@@ -203,6 +217,7 @@ async fn write_frames(
             Err(mpsc::error::TryRecvError::Disconnected) => return Ok(()),
         };
         w.write_all(&frame).await?;
+        sent();
     }
 }
 
@@ -404,18 +419,75 @@ async fn carry(
     tcp.set_nodelay(true)?;
     let (mut r, w) = tcp.into_split();
     let mut w = BufWriter::with_capacity(WRITE_BUFFER, w);
+    let silence = Silence::default();
     let write = async {
         w.write_all(&PREAMBLE).await?;
         w.write_all(&first).await?;
-        write_frames(&mut w, outgoing).await
+        silence.sent();
+        write_frames(&mut w, outgoing, || silence.sent()).await
     };
     let read = read_frames(&mut r, BytesMut::new(), |d| {
         *heard = true;
+        silence.heard();
         async move { incoming.send(d).await.is_ok() }
     });
+    let watch = async {
+        loop {
+            tokio::time::sleep(SILENT_PEER / 8).await;
+            if silence.longer_than(SILENT_PEER) {
+                return Err(TunnelError::Silent(SILENT_PEER));
+            }
+        }
+    };
     tokio::select! {
         r = write => r,
         r = read => r,
+        r = watch => r,
+    }
+}
+
+/// Since when the frames a tunnel sent have gone unanswered, if they have.
+#[derive(Debug)]
+struct Silence {
+    start: Instant,
+    /// Milliseconds from `start` to the first frame sent since the last one heard;
+    /// [`u64::MAX`] while every frame sent has been answered.
+    since_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Silence {
+    fn default() -> Self {
+        Self {
+            start: Instant::now(),
+            since_ms: u64::MAX.into(),
+        }
+    }
+}
+
+impl Silence {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// A frame went out: the silence starts now unless it already had.
+    fn sent(&self) {
+        let _ = self.since_ms.compare_exchange(
+            u64::MAX,
+            self.now_ms(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A frame came back: everything sent so far counts as answered.
+    fn heard(&self) {
+        self.since_ms.store(u64::MAX, Ordering::Relaxed);
+    }
+
+    /// Whether frames have gone unanswered for longer than `limit`.
+    fn longer_than(&self, limit: Duration) -> bool {
+        let since = self.since_ms.load(Ordering::Relaxed);
+        since != u64::MAX && self.now_ms().saturating_sub(since) > limit.as_millis() as u64
     }
 }
 
@@ -646,7 +718,7 @@ async fn serve(
         });
         tokio::select! {
             r = read => r,
-            r = write_frames(&mut w, &mut queue) => r,
+            r = write_frames(&mut w, &mut queue, || {}) => r,
         }
     };
     if let Err(e) = run.await {
@@ -1150,10 +1222,12 @@ mod tests {
     }
 
     /// A TCP forwarder to `upstream` whose connections can all be cut at once, like a
-    /// VM's port forward when the VM resets.
+    /// VM's port forward when the VM resets, or silenced: held open, carrying nothing either
+    /// way, like a forward whose far end vanished without a FIN.
     struct Forwarder {
         addr: SocketAddr,
         open: Arc<Mutex<Vec<AbortHandle>>>,
+        silenced: tokio::sync::watch::Sender<u32>,
         _task: AbortOnDrop,
     }
 
@@ -1163,11 +1237,20 @@ mod tests {
             let addr = listener.local_addr().unwrap();
             let open = Arc::new(Mutex::new(Vec::new()));
             let held = open.clone();
+            let (silenced, watch) = tokio::sync::watch::channel(0);
             let task = tokio::spawn(async move {
                 while let Ok((mut down, _)) = listener.accept().await {
+                    let mut silence = watch.clone();
+                    silence.mark_unchanged();
                     let copy = tokio::spawn(async move {
                         if let Ok(mut up) = TcpStream::connect(upstream).await {
-                            let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                            tokio::select! {
+                                _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                                _ = silence.changed() => {
+                                    // Both ends stay open and unread.
+                                    std::future::pending::<()>().await;
+                                }
+                            }
                         }
                     });
                     lock(&held).push(copy.abort_handle());
@@ -1176,8 +1259,16 @@ mod tests {
             Self {
                 addr,
                 open,
+                silenced,
                 _task: AbortOnDrop(task.abort_handle()),
             }
+        }
+
+        /// Silences every connection open now; returns how many there were. Connections
+        /// made afterwards carry on as usual.
+        fn silence(&self) -> usize {
+            self.silenced.send_modify(|n| *n += 1);
+            lock(&self.open).len()
         }
 
         /// Cuts every connection; returns how many there were.
@@ -1206,6 +1297,38 @@ mod tests {
         assert_eq!(forwarder.cut(), 1);
         let again = guest.connect(&ep, forwarder.addr).await.unwrap();
         round_trip(&again, 100_000, 3).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tunnel_gone_silent_is_dialled_again_and_its_connections_carry_on() {
+        let guest = Guest::new();
+        let forwarder = Forwarder::start(guest.addr).await;
+        let (_ep, conn) = guest.dial(Some(forwarder.addr)).await;
+        round_trip(&conn, 10_000, 1).await;
+        // The forward's far end vanishes without a FIN: the host's TCP connection stays
+        // open and carries nothing. Within SILENT_PEER of its first unanswered frame the
+        // host gives it up and dials again, well before QUIC's 20 s idle timeout would end
+        // the connection; QUIC takes the new tunnel for a migration.
+        assert_eq!(forwarder.silence(), 1);
+        tokio::time::timeout(Duration::from_secs(15), round_trip(&conn, 10_000, 2))
+            .await
+            .expect("the connection carried on through a new tunnel");
+        assert_eq!(lock(&forwarder.open).len(), 2, "one new tunnel");
+    }
+
+    #[test]
+    fn silence_counts_from_the_first_unanswered_frame() {
+        let s = Silence::default();
+        assert!(!s.longer_than(Duration::ZERO), "nothing sent");
+        s.sent();
+        std::thread::sleep(Duration::from_millis(30));
+        s.sent();
+        assert!(
+            s.longer_than(Duration::from_millis(20)),
+            "from the first frame"
+        );
+        s.heard();
+        assert!(!s.longer_than(Duration::ZERO), "answered");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
