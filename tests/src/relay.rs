@@ -3,11 +3,15 @@
 //! and the guest's port, and on the way drops, delays (with jitter, which reorders),
 //! duplicates, or holds back everything during a blackout, each direction alike, from a
 //! seeded generator so a failure can be replayed; or it changes the port the guest sees
-//! the host's datagrams come from in the middle, as a NAT that rebinds does. It only ever sends to the loopback
-//! address it was given, and it stops when dropped.
+//! the host's datagrams come from in the middle, as a NAT that rebinds does. [`TcpRelay`]
+//! does the same for TCP (the tunnel that carries QUIC over `adb forward` or a VM's port
+//! forward), where the fault is a peer that vanishes without a FIN: its connections stay
+//! open and carry nothing more. Both only ever send to the loopback address they were
+//! given, and stop when dropped.
 
 use std::collections::BinaryHeap;
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -289,6 +293,129 @@ impl Drop for UdpRelay {
     }
 }
 
+/// A running TCP relay: hosts connect to [`TcpRelay::addr`] as if it were the guest, and
+/// each connection is carried to the guest's port on one of its own.
+pub struct TcpRelay {
+    addr: SocketAddr,
+    /// Connections accepted so far.
+    pub accepted: Arc<AtomicU64>,
+    /// Connections gone silent.
+    pub silenced: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TcpRelay {
+    /// Relays to the guest at `guest` (a loopback address); `silence` after the first
+    /// connection began, every connection open then goes silent: held open, nothing read
+    /// or written, no FIN, as when the far end of a forward vanished. Connections made
+    /// afterwards are carried as usual.
+    pub fn start(guest: SocketAddr, silence: Option<Duration>) -> Self {
+        assert!(guest.ip().is_loopback(), "the relay only sends to loopback");
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (accepted, silenced) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (accepted, silenced, stop) = (accepted.clone(), silenced.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut started: Option<Instant> = None;
+                // Each connection's two sockets, and whether it is silenced.
+                let mut open: Vec<(TcpStream, TcpStream, bool)> = Vec::new();
+                let mut buf = vec![0u8; 65536];
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok((down, _)) = listener.accept()
+                        && let Ok(up) = TcpStream::connect(guest)
+                    {
+                        for s in [&down, &up] {
+                            s.set_nonblocking(true).unwrap();
+                            s.set_nodelay(true).unwrap();
+                        }
+                        accepted.fetch_add(1, Ordering::Relaxed);
+                        started.get_or_insert_with(Instant::now);
+                        open.push((down, up, false));
+                    }
+                    if let (Some(after), Some(t0)) = (silence, started)
+                        && t0.elapsed() >= after
+                        && silenced.load(Ordering::Relaxed) == 0
+                    {
+                        for c in &mut open {
+                            c.2 = true;
+                        }
+                        silenced.store(open.len() as u64, Ordering::Relaxed);
+                    }
+                    let mut moved = false;
+                    open.retain_mut(|(down, up, quiet)| {
+                        if *quiet {
+                            return true;
+                        }
+                        let mut alive = true;
+                        for (from, to) in [(&*down, &*up), (&*up, &*down)] {
+                            match (&*from).read(&mut buf) {
+                                Ok(0) => alive = false,
+                                Ok(n) => {
+                                    moved = true;
+                                    // Loopback sockets with room: a short wait at worst.
+                                    let mut rest = &buf[..n];
+                                    while !rest.is_empty() && alive {
+                                        match (&*to).write(rest) {
+                                            Ok(k) => rest = &rest[k..],
+                                            Err(e)
+                                                if e.kind() == std::io::ErrorKind::WouldBlock =>
+                                            {
+                                                std::thread::sleep(Duration::from_millis(1));
+                                            }
+                                            Err(_) => alive = false,
+                                        }
+                                    }
+                                }
+                                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                                Err(_) => alive = false,
+                            }
+                        }
+                        alive
+                    });
+                    if !moved {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            })
+        };
+        Self {
+            addr,
+            accepted,
+            silenced,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Where hosts connect, as to the guest.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl std::fmt::Debug for TcpRelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpRelay")
+            .field("addr", &self.addr)
+            .field("accepted", &self.accepted)
+            .field("silenced", &self.silenced)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for TcpRelay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,5 +472,48 @@ mod tests {
             round_trip(&dark).is_some(),
             "light again after the blackout"
         );
+    }
+
+    /// A TCP echo server behind the relay: a connection carries bytes both ways until the
+    /// silence, then holds still, open; a new connection is carried again.
+    #[test]
+    fn the_tcp_relay_carries_then_silences_without_closing() {
+        let echo = TcpListener::bind("127.0.0.1:0").unwrap();
+        let echo_addr = echo.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for c in echo.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut c = c;
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = c.read(&mut buf) {
+                        if n == 0 || c.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let relay = TcpRelay::start(echo_addr, Some(Duration::from_millis(500)));
+        let echoed = |c: &mut TcpStream| {
+            c.set_read_timeout(Some(Duration::from_millis(700)))
+                .unwrap();
+            c.write_all(b"ping").unwrap();
+            let mut buf = [0u8; 4];
+            c.read_exact(&mut buf).map(|()| buf)
+        };
+        let mut first = TcpStream::connect(relay.addr()).unwrap();
+        assert_eq!(echoed(&mut first).unwrap(), *b"ping");
+        std::thread::sleep(Duration::from_millis(600));
+        let mut second = TcpStream::connect(relay.addr()).unwrap();
+        assert_eq!(
+            echoed(&mut second).unwrap(),
+            *b"ping",
+            "a new connection is carried"
+        );
+        // The first is silent, neither answered nor closed: the read times out.
+        let e = echoed(&mut first).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+        assert_eq!(relay.accepted.load(Ordering::Relaxed), 2);
+        assert_eq!(relay.silenced.load(Ordering::Relaxed), 1);
     }
 }

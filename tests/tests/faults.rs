@@ -5,10 +5,11 @@
 //! as the agent did (the oracle passes), never as an infrastructure failure; so must a run
 //! whose datagrams start coming from another port mid-task (a NAT rebinding). And a task
 //! whose agent is SIGKILLed and restarted mid-task is never scored as the agent's failure:
-//! it rides the restart out, or is recorded as an environment error and run once more. `./run.sh
+//! it rides the restart out, or is recorded as an environment error and run once more. Nor
+//! is a run whose TCP tunnel's far end vanishes without a FIN mid-task. `./run.sh
 //! bench`'s longer matrix is still to come; the figures printed here are its first rows.
 
-use pincer_tests::relay::{Faults, UdpRelay};
+use pincer_tests::relay::{Faults, TcpRelay, UdpRelay};
 use pincer_tests::{Sandbox, results};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
@@ -38,14 +39,46 @@ fn run(sb: &Sandbox, env: &str) -> (Vec<Value>, Duration) {
     (results(&out), t.elapsed())
 }
 
+/// A desktop's agent as registered, which a test reaches again through a relay.
+struct Agent {
+    addr: std::net::SocketAddr,
+    token: String,
+    fingerprint: String,
+}
+
+impl Agent {
+    /// The agent of the desktop `name`.
+    fn of(sb: &Sandbox, name: &str) -> Self {
+        let entry = sb.registry().load().unwrap().envs[name].clone();
+        Self {
+            addr: entry.addr.unwrap().parse().unwrap(),
+            token: entry.token_file.to_str().unwrap().to_owned(),
+            fingerprint: entry.fingerprint.unwrap(),
+        }
+    }
+
+    /// Registers the environment `name`: this agent, reached at `via` over `transport`.
+    fn add_via(&self, sb: &Sandbox, name: &str, via: std::net::SocketAddr, transport: &str) {
+        sb.pincer_ok(&[
+            "env",
+            "add",
+            name,
+            &via.to_string(),
+            "--token-file",
+            &self.token,
+            "--fingerprint",
+            &self.fingerprint,
+            "--transport",
+            transport,
+        ]);
+    }
+}
+
 #[test]
 fn tasks_finish_and_score_through_loss_delay_reordering_a_blackout_and_a_nat_rebinding() {
     let sb = Sandbox::new();
     let _desktop = sb.desktop("fault-desk", "1024x768", &[]);
-    let entry = sb.registry().load().unwrap().envs["fault-desk"].clone();
-    let agent = entry.addr.clone().unwrap().parse().unwrap();
-    let token = entry.token_file.to_str().unwrap().to_owned();
-    let fingerprint = entry.fingerprint.clone().unwrap();
+    let agent = Agent::of(&sb, "fault-desk");
     let (clean, clean_took) = run(&sb, "fault-desk");
     assert_eq!(clean.len(), 1, "{clean:?}");
     assert_eq!(clean[0]["termination"], "success", "{clean:?}");
@@ -94,17 +127,8 @@ fn tasks_finish_and_score_through_loss_delay_reordering_a_blackout_and_a_nat_reb
         ),
     ];
     for (name, faults) in cases {
-        let relay = UdpRelay::start(agent, faults);
-        sb.pincer_ok(&[
-            "env",
-            "add",
-            name,
-            &relay.addr().to_string(),
-            "--token-file",
-            &token,
-            "--fingerprint",
-            &fingerprint,
-        ]);
+        let relay = UdpRelay::start(agent.addr, faults);
+        agent.add_via(&sb, name, relay.addr(), "udp");
         let (records, took) = run(&sb, name);
         let c = relay.counts();
         println!(
@@ -136,6 +160,40 @@ fn tasks_finish_and_score_through_loss_delay_reordering_a_blackout_and_a_nat_reb
             assert!(took >= Duration::from_secs(8), "{name}: {took:?}");
         }
     }
+}
+
+#[test]
+fn a_task_finishes_through_a_tcp_tunnel_whose_far_end_goes_silent() {
+    let sb = Sandbox::new();
+    let _desktop = sb.desktop("tunnel-desk", "1024x768", &[]);
+    let agent = Agent::of(&sb, "tunnel-desk");
+    let clean_relay = TcpRelay::start(agent.addr, None);
+    agent.add_via(&sb, "tunnel", clean_relay.addr(), "tcp");
+    let (clean, clean_took) = run(&sb, "tunnel");
+    assert_eq!(clean.len(), 1, "{clean:?}");
+    assert_eq!(clean[0]["termination"], "success", "{clean:?}");
+    // 0.5 s into the run the forward's far end vanishes without a FIN: the connection stays
+    // open and carries nothing. The host gives it up after SILENT_PEER and dials again.
+    let relay = TcpRelay::start(agent.addr, Some(Duration::from_millis(500)));
+    agent.add_via(&sb, "silent", relay.addr(), "tcp");
+    let (records, took) = run(&sb, "silent");
+    println!(
+        "tunnel gone silent: {:.1} s (clean {:.1} s); {} connections, {} silenced",
+        took.as_secs_f64(),
+        clean_took.as_secs_f64(),
+        relay.accepted.load(Ordering::Relaxed),
+        relay.silenced.load(Ordering::Relaxed),
+    );
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["termination"], "success", "{records:?}");
+    assert!(
+        relay.silenced.load(Ordering::Relaxed) >= 1,
+        "the fault never struck"
+    );
+    assert!(
+        relay.accepted.load(Ordering::Relaxed) > relay.silenced.load(Ordering::Relaxed),
+        "the host dialled again"
+    );
 }
 
 /// The processes of the session `sid` named `comm` (a desktop's processes share its
