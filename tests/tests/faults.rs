@@ -6,7 +6,9 @@
 //! whose datagrams start coming from another port mid-task (a NAT rebinding). And a task
 //! whose agent is SIGKILLed and restarted mid-task is never scored as the agent's failure:
 //! it rides the restart out, or is recorded as an environment error and run once more. Nor
-//! is a run whose TCP tunnel's far end vanishes without a FIN mid-task. `./run.sh
+//! is a run whose TCP tunnel's far end vanishes without a FIN mid-task. A run whose run
+//! directory's disk fills up stops, saying so and how to go on, and `--resume` finishes it
+//! with every task run recorded once. `./run.sh
 //! bench`'s longer matrix is still to come; the figures printed here are its first rows.
 
 use pincer_tests::relay::{Faults, TcpRelay, UdpRelay};
@@ -193,6 +195,115 @@ fn a_task_finishes_through_a_tcp_tunnel_whose_far_end_goes_silent() {
     assert!(
         relay.accepted.load(Ordering::Relaxed) > relay.silenced.load(Ordering::Relaxed),
         "the host dialled again"
+    );
+}
+
+/// A small tmpfs mounted for a test (it needs root), unmounted when dropped.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(at: std::path::PathBuf, size: &str) -> Self {
+        std::fs::create_dir_all(&at).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&at)
+            .status()
+            .unwrap()
+            .success();
+        assert!(
+            ok,
+            "mounting a tmpfs on {} (this test needs root)",
+            at.display()
+        );
+        Self(at)
+    }
+
+    /// Fills the disk but for `spare` bytes; returns the filler file.
+    fn fill(&self, spare: u64) -> std::path::PathBuf {
+        let filler = self.0.join("filler");
+        let out = std::process::Command::new("df")
+            .args(["--output=avail", "-B1"])
+            .arg(&self.0)
+            .output()
+            .unwrap();
+        let free: u64 = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap();
+        std::fs::write(&filler, vec![0u8; free.saturating_sub(spare) as usize]).unwrap();
+        filler
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_full_run_directory_stops_the_run_saying_so_and_resume_finishes_it() {
+    let sb = Sandbox::new();
+    let _desktop = sb.desktop("full-desk", "1024x768", &[]);
+    let disk = SmallDisk::mount(sb.path().join("small disk é"), "16m");
+    let out = disk.0.join("run");
+    let args = |resume: bool| {
+        let mut a = vec![
+            "run",
+            "--tasks",
+            "demo",
+            "--task",
+            TASK,
+            "--repeat",
+            "3",
+            "--set",
+            "desktop=full-desk",
+            "--agent",
+            "oracle",
+            "--no-report",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        if resume {
+            a.push("--resume");
+        }
+        a
+    };
+    // The run directory is made; then the disk fills up, but for a few pages, before the
+    // first task run is recorded.
+    std::fs::create_dir_all(&out).unwrap();
+    let filler = disk.fill(48 * 1024);
+    let full = sb.pincer(&args(false));
+    let said = String::from_utf8_lossy(&full.stderr);
+    assert!(!full.status.success(), "{said}");
+    assert!(
+        said.contains("No space left on device")
+            && said.contains("free space there, then run the same command with --resume"),
+        "{said}"
+    );
+    // Nothing recorded twice, nothing half-recorded counted.
+    let before = results(&out);
+    assert!(before.len() < 3, "{before:?}");
+    std::fs::remove_file(filler).unwrap();
+    sb.pincer_ok(&args(true));
+    let records = results(&out);
+    let mut repeats: Vec<u64> = records
+        .iter()
+        .map(|r| r["repeat"].as_u64().unwrap())
+        .collect();
+    repeats.sort();
+    assert_eq!(
+        repeats,
+        [0, 1, 2],
+        "each task run recorded once: {records:?}"
+    );
+    assert!(
+        records.iter().all(|r| r["termination"] == "success"),
+        "{records:?}"
     );
 }
 

@@ -116,7 +116,7 @@ pub enum RunError {
     #[error("making the agent: {0}")]
     Agent(#[from] AgentError),
     /// Writing the run directory failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {source}{}", if_full(source))]
     Io {
         /// What was being written.
         what: String,
@@ -127,6 +127,16 @@ pub enum RunError {
     /// A worker of the run stopped abnormally (a bug).
     #[error("a worker failed: {0}")]
     Worker(String),
+}
+
+/// What to do when the run directory's disk is full: the task runs recorded so far are
+/// kept, and the run goes on from there.
+fn if_full(e: &std::io::Error) -> &'static str {
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        "; the run directory's disk is full: free space there, then run the same command with --resume to go on (the task runs already recorded are kept, the rest run)"
+    } else {
+        ""
+    }
 }
 
 /// Maps an OS error to [`RunError::Io`] saying what was being written.
