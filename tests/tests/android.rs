@@ -1505,6 +1505,31 @@ async fn a_task_spans_a_local_desktop_and_the_phone() {
     assert_eq!(passed, ["settings", "renamed", "done"], "{out}");
 }
 
+/// CRAB's task files as `pincer task import-crab` reads them, and a stand-in phone at its
+/// home screen, connected as the role `phone`.
+async fn crab_tasks_and_phone(
+    sb: &Sandbox,
+    lib: &pincer::eval::functions::Library,
+) -> (pincer::peers::crab::Report, Phone, Shim, Environment) {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/crab-benchmark-v0");
+    let catalogue = pincer::compose::Catalogue::bundled().unwrap();
+    let report = pincer::peers::crab::import_dir(&fixtures, &catalogue, lib).unwrap();
+    let (phone, shim, env) = standin(sb, LAUNCHER, &["--no-uinput"], "udp").await;
+    (report, phone, shim, env)
+}
+
+/// The phone as its owner left it: the home screen, no contact with an email, the
+/// Bluetooth name unchanged.
+fn as_its_owner_left_it(phone: &Phone) {
+    phone.set_foreground(LAUNCHER);
+    phone.set_screen(&gmail());
+    phone.set_setting("secure", "bluetooth_name", "Pixel 8");
+    phone.set_rows(
+        "content://com.android.contacts/data/emails",
+        "No result found.\n",
+    );
+}
+
 /// One of CRAB's evaluable phone tasks: a state that does it, and a near miss.
 struct CrabCase {
     file: &'static str,
@@ -1725,24 +1750,14 @@ fn crab_cases() -> Vec<CrabCase> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crab_phone_tasks_pass_on_done_states_and_fail_on_near_misses() {
-    use pincer::compose::Catalogue;
     use pincer::eval::functions::Library;
     use pincer::eval::graph::{Evaluator, Graph};
     use pincer::eval::{AgentEvent, AgentLog};
     use std::sync::Arc;
 
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/crab-benchmark-v0");
     let lib = Library::standard();
-    let report =
-        pincer::peers::crab::import_dir(&fixtures, &Catalogue::bundled().unwrap(), &lib).unwrap();
     let sb = Sandbox::new();
-    let (phone, _s, env) = standin(
-        &sb,
-        "com.google.android.apps.nexuslauncher/.NexusLauncherActivity",
-        &["--no-uinput"],
-        "udp",
-    )
-    .await;
+    let (report, phone, _s, env) = crab_tasks_and_phone(&sb, &lib).await;
     let envs = pincer_tests::cases::envs(vec![("phone", env)]);
     let evaluable: Vec<&str> = report
         .files
@@ -1782,7 +1797,7 @@ async fn crab_phone_tasks_pass_on_done_states_and_fail_on_near_misses() {
         }
         for done in [false, true] {
             // A phone at its home screen passes nothing.
-            phone.set_foreground("com.google.android.apps.nexuslauncher/.NexusLauncherActivity");
+            phone.set_foreground(LAUNCHER);
             phone.set_screen(&gmail());
             let mut ev = Evaluator::new(graph.clone());
             let first = ev.initial_check(&envs, &AgentLog::default()).await.unwrap();
@@ -2040,25 +2055,15 @@ fn divergences() -> Vec<Divergence> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crab_phone_checks_score_as_crab_does_where_the_two_differ() {
-    use pincer::compose::Catalogue;
     use pincer::eval::functions::Library;
     use pincer::eval::graph::{Evaluator, Graph};
     use pincer::eval::{AgentEvent, AgentLog};
     use pincer::task::compat::Compat;
     use std::sync::Arc;
 
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/crab-benchmark-v0");
     let lib = Library::standard();
-    let report =
-        pincer::peers::crab::import_dir(&fixtures, &Catalogue::bundled().unwrap(), &lib).unwrap();
     let sb = Sandbox::new();
-    let (phone, _s, env) = standin(
-        &sb,
-        "com.google.android.apps.nexuslauncher/.NexusLauncherActivity",
-        &["--no-uinput"],
-        "udp",
-    )
-    .await;
+    let (report, phone, _s, env) = crab_tasks_and_phone(&sb, &lib).await;
     let envs = pincer_tests::cases::envs(vec![("phone", env)]);
     let mut differ = std::collections::BTreeSet::new();
     for case in divergences() {
@@ -2074,14 +2079,7 @@ async fn crab_phone_checks_score_as_crab_does_where_the_two_differ() {
                 None => task.clone(),
             };
             let graph = Arc::new(Graph::build(&scored, &lib).unwrap());
-            // The phone as setup leaves it: home screen, nothing saved.
-            phone.set_foreground("com.google.android.apps.nexuslauncher/.NexusLauncherActivity");
-            phone.set_screen(&gmail());
-            phone.set_setting("secure", "bluetooth_name", "Pixel 8");
-            phone.set_rows(
-                "content://com.android.contacts/data/emails",
-                "No result found.\n",
-            );
+            as_its_owner_left_it(&phone);
             let mut ev = Evaluator::new(graph);
             let mut log = AgentLog::default();
             let mut got = Scored::Fail;
@@ -2497,13 +2495,7 @@ async fn crab_phone_tasks_pass_with_their_composed_oracles_on_the_stand_in_phone
     // saved or renamed), scripted with the task's scenes; returns the run's one record and
     // its log.
     let run = |id: &str, agent: &str, compat: bool| {
-        phone.set_foreground(LAUNCHER);
-        phone.set_screen(&gmail());
-        phone.set_setting("secure", "bluetooth_name", "Pixel 8");
-        phone.set_rows(
-            "content://com.android.contacts/data/emails",
-            "No result found.\n",
-        );
+        as_its_owner_left_it(&phone);
         phone.play(&oracle_scenes(id));
         std::fs::remove_file(phone.state.join("scenes.log")).ok();
         let task = crab.join("android").join(format!("{id}.json"));
