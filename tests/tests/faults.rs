@@ -198,6 +198,96 @@ fn a_task_finishes_through_a_tcp_tunnel_whose_far_end_goes_silent() {
     );
 }
 
+#[test]
+fn a_run_sigkilled_on_a_lossy_link_resumes_with_every_task_run_recorded_once() {
+    let sb = Sandbox::new();
+    let _desktop = sb.desktop("resume-desk", "1024x768", &[]);
+    let agent = Agent::of(&sb, "resume-desk");
+    // 5 % lost each way, 2–12 ms of delay (reordered), 1 % duplicated, for both the killed
+    // run and its resumption.
+    let relay = UdpRelay::start(
+        agent.addr,
+        Faults {
+            loss: 0.05,
+            delay: Duration::from_millis(2),
+            jitter: Duration::from_millis(10),
+            duplicate: 0.01,
+            seed: 5,
+            ..Faults::default()
+        },
+    );
+    agent.add_via(&sb, "lossy", relay.addr(), "udp");
+    let out = sb.path().join("run");
+    let args = |resume: bool| {
+        let mut a = vec![
+            "run",
+            "--tasks",
+            "demo",
+            "--task",
+            TASK,
+            "--repeat",
+            "4",
+            "--set",
+            "desktop=lossy",
+            "--agent",
+            "oracle",
+            "--no-report",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        if resume {
+            a.push("--resume");
+        }
+        a
+    };
+    let t = Instant::now();
+    let mut killed = sb
+        .pincer_command(&args(false))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // SIGKILL the host in the middle of its second task run: no cleanup, no last record.
+    while results(&out).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no task run finished"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let before = results(&out);
+    assert!(
+        !before.is_empty() && before.len() < 4,
+        "killed mid-run: {before:?}"
+    );
+    let t = Instant::now();
+    let resumed = sb.pincer_ok(&args(true));
+    let took = t.elapsed();
+    let records = results(&out);
+    println!(
+        "host SIGKILLed after {} of 4 task runs, resumed through 5 % loss: the rest took {:.1} s; {} datagrams lost",
+        before.len(),
+        took.as_secs_f64(),
+        relay.counts().lost.load(Ordering::Relaxed),
+    );
+    // The records of the killed run stay as written; each task run is recorded once.
+    assert_eq!(&records[..before.len()], &before[..], "{resumed}");
+    let mut repeats: Vec<u64> = records
+        .iter()
+        .map(|r| r["repeat"].as_u64().unwrap())
+        .collect();
+    repeats.sort();
+    assert_eq!(repeats, [0, 1, 2, 3], "{records:?}");
+    assert!(
+        records.iter().all(|r| r["termination"] == "success"),
+        "{records:?}"
+    );
+    assert!(relay.counts().lost.load(Ordering::Relaxed) > 0, "no loss");
+}
+
 /// A small tmpfs mounted for a test (it needs root), unmounted when dropped.
 struct SmallDisk(std::path::PathBuf);
 

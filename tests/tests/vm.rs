@@ -120,6 +120,40 @@ fn clock_offset(sb: &Sandbox, vm: &str) -> f64 {
     }
 }
 
+/// Steps the guest's clock to the host's time plus `by_s` seconds through the VM's clock
+/// channel (the guest's root service sets what the host sends), as a guest whose clock
+/// jumped would be.
+fn step_guest_clock(sb: &Sandbox, vm: &str, by_s: f64) {
+    use std::io::{BufRead, Write};
+    let list = sb.pincer_ok(&["vm", "list"]);
+    let pid = list
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(vm))
+        .and_then(|l| l.split_whitespace().skip_while(|w| *w != "pid").nth(1))
+        .unwrap_or_else(|| panic!("no pid of {vm} in {list}"));
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let socket = String::from_utf8_lossy(&cmdline)
+        .split(['\0', ','])
+        .find_map(|a| {
+            a.strip_prefix("path=")
+                .filter(|p| p.ends_with("clock.sock"))
+        })
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no clock socket in QEMU's command line"));
+    let s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut lines = std::io::BufReader::new(s.try_clone().unwrap()).lines();
+    let mut w = s;
+    loop {
+        let line = lines.next().expect("the clock channel closed").unwrap();
+        if line.trim() == "?" {
+            writeln!(w, "{:.9}", now() + by_s).unwrap();
+        } else if line.starts_with("ok ") {
+            return;
+        }
+    }
+}
+
 #[test]
 fn a_vm_serves_the_agent_and_a_reset_throws_away_what_it_did() {
     let sb = Sandbox::new();
@@ -168,6 +202,39 @@ fn a_vm_serves_the_agent_and_a_reset_throws_away_what_it_did() {
     );
     assert!(unit.contains("WantedBy=graphical-session.target"), "{unit}");
 
+    // The guest's clock stepped an hour ahead, through its own clock service as root: a task
+    // run on it still finishes and scores (nothing between host and guest reads wall
+    // time), and the reset below sets the clock right again.
+    step_guest_clock(&sb, "vm-a", 3600.0);
+    let off = clock_offset(&sb, "vm-a");
+    assert!(
+        (off - 3600.0).abs() < 5.0,
+        "the clock was not stepped: {off:+.2} s"
+    );
+    let out = sb.path().join("stepped");
+    let t = Instant::now();
+    let said = sb.pincer_ok(&[
+        "run",
+        "--tasks",
+        "demo",
+        "--task",
+        "terminal-make-project",
+        "--set",
+        "desktop=vm-a",
+        "--agent",
+        "oracle",
+        "--no-report",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let recs = results(&out);
+    println!(
+        "guest clock {off:+.0} s: task run {:.1} s, {:?}",
+        t.elapsed().as_secs_f64(),
+        recs.iter().map(|r| &r["termination"]).collect::<Vec<_>>()
+    );
+    assert_eq!(recs.len(), 1, "{said}");
+    assert_eq!(recs[0]["termination"], "success", "{said}");
     // A file and a setting changed, then reset: both are gone, the clock is right, and the
     // host reconnects by itself.
     sh(
