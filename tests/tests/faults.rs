@@ -397,6 +397,69 @@ fn a_full_run_directory_stops_the_run_saying_so_and_resume_finishes_it() {
     );
 }
 
+#[test]
+fn a_trajectory_that_cannot_be_written_stops_the_run_and_resume_redoes_its_task_run() {
+    let sb = Sandbox::new();
+    let _desktop = sb.desktop("traj-desk", "1024x768", &[]);
+    let out = sb.path().join("run été");
+    let args = |resume: bool| {
+        let mut a = vec![
+            "run",
+            "--tasks",
+            "demo",
+            "--task",
+            TASK,
+            "--repeat",
+            "2",
+            "--set",
+            "desktop=traj-desk",
+            "--agent",
+            "oracle",
+            "--no-report",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        if resume {
+            a.push("--resume");
+        }
+        a
+    };
+    // The trajectories' disk is full; results.jsonl's is not (a run directory on one disk
+    // and its tasks/ on another, or a disk with room for a line but not a screenshot).
+    let disk = SmallDisk::mount(out.join("tasks"), "4m");
+    disk.fill(0);
+    let stopped = sb.pincer(&args(false));
+    let said = String::from_utf8_lossy(&stopped.stderr);
+    assert!(!stopped.status.success(), "{said}");
+    assert!(
+        said.contains("writing the trajectory")
+            && said.contains("No space left on device")
+            && said.contains("then run the same command with --resume"),
+        "{said}"
+    );
+    // No task run is recorded without its trajectory.
+    assert!(results(&out).is_empty(), "{:?}", results(&out));
+    drop(disk);
+    sb.pincer_ok(&args(true));
+    let records = results(&out);
+    assert_eq!(records.len(), 2, "{records:?}");
+    for r in &records {
+        assert_eq!(r["termination"], "success", "{r}");
+        let traj = out.join(r["trajectory"].as_str().unwrap());
+        let steps = std::fs::read_to_string(traj.join("steps.jsonl")).unwrap();
+        assert!(steps.lines().count() >= 1, "{r}");
+        for step in steps.lines() {
+            let step: Value = serde_json::from_str(step).unwrap();
+            let images = step["images"].as_array().unwrap();
+            assert!(!images.is_empty(), "what the agent saw: {step}");
+            for i in images {
+                let f = traj.join(i["file"].as_str().unwrap());
+                assert!(std::fs::metadata(&f).unwrap().len() > 0, "{}", f.display());
+            }
+        }
+    }
+}
+
 /// The processes of the session `sid` named `comm` (a desktop's processes share its
 /// supervisor's session).
 fn in_session(sid: u32, comm: &str) -> Vec<u32> {

@@ -503,8 +503,9 @@ pub async fn record(cfg: RecordConfig<'_>) -> Result<Recorded, RecordError> {
         progress: cfg.progress,
         video: None,
     };
-    let mut rec = task_run::run(&cfg.task, graphs[0].clone(), &mut agent, 0, 0, &ctx).await;
+    let rec = task_run::run(&cfg.task, graphs[0].clone(), &mut agent, 0, 0, &ctx).await;
     agent.end();
+    let mut rec = rec?;
     let (end_us, captured) = {
         let mut c = captured.lock().unwrap_or_else(|e| e.into_inner());
         (c.guest_now(), std::mem::take(&mut *c))

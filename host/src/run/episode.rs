@@ -127,7 +127,7 @@ impl task::Progress for Quiet {
 /// One task run driven from outside.
 struct Episode {
     from: mpsc::Receiver<Msg>,
-    run: tokio::task::JoinHandle<TaskRecord>,
+    run: tokio::task::JoinHandle<Result<TaskRecord, RunError>>,
     cancel: Arc<AtomicBool>,
     reply: Option<oneshot::Sender<Decision>>,
     last: Option<Observation>,
@@ -198,7 +198,8 @@ impl Episode {
                 None => {
                     let rec = (&mut self.run)
                         .await
-                        .map_err(|e| EpisodeError::Worker(e.to_string()))?;
+                        .map_err(|e| EpisodeError::Worker(e.to_string()))?
+                        .map_err(EpisodeError::Run)?;
                     return Ok(Now::Ended(Box::new(rec), self.last.take().map(Box::new)));
                 }
             }

@@ -492,7 +492,7 @@ pub async fn run(cfg: RunConfig) -> Result<Vec<TaskRecord>, RunError> {
                     };
                     let rec =
                         task::run(&tasks[i], graphs[i].clone(), agent.as_mut(), r, seed, &ctx)
-                            .await;
+                            .await?;
                     task::blocking(|| writer.lock().unwrap_or_else(|e| e.into_inner()).write(&rec))
                         .map_err(io("appending to results.jsonl"))?;
                     let env_failed = rec.termination == Termination::EnvironmentError;

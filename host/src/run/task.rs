@@ -5,6 +5,7 @@
 //! decisions between phases (limits, what an action ends, interruption, the ending on the
 //! final state) are plain functions, tested on their own.
 
+use super::RunError;
 use super::sets::EnvSet;
 use crate::agent::actions::{self, AgentAction, Marks};
 use crate::agent::correction::{Correction, Feedback};
@@ -120,19 +121,19 @@ pub async fn run(
     repeat: u32,
     seed: u64,
     ctx: &Context<'_>,
-) -> TaskRecord {
+) -> Result<TaskRecord, RunError> {
     let mut retried = Vec::new();
     let mut told = Vec::new();
     loop {
         let attempt = retried.len() as u32 + 1;
         let r = TaskRun::new(task, graph.clone(), repeat, attempt, ctx);
-        let mut rec = run_attempt(r, agent, seed, told).await;
+        let mut rec = run_attempt(r, agent, seed, told).await?;
         if attempt >= ctx.correction.attempts
             || !worth_retrying(rec.termination)
             || ctx.cancel.load(Ordering::SeqCst)
         {
             rec.retried = retried;
-            return rec;
+            return Ok(rec);
         }
         told = told_after(&rec, attempt, ctx.correction);
         ctx.progress.status(
@@ -144,13 +145,15 @@ pub async fn run(
     }
 }
 
-/// One attempt of a task run (see [`run`]), the agent first told `told`.
+/// One attempt of a task run (see [`run`]), the agent first told `told`. A trajectory that
+/// could not be written fails the run: the task run is not recorded, so that `--resume`
+/// runs it again once the run directory can take it.
 async fn run_attempt(
     mut r: TaskRun<'_>,
     agent: &mut dyn Agent,
     seed: u64,
     told: Vec<String>,
-) -> TaskRecord {
+) -> Result<TaskRecord, RunError> {
     let cancelled = r.ctx.cancel;
     let mut videos = Vec::new();
     let mut recents = Vec::new();
@@ -182,7 +185,13 @@ async fn run_attempt(
         None => r.final_check(end).await,
     };
     r.teardown().await;
-    r.record(&agent.name(), seed, end)
+    match r.unwritten.take() {
+        Some((file, source)) => Err(RunError::Io {
+            what: format!("writing the trajectory {}", r.traj().join(file).display()),
+            source,
+        }),
+        None => Ok(r.record(&agent.name(), seed, end)),
+    }
 }
 
 /// Whether an attempt that ended so is made again: the agent failed it (not the
@@ -246,6 +255,8 @@ struct TaskRun<'a> {
     shown_through: u32,
     /// The images of the state the run ended in.
     final_images: Vec<ImageRef>,
+    /// The first trajectory file that could not be written, and why.
+    unwritten: Option<(String, std::io::Error)>,
     started: Instant,
     started_ms: u64,
 }
@@ -278,6 +289,7 @@ impl<'a> TaskRun<'a> {
             traj_rel,
             shown_through: 0,
             final_images: Vec::new(),
+            unwritten: None,
             started: Instant::now(),
             started_ms: crate::clock::unix_ms(),
         }
@@ -295,17 +307,23 @@ impl<'a> TaskRun<'a> {
 
     /// A fresh trajectory directory (a task run redone on resume starts over) and its
     /// steps file.
-    fn trajectory(&self) -> Result<JsonlWriter, End> {
+    fn trajectory(&mut self) -> Result<JsonlWriter, End> {
         let traj = self.traj();
         let _ = std::fs::remove_dir_all(&traj);
-        std::fs::create_dir_all(&traj).map_err(|e| {
-            End::new(
-                Termination::Aborted,
-                format!("cannot write the trajectory: {e}"),
-            )
-        })?;
+        std::fs::create_dir_all(&traj).map_err(|e| self.unwritable("", e))?;
         JsonlWriter::append(&traj.join("steps.jsonl"))
-            .map_err(|e| End::new(Termination::Aborted, e.to_string()))
+            .map_err(|e| self.unwritable("steps.jsonl", e))
+    }
+
+    /// Ends the task run because its trajectory's `file` could not be written; the first
+    /// such failure fails the run (see [`run_attempt`]).
+    fn unwritable(&mut self, file: &str, e: std::io::Error) -> End {
+        let end = End::new(
+            Termination::Aborted,
+            format!("cannot write the trajectory ({file}): {e}"),
+        );
+        self.unwritten.get_or_insert((file.to_owned(), e));
+        end
     }
 
     /// Starts recording every role's screen, if the run asked for video. A guest that
@@ -488,7 +506,7 @@ impl<'a> TaskRun<'a> {
             let mut obs = self.observation(views, std::mem::take(&mut turn.feedback))?;
             self.add_stills(&mut obs, recents).await;
             timing.observe_ms = t.elapsed().as_secs_f64() * 1000.0;
-            let images = self.save_images(&obs, &format!("step-{decision_no:03}"));
+            let images = self.save_images(&obs, &format!("step-{decision_no:03}"))?;
 
             let t = Instant::now();
             let decision = agent
@@ -532,7 +550,9 @@ impl<'a> TaskRun<'a> {
                 .act(&decision, &obs, &mut turn, &mut record, &mut seen_already)
                 .await;
             self.harness.push(record.timing.harness_ms());
-            let _ = blocking(|| steps_file.write(&record));
+            if let Err(e) = blocking(|| steps_file.write(&record)) {
+                return Err(self.unwritable("steps.jsonl", e));
+            }
             if let Some(e) = ended {
                 self.show_last(agent, seen_already.take(), &mut turn);
                 return Err(e);
@@ -552,7 +572,10 @@ impl<'a> TaskRun<'a> {
         if let Some(views) = views
             && let Ok(last) = self.observation(views, std::mem::take(&mut turn.feedback))
         {
-            self.final_images = self.save_images(&last, "final");
+            // An image that cannot be written fails the run once the task run ends.
+            if let Ok(images) = self.save_images(&last, "final") {
+                self.final_images = images;
+            }
             agent.seen_last(&last);
         }
     }
@@ -592,35 +615,30 @@ impl<'a> TaskRun<'a> {
 
     /// Writes the images the agent sees into the trajectory; one that cannot be written is
     /// left out of the record rather than failing the task.
-    fn save_images(&self, obs: &Observation, prefix: &str) -> Vec<ImageRef> {
+    fn save_images(&mut self, obs: &Observation, prefix: &str) -> Result<Vec<ImageRef>, End> {
         let traj = self.traj();
         let mut images = Vec::new();
         for v in &obs.views {
-            for (kind, bytes) in [("screenshot", &v.screenshot), ("marks", &v.marked)] {
-                if let Some(b) = bytes {
-                    let file = format!("{prefix}-{}-{kind}.png", crate::task::sanitize(&v.role));
-                    if blocking(|| std::fs::write(traj.join(&file), b)).is_ok() {
-                        images.push(ImageRef {
-                            role: v.role.clone(),
-                            kind: kind.into(),
-                            file,
-                        });
-                    }
-                }
-            }
-            for (i, still) in v.video.iter().enumerate() {
-                let kind = format!("video-{i:02}");
+            let shots = [("screenshot", &v.screenshot), ("marks", &v.marked)]
+                .into_iter()
+                .filter_map(|(kind, b)| Some((kind.to_owned(), b.as_ref()?)));
+            let stills = v
+                .video
+                .iter()
+                .enumerate()
+                .map(|(i, still)| (format!("video-{i:02}"), &still.png));
+            for (kind, bytes) in shots.chain(stills) {
                 let file = format!("{prefix}-{}-{kind}.png", crate::task::sanitize(&v.role));
-                if blocking(|| std::fs::write(traj.join(&file), &still.png)).is_ok() {
-                    images.push(ImageRef {
-                        role: v.role.clone(),
-                        kind,
-                        file,
-                    });
-                }
+                blocking(|| std::fs::write(traj.join(&file), bytes))
+                    .map_err(|e| self.unwritable(&file, e))?;
+                images.push(ImageRef {
+                    role: v.role.clone(),
+                    kind,
+                    file,
+                });
             }
         }
-        images
+        Ok(images)
     }
 
     /// Starts keeping each role's last moments, if agents see them
@@ -847,15 +865,19 @@ impl<'a> TaskRun<'a> {
     /// trajectory's `finalize.jsonl`. Not after a failure of the environment, the harness
     /// or the model, nor an interruption: only a state the agent left is finalized. A step
     /// that fails is the environment's failure, never the agent's.
-    async fn finalize(&self, end: End) -> End {
+    async fn finalize(&mut self, end: End) -> End {
         if self.task.finalize.is_empty()
             || end.termination.is_infrastructure()
             || end.termination == Termination::AgentError
         {
             return end;
         }
-        let mut log = JsonlWriter::append(&self.traj().join("finalize.jsonl")).ok();
-        for (role, list) in &self.task.finalize {
+        let mut log = match JsonlWriter::append(&self.traj().join("finalize.jsonl")) {
+            Ok(log) => log,
+            Err(e) => return self.unwritable("finalize.jsonl", e),
+        };
+        let task = self.task;
+        for (role, list) in &task.finalize {
             let env = &self.ctx.set.envs[role];
             let done = steps::run_all(env, list, self.ctx.assets, &mut |s| {
                 self.say(&format!("finalize {role}: {}", s.describe()));
@@ -863,13 +885,13 @@ impl<'a> TaskRun<'a> {
             .await;
             let line = |i: usize, result: String| serde_json::json!({"role": role, "step": list[i].describe(), "result": result});
             let failed = done.as_ref().err().map(|(i, _)| *i);
-            if let Some(w) = log.as_mut() {
-                for i in 0..failed.map_or(list.len(), |f| f + 1) {
-                    let result = match (&done, failed) {
-                        (Err((_, e)), Some(f)) if f == i => e.to_string(),
-                        _ => "ok".to_owned(),
-                    };
-                    let _ = blocking(|| w.write(&line(i, result)));
+            for i in 0..failed.map_or(list.len(), |f| f + 1) {
+                let result = match (&done, failed) {
+                    (Err((_, e)), Some(f)) if f == i => e.to_string(),
+                    _ => "ok".to_owned(),
+                };
+                if let Err(e) = blocking(|| log.write(&line(i, result))) {
+                    return self.unwritable("finalize.jsonl", e);
                 }
             }
             if let Err((i, e)) = done {
