@@ -339,6 +339,75 @@ fn a_killed_run_takes_its_desktops_with_it() {
     assert!(listed.contains("no local desktops are up"), "{listed}");
 }
 
+#[test]
+fn a_run_killed_while_its_desktop_starts_takes_the_desktop_down_at_once() {
+    let sb = Sandbox::new();
+    let tasks = suite(sb.path(), 1, 0);
+    let out = sb.path().join("out");
+    // The run's desktops get an agent that takes 12 s to start (`pincer` finds its agent
+    // next to itself), so the desktop is still starting when the run dies.
+    let bins = sb.path().join("slow agent");
+    std::fs::create_dir_all(&bins).unwrap();
+    std::os::unix::fs::symlink(bin("pincer"), bins.join("pincer")).unwrap();
+    let mark = sb.path().join("agent starting");
+    let agent = bins.join("pincer-agent");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/sh\necho \"$PPID $PINCER_DESKTOP $DISPLAY\" > '{}.tmp' && mv '{0}.tmp' '{0}'\nsleep 12\nexec '{}' \"$@\"\n",
+            mark.display(),
+            bin("pincer-agent").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut run = Command::new(bin("pincer"))
+        .args(oracle_run(
+            &tasks,
+            &out,
+            &["--no-report", "--size", "1024x768"],
+        ))
+        .env("PINCER_STATE_DIR", sb.path().join("state"))
+        .env("PINCER_ENVS", sb.path().join("envs.toml"))
+        .env("PINCER_EXE", bins.join("pincer"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(60), || mark.exists()),
+        "the desktop's agent never started"
+    );
+    let said = std::fs::read_to_string(&mark).unwrap();
+    let [supervisor, name, display] = said.split_whitespace().collect::<Vec<_>>()[..] else {
+        panic!("{said}")
+    };
+    let desktop = DesktopFootprint::of(&json!({
+        "name": name,
+        "supervisor_pid": supervisor.parse::<u64>().unwrap(),
+        "display": display,
+        "agent_addr": "127.0.0.1:0",
+    }));
+    assert!(
+        desktop.processes.iter().any(|p| p.comm == "Xvfb"),
+        "{:?}",
+        desktop.processes
+    );
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let t = Instant::now();
+    // Before, the supervisor noticed only once the start was over (the agent ready, 12 s).
+    let left = desktop.wait_gone(Duration::from_secs(30));
+    let took = t.elapsed();
+    println!(
+        "desktop gone {:.2} s after its starting run was killed",
+        took.as_secs_f64()
+    );
+    assert!(left.is_empty(), "{left:?}");
+    assert!(took < Duration::from_secs(6), "gone only after {took:?}");
+}
+
 /// The first decision of each task run of a run, by (task, repeat). (Later ones depend on
 /// how the screen reacted, which a random click can make timing-dependent.)
 fn first_actions(out: &Path) -> std::collections::BTreeMap<(String, u64), Value> {

@@ -104,6 +104,10 @@ pub(super) fn start(
                 wayland_display: "wayland-0".to_owned(),
             });
         }
+        if let Err(halted) = super::go_on() {
+            let _ = process.kill();
+            return Err(halted);
+        }
         if started.elapsed() > START_WITHIN {
             let _ = process.kill();
             let wanted = if shell {
@@ -150,6 +154,7 @@ fn start_system_bus(
     spawn_logged(&argv, env, &logs.join("system-bus.log"))?;
     let started = Instant::now();
     while !socket.exists() {
+        super::go_on()?;
         if started.elapsed() > START_WITHIN {
             return Err(DesktopError::TimedOut {
                 what: "the desktop's system bus did not start".into(),

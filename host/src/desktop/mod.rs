@@ -187,6 +187,10 @@ pub enum DesktopError {
         /// The log to read.
         logs: PathBuf,
     },
+    /// The supervisor was stopped (a signal, or its owner gone) while the desktop was
+    /// starting.
+    #[error("stopped while the desktop was starting")]
+    Halted,
     /// A process of the desktop exited (or gave no sign of life) when it should run.
     #[error("{what}; see {}", log.display())]
     Process {
@@ -571,8 +575,32 @@ pub struct SuperviseOptions {
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
+/// Set by the thread that waits on the owner's lifeline when it reports the owner gone.
+static OWNER_GONE: AtomicBool = AtomicBool::new(false);
+
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
+}
+
+/// Why the supervisor must stop now, if it must: its owner is gone, or it was asked to.
+fn halted() -> Option<Ended> {
+    if OWNER_GONE.load(Ordering::SeqCst) {
+        Some(Ended::OwnerGone)
+    } else if STOP.load(Ordering::SeqCst) {
+        Some(Ended::Asked)
+    } else {
+        None
+    }
+}
+
+/// [`DesktopError::Halted`] once the supervisor must stop: the start's phases and waits
+/// look at it, so that an owner who dies while its desktop starts takes the desktop down
+/// at once, not after the start.
+fn go_on() -> Result<(), DesktopError> {
+    match halted() {
+        Some(_) => Err(DesktopError::Halted),
+        None => Ok(()),
+    }
 }
 
 /// Why a supervisor stops a desktop that came up.
@@ -602,9 +630,25 @@ pub fn supervise(opts: &SuperviseOptions) -> Result<(), DesktopError> {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGHUP, on_signal as *const () as libc::sighandler_t);
     }
-    let result = run_session(opts, owner.as_ref());
-    if let Err(e) = &result {
-        eprintln!("supervisor: {e}");
+    // The lifeline is watched from its own thread, from the start on: a start can take
+    // seconds (GNOME Shell, an agent that is slow to get ready).
+    if let Some(owner) = owner {
+        std::thread::spawn(move || {
+            while !owner.gone_within(Duration::from_secs(3600)) {}
+            OWNER_GONE.store(true, Ordering::SeqCst);
+        });
+    }
+    let result = match run_session(opts) {
+        Err(DesktopError::Halted) => Ok(halted().unwrap_or(Ended::Asked)),
+        r => r,
+    };
+    match &result {
+        Err(e) => eprintln!("supervisor: {e}"),
+        Ok(Ended::OwnerGone) => eprintln!(
+            "supervisor: the process that started desktop '{}' is gone; stopping it",
+            opts.desktop.name
+        ),
+        Ok(Ended::Asked) => {}
     }
     let me = std::process::id();
     let marker = session_marker(&opts.desktop.name, me);
@@ -822,8 +866,8 @@ fn spawn_logged(
 /// mapped in that gap can stay unmapped for good; so map 1x1 probe windows until one gets
 /// `WM_STATE`.
 fn wait_for_window_manager(display: &str, xauth: &Path, log: &Path) -> Result<(), DesktopError> {
-    // SAFETY: the supervisor is single-threaded here; nothing reads the environment
-    // concurrently. x11rb reads XAUTHORITY to authenticate.
+    // SAFETY: nothing reads the environment concurrently (the supervisor's one other
+    // thread only waits on the lifeline). x11rb reads XAUTHORITY to authenticate.
     unsafe {
         std::env::set_var("XAUTHORITY", xauth);
     }
@@ -835,10 +879,14 @@ fn wait_for_window_manager(display: &str, xauth: &Path, log: &Path) -> Result<()
             within: WITHIN,
             logs: log.to_owned(),
         }),
-        Err(e) => Err(DesktopError::X11 {
-            display: display.to_owned(),
-            message: e.to_string(),
-        }),
+        Err(e) => {
+            // A probe loop cut short because the supervisor must stop is not X's failure.
+            go_on()?;
+            Err(DesktopError::X11 {
+                display: display.to_owned(),
+                message: e.to_string(),
+            })
+        }
     }
 }
 
@@ -855,6 +903,7 @@ fn window_manager_manages(
     let wm_state = conn.intern_atom(false, b"WM_STATE")?.reply()?.atom;
     let until = Instant::now() + within;
     while Instant::now() < until {
+        go_on()?;
         let probe = conn.generate_id()?;
         conn.create_window(
             0,
@@ -970,6 +1019,10 @@ fn start_agent(
                 log: log_path,
             });
         }
+        if let Err(halted) = go_on() {
+            let _ = child.kill();
+            return Err(halted);
+        }
         if started.elapsed() > WITHIN {
             let _ = child.kill();
             return Err(DesktopError::TimedOut {
@@ -1057,10 +1110,7 @@ pub fn leaks_outside(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p)) || NAMES.contains(&name)
 }
 
-fn run_session(
-    opts: &SuperviseOptions,
-    owner: Option<&lifeline::Owner>,
-) -> Result<Ended, DesktopError> {
+fn run_session(opts: &SuperviseOptions) -> Result<Ended, DesktopError> {
     let d = &opts.desktop;
     let dir = dir_of(&d.name);
     let logs = dir.join("logs");
@@ -1108,6 +1158,7 @@ fn run_session(
     ] {
         env.insert(k.into(), v.to_owned());
     }
+    go_on()?;
     let (_dbus, bus) = start_dbus(&env, &runtime, &logs.join("dbus.log"))?;
     env.insert("DBUS_SESSION_BUS_ADDRESS".into(), bus);
 
@@ -1135,6 +1186,7 @@ fn run_session(
             .stderr(Stdio::null())
             .status();
     }
+    go_on()?;
     // The screen's server: Xvfb, or GNOME Shell (or mutter) with its Xwayland.
     let (mut server, server_log, server_name, wm) = match xvfb {
         Some(xvfb) => (xvfb, logs.join("xvfb.log"), "Xvfb", None),
@@ -1166,6 +1218,7 @@ fn run_session(
         wait_for_window_manager(&display, &xauth, &logs.join("wm.log"))?;
     }
 
+    go_on()?;
     let (mut agent, ready) = start_agent(opts, &dir, &env, d.port)?;
     let port = ready
         .addr
@@ -1198,20 +1251,11 @@ fn run_session(
     );
 
     let mut restarts: Vec<Instant> = Vec::new();
-    while !STOP.load(Ordering::SeqCst) {
-        // With a lifeline the tick waits on it, and a signal (`down`) cuts it short.
-        const TICK: Duration = Duration::from_millis(100);
-        match owner {
-            Some(o) if o.gone_within(TICK) => {
-                eprintln!(
-                    "supervisor: the process that started desktop '{}' is gone; stopping it",
-                    d.name
-                );
-                return Ok(Ended::OwnerGone);
-            }
-            Some(_) => {}
-            None => std::thread::sleep(TICK),
+    loop {
+        if let Some(why) = halted() {
+            return Ok(why);
         }
+        std::thread::sleep(Duration::from_millis(100));
         if let Ok(Some(st)) = server.try_wait() {
             return Err(DesktopError::Process {
                 what: format!("{server_name} exited ({st}); the desktop is gone"),
@@ -1219,8 +1263,8 @@ fn run_session(
             });
         }
         if let Ok(Some(st)) = agent.try_wait() {
-            if STOP.load(Ordering::SeqCst) {
-                break;
+            if let Some(why) = halted() {
+                return Ok(why);
             }
             restarts.retain(|t| t.elapsed() < Duration::from_secs(60));
             if restarts.len() >= 5 {
@@ -1237,7 +1281,6 @@ fn run_session(
         }
         reap();
     }
-    Ok(Ended::Asked)
 }
 
 #[cfg(test)]
