@@ -22,6 +22,12 @@ const TASK: &str = "terminal-count-lines";
 
 /// Runs [`TASK`] with the oracle on the environment `env`: its records and how long it took.
 fn run(sb: &Sandbox, env: &str) -> (Vec<Value>, Duration) {
+    run_n(sb, env, 1)
+}
+
+/// Runs [`TASK`] `n` times with the oracle on the environment `env`, one after the other
+/// in one run: its records and how long it took.
+fn run_n(sb: &Sandbox, env: &str, n: u32) -> (Vec<Value>, Duration) {
     let out = sb.path().join(format!("run-{env}"));
     let t = Instant::now();
     sb.pincer_ok(&[
@@ -30,6 +36,8 @@ fn run(sb: &Sandbox, env: &str) -> (Vec<Value>, Duration) {
         "demo",
         "--task",
         TASK,
+        "--repeat",
+        &n.to_string(),
         "--set",
         &format!("desktop={env}"),
         "--agent",
@@ -161,6 +169,202 @@ fn tasks_finish_and_score_through_loss_delay_reordering_a_blackout_and_a_nat_reb
         if name == "blackout" {
             assert!(took >= Duration::from_secs(8), "{name}: {took:?}");
         }
+    }
+}
+
+/// A row of the fault matrix: what became of `n` task runs under one fault.
+struct Row {
+    fault: &'static str,
+    n: u32,
+    records: Vec<Value>,
+    took: Duration,
+}
+
+impl Row {
+    /// The final record of each task run (a task run that lost its environment is run
+    /// once more: the later record counts).
+    fn finals(&self) -> std::collections::BTreeMap<u64, &Value> {
+        self.records
+            .iter()
+            .map(|r| (r["repeat"].as_u64().unwrap(), r))
+            .collect()
+    }
+
+    /// Task runs recorded more than once other than as an environment error and its
+    /// second try.
+    fn twice(&self) -> usize {
+        let mut per = std::collections::BTreeMap::<u64, usize>::new();
+        for r in &self.records {
+            if r["termination"] != "environment-error" {
+                *per.entry(r["repeat"].as_u64().unwrap()).or_default() += 1;
+            }
+        }
+        per.values().filter(|&&c| c > 1).count()
+    }
+
+    /// Final records that blame the agent: for the oracle, any that is neither a success
+    /// nor an infrastructure fault.
+    fn blamed(&self) -> usize {
+        const INFRA: [&str; 4] = [
+            "environment-error",
+            "evaluator-error",
+            "broken-setup",
+            "aborted",
+        ];
+        self.finals()
+            .values()
+            .filter(|r| {
+                r["termination"] != "success" && !INFRA.iter().any(|t| r["termination"] == *t)
+            })
+            .count()
+    }
+
+    fn walls(&self) -> Vec<f64> {
+        let mut w: Vec<f64> = self
+            .records
+            .iter()
+            .map(|r| r["wall_ms"].as_f64().unwrap() / 1000.0)
+            .collect();
+        w.sort_by(f64::total_cmp);
+        w
+    }
+
+    fn print(&self, clean_p50: f64) {
+        let w = self.walls();
+        let p50 = w[w.len() / 2];
+        let retried = self
+            .records
+            .iter()
+            .filter(|r| r["termination"] == "environment-error")
+            .count();
+        println!(
+            "| {} | {}/{} | {} | {} | {} | {} | {:.2} s (+{:.2} s) | {:.2} s | {:.1} s |",
+            self.fault,
+            self.finals()
+                .values()
+                .filter(|r| r["termination"] == "success")
+                .count(),
+            self.n,
+            self.n as usize - self.finals().len(),
+            self.twice(),
+            self.blamed(),
+            retried,
+            p50,
+            (p50 - clean_p50).max(0.0),
+            w[w.len() - 1],
+            self.took.as_secs_f64(),
+        );
+    }
+}
+
+/// The longer matrix of `./run.sh bench`: every fault, `PINCER_FAULT_REPEATS` (default 10)
+/// task runs each, in one table. Not in `./run.sh test`: it takes minutes.
+#[test]
+#[ignore = "the fault matrix of ./run.sh bench (minutes)"]
+fn fault_matrix() {
+    let n: u32 = std::env::var("PINCER_FAULT_REPEATS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let sb = Sandbox::new();
+    let _desktop = sb.desktop("matrix-desk", "1024x768", &[]);
+    let agent = Agent::of(&sb, "matrix-desk");
+    let ms = Duration::from_millis;
+    let udp = [
+        (
+            "5 % lost each way, 1 % twice, 2–12 ms",
+            Faults {
+                loss: 0.05,
+                duplicate: 0.01,
+                delay: ms(2),
+                jitter: ms(10),
+                seed: 7,
+                ..Faults::default()
+            },
+        ),
+        (
+            "40–80 ms each way (reordered)",
+            Faults {
+                delay: ms(40),
+                jitter: ms(40),
+                seed: 11,
+                ..Faults::default()
+            },
+        ),
+        (
+            "5 % lost + 20–60 ms (40 ± 20 ms, reordered)",
+            Faults {
+                loss: 0.05,
+                delay: ms(20),
+                jitter: ms(40),
+                seed: 13,
+                ..Faults::default()
+            },
+        ),
+        (
+            "a 10 s blackout 0.3 s in",
+            Faults {
+                blackout: Some((ms(300), Duration::from_secs(10))),
+                ..Faults::default()
+            },
+        ),
+        (
+            "a NAT rebinding 0.3 s in",
+            Faults {
+                rebind: Some(ms(300)),
+                ..Faults::default()
+            },
+        ),
+    ];
+    let mut rows = Vec::new();
+    let (records, took) = run_n(&sb, "matrix-desk", n);
+    rows.push(Row {
+        fault: "none (loopback)",
+        n,
+        records,
+        took,
+    });
+    for (i, (fault, faults)) in udp.into_iter().enumerate() {
+        let relay = UdpRelay::start(agent.addr, faults);
+        let name = format!("udp{i}");
+        agent.add_via(&sb, &name, relay.addr(), "udp");
+        let (records, took) = run_n(&sb, &name, n);
+        rows.push(Row {
+            fault,
+            n,
+            records,
+            took,
+        });
+    }
+    let relay = TcpRelay::start(agent.addr, Some(ms(500)));
+    agent.add_via(&sb, "tcp-silent", relay.addr(), "tcp");
+    let (records, took) = run_n(&sb, "tcp-silent", n);
+    rows.push(Row {
+        fault: "TCP tunnel: the far end silent (no FIN) 0.5 s in",
+        n,
+        records,
+        took,
+    });
+
+    let clean = rows[0].walls();
+    let clean_p50 = clean[clean.len() / 2];
+    println!("\n{TASK} with the oracle, {n} task runs per fault, one `pincer run` each:\n");
+    println!(
+        "| fault | succeeded | lost | recorded twice | failures blamed on the agent | environment errors (run again) | task run p50 (cost) | slowest task run | whole run |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for row in &rows {
+        row.print(clean_p50);
+    }
+    for row in &rows {
+        assert_eq!(
+            row.finals().len() as u32,
+            row.n,
+            "{}: a task run was lost",
+            row.fault
+        );
+        assert_eq!(row.twice(), 0, "{}: recorded twice", row.fault);
+        assert_eq!(row.blamed(), 0, "{}: {:?}", row.fault, row.records);
     }
 }
 
