@@ -87,7 +87,7 @@ pub async fn dial<P: Platform>(
     loop {
         let attempt = async {
             let (cfg, seen) =
-                quic::dialling_guest_config(pin, &identity).map_err(|e| e.to_string())?;
+                quic::dialling_guest_config(addr, pin, &identity).map_err(|e| e.to_string())?;
             quic::connect(&endpoint, addr, cfg, &seen, pin)
                 .await
                 .map_err(|e| e.to_string())
@@ -310,7 +310,7 @@ mod tests {
     ) -> (quinn::Endpoint, Result<Link, TransportError>) {
         let ep = quinn::Endpoint::client((ip, 0).into()).unwrap();
         let pin = quic::ServerPin::Pinned(id.fingerprint());
-        let (cfg, seen) = quic::client_config(pin, None).unwrap();
+        let (cfg, seen) = quic::client_config(guest_addr, pin, None).unwrap();
         let conn = quic::connect(&ep, guest_addr, cfg, &seen, pin).await;
         (ep, conn.map(Link::Quic))
     }
@@ -358,7 +358,7 @@ mod tests {
         let (endpoint, addr, id, token) = listening_guest();
         let ep = quic::client_endpoint_tcp(addr).unwrap();
         let pin = quic::ServerPin::Pinned(id.fingerprint());
-        let (cfg, seen) = quic::client_config(pin, None).unwrap();
+        let (cfg, seen) = quic::client_config(addr, pin, None).unwrap();
         let link = Link::Quic(quic::connect(&ep, addr, cfg, &seen, pin).await.unwrap());
         let pong = hello_and_ping(&link, &token).await;
         assert!(matches!(pong, Response::Pong { .. }), "{pong:?}");

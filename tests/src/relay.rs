@@ -156,8 +156,14 @@ impl Shared {
 impl UdpRelay {
     /// Relays between hosts and the guest at `guest` (a loopback address).
     pub fn start(guest: SocketAddr, faults: Faults) -> Self {
+        Self::start_at(std::net::Ipv4Addr::LOCALHOST.into(), guest, faults)
+    }
+
+    /// Relays between hosts and the guest at `guest` (a loopback address), taking hosts'
+    /// datagrams on `front`: an address of this machine (see [`LocalAddress`]).
+    pub fn start_at(front: std::net::IpAddr, guest: SocketAddr, faults: Faults) -> Self {
         assert!(guest.ip().is_loopback(), "the relay only sends to loopback");
-        let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let front = UdpSocket::bind((front, 0)).unwrap();
         let back = UdpSocket::bind("127.0.0.1:0").unwrap();
         back.connect(guest).unwrap();
         // The port the guest sees after a rebinding.
@@ -290,6 +296,51 @@ impl Drop for UdpRelay {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+/// An address of this machine outside 127/8 (in 198.18.0.0/15, the range RFC 2544 sets
+/// aside for benchmarks), on the loopback interface: traffic to it never leaves the
+/// machine, but QUIC's host side treats it as a path of the network. Needs root; removed
+/// when dropped.
+#[derive(Debug)]
+pub struct LocalAddress(std::net::Ipv4Addr);
+
+impl LocalAddress {
+    /// Adds a free address of the range to `lo`.
+    pub fn add() -> Self {
+        let pid = std::process::id();
+        for n in 0..64u32 {
+            let k = pid.wrapping_mul(64).wrapping_add(n);
+            let ip = std::net::Ipv4Addr::new(
+                198,
+                18 + ((k >> 16) & 1) as u8,
+                (k >> 8) as u8,
+                k as u8 | 1,
+            );
+            let ok = std::process::Command::new("ip")
+                .args(["addr", "add", &format!("{ip}/32"), "dev", "lo"])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return Self(ip);
+            }
+        }
+        panic!("could not add an address in 198.18.0.0/15 to lo (this needs root)");
+    }
+
+    /// The address.
+    pub fn ip(&self) -> std::net::IpAddr {
+        self.0.into()
+    }
+}
+
+impl Drop for LocalAddress {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["addr", "del", &format!("{}/32", self.0), "dev", "lo"])
+            .status();
     }
 }
 

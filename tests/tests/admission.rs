@@ -96,7 +96,7 @@ impl Drop for BareAgent {
 /// turned it away for load.
 async fn tls(ep: &quinn::Endpoint, spec: &EnvSpec) -> Result<quinn::Connection, bool> {
     let pin = quic::ServerPin::Pinned(spec.fingerprint.unwrap());
-    let (cfg, seen) = quic::client_config(pin, None).unwrap();
+    let (cfg, seen) = quic::client_config(spec.addr, pin, None).unwrap();
     match tokio::time::timeout(
         Duration::from_secs(5),
         quic::connect(ep, spec.addr, cfg, &seen, pin),

@@ -19,7 +19,7 @@ use tokio::io::AsyncWriteExt;
 /// Opens a raw, authenticated QUIC connection to a desktop's agent.
 async fn raw_link(spec: &EnvSpec) -> Link {
     let pin = quic::ServerPin::Pinned(spec.fingerprint.unwrap());
-    let (cfg, seen) = quic::client_config(pin, None).unwrap();
+    let (cfg, seen) = quic::client_config(spec.addr, pin, None).unwrap();
     let ep = quic::client_endpoint(spec.addr).unwrap();
     let conn = quic::connect(&ep, spec.addr, cfg, &seen, pin)
         .await
@@ -138,7 +138,7 @@ async fn requests_before_the_handshake_are_refused() {
     let _d = sb.desktop("preauth", "800x600", &["--no-wm"]);
     let spec = sb.registry().spec(Some("preauth")).unwrap();
     let pin = quic::ServerPin::Pinned(spec.fingerprint.unwrap());
-    let (cfg, seen) = quic::client_config(pin, None).unwrap();
+    let (cfg, seen) = quic::client_config(spec.addr, pin, None).unwrap();
     let ep = quic::client_endpoint(spec.addr).unwrap();
     let link = Link::Quic(
         quic::connect(&ep, spec.addr, cfg, &seen, pin)

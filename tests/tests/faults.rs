@@ -11,7 +11,7 @@
 //! with every task run recorded once. `./run.sh
 //! bench`'s longer matrix is still to come; the figures printed here are its first rows.
 
-use pincer_tests::relay::{Faults, TcpRelay, UdpRelay};
+use pincer_tests::relay::{Faults, LocalAddress, TcpRelay, UdpRelay};
 use pincer_tests::{Sandbox, results};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
@@ -365,6 +365,119 @@ fn fault_matrix() {
         );
         assert_eq!(row.twice(), 0, "{}: recorded twice", row.fault);
         assert_eq!(row.blamed(), 0, "{}: {:?}", row.fault, row.records);
+    }
+}
+
+/// Fresh connections (a new `pincer env info` process each: QUIC's handshake, then
+/// pincer's hello) through loss and delay, `PINCER_FAULT_REPEATS` x 3 per fault: how many
+/// fail and how long they take. Part of `./run.sh bench`'s fault matrix.
+#[test]
+#[ignore = "the fault matrix of ./run.sh bench (minutes)"]
+fn fault_matrix_connections() {
+    let n: u32 = std::env::var("PINCER_FAULT_REPEATS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10)
+        * 3;
+    let sb = Sandbox::new();
+    let _desktop = sb.desktop("conn-desk", "1024x768", &[]);
+    let agent = Agent::of(&sb, "conn-desk");
+    let ms = Duration::from_millis;
+    let cases = [
+        ("none (loopback)", None),
+        (
+            "5 % lost each way, 2–12 ms",
+            Some(Faults {
+                loss: 0.05,
+                delay: ms(2),
+                jitter: ms(10),
+                seed: 3,
+                ..Faults::default()
+            }),
+        ),
+        (
+            "40–80 ms each way",
+            Some(Faults {
+                delay: ms(40),
+                jitter: ms(40),
+                seed: 5,
+                ..Faults::default()
+            }),
+        ),
+        (
+            "5 % lost + 40–80 ms",
+            Some(Faults {
+                loss: 0.05,
+                delay: ms(40),
+                jitter: ms(40),
+                seed: 9,
+                ..Faults::default()
+            }),
+        ),
+    ];
+    // The host guesses a loopback path's round trip at 10 ms and any other's at 100 ms
+    // (`quic::initial_rtt`): each fault through a relay on 127.0.0.1 and on an address of
+    // the network's kind.
+    let network = LocalAddress::add();
+    let paths = [
+        (
+            "loopback",
+            std::net::IpAddr::from(std::net::Ipv4Addr::LOCALHOST),
+        ),
+        ("network (198.18/15 on lo)", network.ip()),
+    ];
+    let cases: Vec<(&str, &str, Option<Faults>)> = cases
+        .into_iter()
+        .flat_map(|(fault, faults)| match faults {
+            None => vec![(fault, "direct", None)],
+            Some(f) => paths
+                .iter()
+                .map(|(path, _)| (fault, *path, Some(f.clone())))
+                .collect(),
+        })
+        .collect();
+    println!("\n{n} fresh connections per fault (`pincer env info`, a new process each):\n");
+    println!("| fault | host dials | failed | p50 | p95 | slowest |");
+    println!("|---|---|--:|--:|--:|--:|");
+    for (i, (fault, path, faults)) in cases.into_iter().enumerate() {
+        let (name, _relay) = match faults {
+            None => ("conn-desk".to_owned(), None),
+            Some(f) => {
+                let ip = paths.iter().find(|(p, _)| *p == path).unwrap().1;
+                let relay = UdpRelay::start_at(ip, agent.addr, f);
+                let name = format!("conn{i}");
+                agent.add_via(&sb, &name, relay.addr(), "udp");
+                (name, Some(relay))
+            }
+        };
+        let mut took = Vec::new();
+        let mut failed = Vec::new();
+        for _ in 0..n {
+            let t = Instant::now();
+            let out = sb.pincer(&["env", "info", "--env", &name]);
+            took.push(t.elapsed().as_secs_f64());
+            if !out.status.success() {
+                failed.push(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+            }
+        }
+        took.sort_by(f64::total_cmp);
+        let at = |q: f64| took[((took.len() - 1) as f64 * q).round() as usize];
+        println!(
+            "| {fault} | {path} | {}/{n} | {:.2} s | {:.2} s | {:.2} s |",
+            failed.len(),
+            at(0.5),
+            at(0.95),
+            took[took.len() - 1]
+        );
+        for f in &failed {
+            println!("  failed: {f}");
+        }
+        // A failure is named, never a hang: every attempt ended within the connect
+        // deadline and a call's.
+        assert!(took[took.len() - 1] < 30.0, "{fault}: {took:?}");
+        if i == 0 {
+            assert!(failed.is_empty(), "on plain loopback: {failed:?}");
+        }
     }
 }
 

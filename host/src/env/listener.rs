@@ -424,7 +424,8 @@ mod tests {
     ) -> (quinn::Endpoint, Result<Link, TransportError>) {
         let ep = quinn::Endpoint::client((ip, 0).into()).unwrap();
         let pin = quic::ServerPin::Pinned(listener.fingerprint());
-        let (cfg, seen) = quic::client_config(pin, Some(id)).unwrap();
+        let (cfg, seen) =
+            quic::client_config(listener.local_addr().unwrap(), pin, Some(id)).unwrap();
         let addr = listener.local_addr().unwrap();
         let conn = quic::connect(&ep, addr, cfg, &seen, pin).await;
         (ep, conn.map(Link::Quic))

@@ -284,7 +284,8 @@ async fn dial(
     let pin = spec
         .fingerprint
         .map_or(quic::ServerPin::Any, quic::ServerPin::Pinned);
-    let (cfg, seen) = quic::client_config(pin, None).map_err(|e| unreachable(e.to_string()))?;
+    let (cfg, seen) =
+        quic::client_config(spec.addr, pin, None).map_err(|e| unreachable(e.to_string()))?;
     let conn = match tokio::time::timeout(
         deadlines.connect,
         quic::connect(endpoint, spec.addr, cfg, &seen, pin),

@@ -36,12 +36,26 @@ const STREAM_RECEIVE_WINDOW: u32 = 64 << 20;
 /// connection window is what bounds the bytes a peer can make us hold.
 pub const PREAUTH_RECEIVE_WINDOW: u32 = MAX_HELLO + PREFIX_LEN as u32;
 
+/// The round-trip time QUIC assumes for a path until it has measured one, which sets when
+/// a handshake's first packets are sent again. On loopback (local desktops, a VM's or
+/// `adb forward`'s port) a round trip takes well under a millisecond: a lost first packet
+/// is sent again after about 30 ms. Any other path (Wi-Fi, a LAN, the internet) gets
+/// 100 ms: guessing 10 ms there made a 40–80 ms path send its handshake again and again,
+/// backing off, and a tenth of its connections took 1.9 s or more (0.6 s with 100 ms).
+pub fn initial_rtt(peer: std::net::IpAddr) -> Duration {
+    if peer.is_loopback() {
+        Duration::from_millis(10)
+    } else {
+        Duration::from_millis(100)
+    }
+}
+
 /// Transport settings: keep-alives so NAT bindings and idle guests stay reachable, no
 /// datagrams (pincer sends none, and unread ones would be buffered), and either the budgets
 /// of an authenticated connection or, for connections we accept and those a guest dials,
 /// the small ones of [`PREAUTH_RECEIVE_WINDOW`] until [`open_windows`] after
 /// authentication.
-fn transport_config(authenticated: bool) -> quinn::TransportConfig {
+fn transport_config(authenticated: bool, initial_rtt: Duration) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
     let (streams, window) = if authenticated {
         (STREAMS, RECEIVE_WINDOW)
@@ -55,7 +69,7 @@ fn transport_config(authenticated: bool) -> quinn::TransportConfig {
         .send_window(RECEIVE_WINDOW.into())
         .datagram_receive_buffer_size(None)
         .keep_alive_interval(Some(Duration::from_secs(4)))
-        .initial_rtt(Duration::from_millis(10));
+        .initial_rtt(initial_rtt);
     t.max_idle_timeout(Some(
         Duration::from_secs(20)
             .try_into()
@@ -215,19 +229,26 @@ pub fn server_config(
     tls.max_early_data_size = 0;
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(endpoint_err)?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    cfg.transport_config(Arc::new(transport_config(false)));
+    // An accepting side cannot tell a connection's path before its first packet; most
+    // of an agent's hosts are local, and a remote host's own guess (above) sets how soon
+    // its first packets are sent again.
+    cfg.transport_config(Arc::new(transport_config(
+        false,
+        initial_rtt(std::net::Ipv4Addr::LOCALHOST.into()),
+    )));
     Ok(cfg)
 }
 
-/// A client configuration that accepts the server certificate allowed by `pin` and, if
-/// given, presents `id` as client certificate. The returned [`SeenCert`] records what the
+/// A client configuration for dialling `peer` that accepts the server certificate allowed
+/// by `pin` and, if given, presents `id` as client certificate. The returned [`SeenCert`] records what the
 /// server presented. A host dialling a guest checks the guest's certificate during TLS, so
 /// its connections have an authenticated connection's budgets from the start.
 pub fn client_config(
+    peer: SocketAddr,
     pin: ServerPin,
     id: Option<&Identity>,
 ) -> Result<(quinn::ClientConfig, Arc<SeenCert>), TransportError> {
-    client_config_with(pin, id, true)
+    client_config_with(peer, pin, id, true)
 }
 
 /// The client configuration of a guest that dials its host: the host proves itself by its
@@ -235,13 +256,15 @@ pub fn client_config(
 /// authentication ([`PREAUTH_RECEIVE_WINDOW`], one stream), opened with [`open_windows`]
 /// once the hello verifies.
 pub fn dialling_guest_config(
+    host: SocketAddr,
     pin: ServerPin,
     id: &Identity,
 ) -> Result<(quinn::ClientConfig, Arc<SeenCert>), TransportError> {
-    client_config_with(pin, Some(id), false)
+    client_config_with(host, pin, Some(id), false)
 }
 
 fn client_config_with(
+    peer: SocketAddr,
     pin: ServerPin,
     id: Option<&Identity>,
     authenticated: bool,
@@ -269,7 +292,10 @@ fn client_config_with(
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(endpoint_err)?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
-    cfg.transport_config(Arc::new(transport_config(authenticated)));
+    cfg.transport_config(Arc::new(transport_config(
+        authenticated,
+        initial_rtt(peer.ip()),
+    )));
     Ok((cfg, seen))
 }
 
@@ -437,10 +463,28 @@ mod tests {
         Arc<SeenCert>,
         Result<quinn::Connection, TransportError>,
     ) {
-        let (cfg, seen) = client_config(pin, id).unwrap();
+        let (cfg, seen) = client_config(addr, pin, id).unwrap();
         let client = client_endpoint(addr).unwrap();
         let c = connect(&client, addr, cfg, &seen, pin).await;
         (client, seen, c)
+    }
+
+    #[test]
+    fn only_loopback_paths_are_guessed_short() {
+        let rtt = |a: &str| initial_rtt(a.parse().unwrap());
+        // Local desktops, a VM's forwarded port, `adb forward`.
+        assert_eq!(rtt("127.0.0.1"), Duration::from_millis(10));
+        assert_eq!(rtt("::1"), Duration::from_millis(10));
+        // Wi-Fi phones, LAN machines, cluster nodes, and this machine's own addresses.
+        for a in [
+            "192.168.1.20",
+            "10.0.2.2",
+            "198.18.0.1",
+            "fe80::1",
+            "2001:db8::1",
+        ] {
+            assert_eq!(rtt(a), Duration::from_millis(100), "{a}");
+        }
     }
 
     #[tokio::test]

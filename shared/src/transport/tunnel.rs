@@ -974,7 +974,7 @@ mod tests {
             to: SocketAddr,
         ) -> Result<quinn::Connection, crate::transport::TransportError> {
             let pin = quic::ServerPin::Pinned(self.id.fingerprint());
-            let (cfg, seen) = quic::client_config(pin, None).unwrap();
+            let (cfg, seen) = quic::client_config(to, pin, None).unwrap();
             let connect = quic::connect(ep, to, cfg, &seen, pin);
             tokio::time::timeout(Duration::from_secs(10), connect)
                 .await
@@ -1399,7 +1399,7 @@ mod tests {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let ep = quic::client_endpoint_tcp(addr).unwrap();
-        let (cfg, _) = quic::client_config(quic::ServerPin::Any, None).unwrap();
+        let (cfg, _) = quic::client_config(addr, quic::ServerPin::Any, None).unwrap();
         let connecting = ep.connect_with(cfg, addr, quic::SERVER_NAME).unwrap();
         let (mut tcp, _) = listener.accept().await.unwrap();
         let mut start = [0u8; 10];
