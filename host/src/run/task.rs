@@ -613,8 +613,8 @@ impl<'a> TaskRun<'a> {
         Ok(obs)
     }
 
-    /// Writes the images the agent sees into the trajectory; one that cannot be written is
-    /// left out of the record rather than failing the task.
+    /// Writes the images the agent sees into the trajectory; one that cannot be written
+    /// ends the task run and fails the run ([`Self::unwritable`]).
     fn save_images(&mut self, obs: &Observation, prefix: &str) -> Result<Vec<ImageRef>, End> {
         let traj = self.traj();
         let mut images = Vec::new();
