@@ -1019,3 +1019,59 @@ fn a_desktop_runs_for_a_user_whose_home_is_long_and_has_spaces() {
     as_user_at(&home, &["desktop", "down", "lh"]);
     assert!(!Path::new(&runtime).exists(), "{runtime} was left behind");
 }
+
+/// Two desktops never share input: while one desktop gets clicks, typing and keys through
+/// its agent, the other's X server (watched through its own agent's input stream, XInput2
+/// raw events of every device) sees only the one click sent to it. Each desktop's X
+/// server takes only clients that hold its own random cookie, and each agent connects to
+/// its own display alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_sent_to_one_desktop_never_reaches_another() {
+    use pincer_shared::observe::InputKind;
+    let sb = Sandbox::new();
+    let watched = sb.desktop("iso-watched", "800x600", &[]);
+    let _busy = sb.desktop("iso-busy", "800x600", &[]);
+    let env = watched.connect().await;
+    let mut stream = env.input_events(6000).await.expect("an input stream");
+    let seen = tokio::spawn(async move {
+        let mut all = Vec::new();
+        while let Ok(Some(batch)) = stream.next().await {
+            all.extend(batch);
+        }
+        all
+    });
+    // Agents' actions, as the CLI sends them, while the stream runs on the other worker.
+    tokio::task::block_in_place(|| {
+        for i in 0..15 {
+            let (x, y) = (40 + i * 45, 30 + i * 35);
+            sb.pincer_ok(&[
+                "act",
+                "--env",
+                "iso-busy",
+                "click",
+                &x.to_string(),
+                &y.to_string(),
+            ]);
+        }
+        sb.pincer_ok(&["act", "--env", "iso-busy", "type", "402 crossing?"]);
+        sb.pincer_ok(&["act", "--env", "iso-busy", "key", "ctrl+a"]);
+        sb.pincer_ok(&["act", "--env", "iso-busy", "key", "BackSpace"]);
+        // The control: one click on the watched desktop, which its stream must show.
+        sb.pincer_ok(&["act", "--env", "iso-watched", "click", "123", "45"]);
+    });
+    let events = seen.await.unwrap();
+    let presses: Vec<&InputKind> = events
+        .iter()
+        .map(|e| &e.kind)
+        .filter(|k| !matches!(k, InputKind::Release { .. }))
+        .collect();
+    assert_eq!(
+        presses,
+        [&InputKind::Press {
+            button: 1,
+            x: 123,
+            y: 45
+        }],
+        "the watched desktop saw: {events:?}"
+    );
+}
