@@ -1,13 +1,14 @@
 //! A UDP fault relay for tests: this machine's kernel has no `netem`, so tests put this
 //! between a host and a guest on loopback. It forwards QUIC's datagrams between one host
 //! and the guest's port, and on the way drops, delays (with jitter, which reorders),
-//! duplicates, or holds back everything during a blackout, each direction alike, from a
-//! seeded generator so a failure can be replayed; or it changes the port the guest sees
-//! the host's datagrams come from in the middle, as a NAT that rebinds does. [`TcpRelay`]
+//! duplicates, limits the bytes a second (a link's queue, tail-dropping), or holds back
+//! everything during a blackout (both ways or one), each direction alike, from a seeded
+//! generator so a failure can be replayed; or it changes the port the guest sees the
+//! host's datagrams come from in the middle, as a NAT that rebinds does. [`TcpRelay`]
 //! does the same for TCP (the tunnel that carries QUIC over `adb forward` or a VM's port
-//! forward), where the fault is a peer that vanishes without a FIN: its connections stay
-//! open and carry nothing more. Both only ever send to the loopback address they were
-//! given, and stop when dropped.
+//! forward), where the fault is a peer that vanishes without a FIN (its connections stay
+//! open and carry nothing more) or one that resets them. Both only ever send to the
+//! loopback address they were given, and stop when dropped.
 
 use std::collections::BinaryHeap;
 use std::io::{Read, Write};
@@ -29,12 +30,32 @@ pub struct Faults {
     pub duplicate: f64,
     /// Drop everything from this long after the first datagram, for this long.
     pub blackout: Option<(Duration, Duration)>,
+    /// Which way the blackout drops.
+    pub blackout_way: Way,
+    /// The link's bytes a second, each way: a datagram waits for the ones before it to be
+    /// sent, and one that would wait more than [`QUEUE_LIMIT`] is dropped.
+    pub rate: Option<u64>,
     /// From this long after the first datagram, send to the guest from another port (a
     /// NAT rebinding: the guest sees the host come from a new address).
     pub rebind: Option<Duration>,
     /// Seed of the generator.
     pub seed: u64,
 }
+
+/// Which datagrams a one-way fault drops.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Way {
+    /// Both ways.
+    #[default]
+    Both,
+    /// Only the host's, to the guest.
+    ToGuest,
+    /// Only the guest's, to the host: requests arrive and are done, their replies are lost.
+    ToHost,
+}
+
+/// The longest a datagram waits in a rate-limited link's queue (a router's buffer).
+pub const QUEUE_LIMIT: Duration = Duration::from_millis(200);
 
 /// What the relay did, for a test's figures.
 #[derive(Debug, Default)]
@@ -51,6 +72,8 @@ pub struct Counts {
     pub to_guest: AtomicU64,
     /// Sent to the guest from the port after the rebinding.
     pub rebound: AtomicU64,
+    /// Dropped from a full rate-limited queue.
+    pub queue_full: AtomicU64,
 }
 
 /// A running relay: hosts send to [`UdpRelay::addr`] as if it were the guest.
@@ -105,6 +128,8 @@ struct Shared {
     counts: Arc<Counts>,
     queue: Arc<Queue>,
     next: AtomicU64,
+    /// When each way's link is free again (rate-limited): to the guest, to the host.
+    free_at: Mutex<[Option<Instant>; 2]>,
 }
 
 impl Shared {
@@ -122,9 +147,14 @@ impl Shared {
         self.counts.seen.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let started = *self.started.get_or_init(|| now);
+        let way_hit = match self.faults.blackout_way {
+            Way::Both => true,
+            Way::ToGuest => to_guest,
+            Way::ToHost => !to_guest,
+        };
         if let Some((from, len)) = self.faults.blackout {
             let t = now - started;
-            if t >= from && t < from + len {
+            if way_hit && t >= from && t < from + len {
                 self.counts.blacked_out.fetch_add(1, Ordering::Relaxed);
                 return;
             }
@@ -140,7 +170,23 @@ impl Shared {
             1
         };
         for _ in 0..copies {
-            let at = now + self.faults.delay + self.faults.jitter.mul_f64(self.draw());
+            // On a rate-limited link a datagram leaves once the ones before it have.
+            let sent = match self.faults.rate {
+                Some(rate) => {
+                    let mut free = self.free_at.lock().unwrap();
+                    let way = &mut free[usize::from(!to_guest)];
+                    let start = way.map_or(now, |f| f.max(now));
+                    if start - now > QUEUE_LIMIT {
+                        self.counts.queue_full.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    let done = start + Duration::from_secs_f64(bytes.len() as f64 / rate as f64);
+                    *way = Some(done);
+                    done
+                }
+                None => now,
+            };
+            let at = sent + self.faults.delay + self.faults.jitter.mul_f64(self.draw());
             let n = self.next.fetch_add(1, Ordering::Relaxed);
             self.queue.heap.lock().unwrap().push(Due {
                 at,
@@ -183,6 +229,7 @@ impl UdpRelay {
             counts: counts.clone(),
             queue: queue.clone(),
             next: AtomicU64::new(0),
+            free_at: Mutex::new([None, None]),
         });
         // The host's address, learnt from its datagrams (the latest one wins, as a NAT
         // would have it after a rebinding).
@@ -344,24 +391,52 @@ impl Drop for LocalAddress {
     }
 }
 
+/// What becomes of a [`TcpRelay`]'s open connections at the fault's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpFault {
+    /// Held open, nothing read or written, no FIN: the far end of a forward vanished.
+    Silence,
+    /// Reset (RST) both ways: a forward torn down, a NAT that forgot the connection.
+    Reset,
+}
+
+/// Closes `s` with a reset rather than a FIN (SO_LINGER with a zero timeout).
+fn reset(s: TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on an open socket we own, with a value of the size given.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+    drop(s);
+}
+
 /// A running TCP relay: hosts connect to [`TcpRelay::addr`] as if it were the guest, and
 /// each connection is carried to the guest's port on one of its own.
 pub struct TcpRelay {
     addr: SocketAddr,
     /// Connections accepted so far.
     pub accepted: Arc<AtomicU64>,
-    /// Connections gone silent.
+    /// Connections the fault struck (silenced or reset).
     pub silenced: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl TcpRelay {
-    /// Relays to the guest at `guest` (a loopback address); `silence` after the first
-    /// connection began, every connection open then goes silent: held open, nothing read
-    /// or written, no FIN, as when the far end of a forward vanished. Connections made
-    /// afterwards are carried as usual.
-    pub fn start(guest: SocketAddr, silence: Option<Duration>) -> Self {
+    /// Relays to the guest at `guest` (a loopback address); at `fault`'s time after the
+    /// first connection began, every connection open then goes silent or is reset
+    /// ([`TcpFault`]). Connections made afterwards are carried as usual.
+    pub fn start(guest: SocketAddr, fault: Option<(Duration, TcpFault)>) -> Self {
         assert!(guest.ip().is_loopback(), "the relay only sends to loopback");
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -387,14 +462,24 @@ impl TcpRelay {
                         started.get_or_insert_with(Instant::now);
                         open.push((down, up, false));
                     }
-                    if let (Some(after), Some(t0)) = (silence, started)
+                    if let (Some((after, what)), Some(t0)) = (fault, started)
                         && t0.elapsed() >= after
                         && silenced.load(Ordering::Relaxed) == 0
                     {
-                        for c in &mut open {
-                            c.2 = true;
-                        }
                         silenced.store(open.len() as u64, Ordering::Relaxed);
+                        match what {
+                            TcpFault::Silence => {
+                                for c in &mut open {
+                                    c.2 = true;
+                                }
+                            }
+                            TcpFault::Reset => {
+                                for (down, up, _) in open.drain(..) {
+                                    reset(down);
+                                    reset(up);
+                                }
+                            }
+                        }
                     }
                     let mut moved = false;
                     open.retain_mut(|(down, up, quiet)| {
@@ -523,6 +608,38 @@ mod tests {
             round_trip(&dark).is_some(),
             "light again after the blackout"
         );
+        // One way: the request reaches the echo, its answer does not come back.
+        let half = UdpRelay::start(
+            echo_addr,
+            Faults {
+                blackout: Some((Duration::ZERO, Duration::from_secs(5))),
+                blackout_way: Way::ToHost,
+                ..Faults::default()
+            },
+        );
+        assert_eq!(round_trip(&half), None);
+        let c = half.counts();
+        assert_eq!(c.to_guest.load(Ordering::Relaxed), 1, "the request went on");
+        assert_eq!(
+            c.blacked_out.load(Ordering::Relaxed),
+            1,
+            "the answer did not"
+        );
+        // 10 kB/s: 20 datagrams of 1000 bytes take 2 s to send; the queue holds 200 ms of
+        // them, the rest are dropped.
+        let narrow = UdpRelay::start(
+            echo_addr,
+            Faults {
+                rate: Some(10_000),
+                ..Faults::default()
+            },
+        );
+        for _ in 0..20 {
+            client.send_to(&[0u8; 1000], narrow.addr()).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let full = narrow.counts().queue_full.load(Ordering::Relaxed);
+        assert!((15..=18).contains(&full), "{full} dropped");
     }
 
     /// A TCP echo server behind the relay: a connection carries bytes both ways until the
@@ -544,11 +661,13 @@ mod tests {
                 });
             }
         });
-        let relay = TcpRelay::start(echo_addr, Some(Duration::from_millis(500)));
-        let echoed = |c: &mut TcpStream| {
-            c.set_read_timeout(Some(Duration::from_millis(700)))
-                .unwrap();
-            c.write_all(b"ping").unwrap();
+        let relay = TcpRelay::start(
+            echo_addr,
+            Some((Duration::from_millis(500), TcpFault::Silence)),
+        );
+        let echoed = |c: &mut TcpStream| -> std::io::Result<[u8; 4]> {
+            c.set_read_timeout(Some(Duration::from_millis(700)))?;
+            c.write_all(b"ping")?;
             let mut buf = [0u8; 4];
             c.read_exact(&mut buf).map(|()| buf)
         };
@@ -565,6 +684,21 @@ mod tests {
         let e = echoed(&mut first).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
         assert_eq!(relay.accepted.load(Ordering::Relaxed), 2);
+        assert_eq!(relay.silenced.load(Ordering::Relaxed), 1);
+
+        // A reset: the open connection fails at once (not a FIN's clean end); a new one is
+        // carried.
+        let relay = TcpRelay::start(
+            echo_addr,
+            Some((Duration::from_millis(300), TcpFault::Reset)),
+        );
+        let mut first = TcpStream::connect(relay.addr()).unwrap();
+        assert_eq!(echoed(&mut first).unwrap(), *b"ping");
+        std::thread::sleep(Duration::from_millis(400));
+        let e = echoed(&mut first).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}");
+        let mut second = TcpStream::connect(relay.addr()).unwrap();
+        assert_eq!(echoed(&mut second).unwrap(), *b"ping");
         assert_eq!(relay.silenced.load(Ordering::Relaxed), 1);
     }
 }

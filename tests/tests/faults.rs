@@ -11,7 +11,7 @@
 //! with every task run recorded once. `./run.sh
 //! bench`'s longer matrix is still to come; the figures printed here are its first rows.
 
-use pincer_tests::relay::{Faults, LocalAddress, TcpRelay, UdpRelay};
+use pincer_tests::relay::{Faults, LocalAddress, TcpFault, TcpRelay, UdpRelay, Way};
 use pincer_tests::{Sandbox, results};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
@@ -135,6 +135,24 @@ fn tasks_finish_and_score_through_loss_delay_reordering_a_blackout_and_a_nat_reb
                 ..Faults::default()
             },
         ),
+        (
+            // 50 kB/s each way (a congested mobile link), with a router's 200 ms queue.
+            "narrow",
+            Faults {
+                rate: Some(50_000),
+                ..Faults::default()
+            },
+        ),
+        (
+            // For 3 s from 0.3 s in, the guest's datagrams are lost and the host's arrive:
+            // requests are done, their replies do not come back until the link heals.
+            "one-way",
+            Faults {
+                blackout: Some((Duration::from_millis(300), Duration::from_secs(3))),
+                blackout_way: Way::ToHost,
+                ..Faults::default()
+            },
+        ),
     ];
     for (name, faults) in cases {
         let relay = UdpRelay::start(agent.addr, faults);
@@ -142,7 +160,7 @@ fn tasks_finish_and_score_through_loss_delay_reordering_a_blackout_and_a_nat_reb
         let (records, took) = run(&sb, name);
         let c = relay.counts();
         println!(
-            "{name}: {:.1} s (clean {:.1} s); datagrams {} seen, {} lost, {} blacked out, {} duplicated, {} from the rebound port",
+            "{name}: {:.1} s (clean {:.1} s); datagrams {} seen, {} lost, {} blacked out, {} duplicated, {} from the rebound port, {} dropped from a full queue",
             took.as_secs_f64(),
             clean_took.as_secs_f64(),
             c.seen.load(Ordering::Relaxed),
@@ -150,6 +168,7 @@ fn tasks_finish_and_score_through_loss_delay_reordering_a_blackout_and_a_nat_reb
             c.blacked_out.load(Ordering::Relaxed),
             c.duplicated.load(Ordering::Relaxed),
             c.rebound.load(Ordering::Relaxed),
+            c.queue_full.load(Ordering::Relaxed),
         );
         // No record lost, none written twice, and the agent's success scored as one.
         assert_eq!(records.len(), 1, "{name}: {records:?}");
@@ -157,7 +176,7 @@ fn tasks_finish_and_score_through_loss_delay_reordering_a_blackout_and_a_nat_reb
         assert_eq!(records[0]["termination"], "success", "{name}: {records:?}");
         let hit = match name {
             "lossy" => c.lost.load(Ordering::Relaxed),
-            "slow" => c.seen.load(Ordering::Relaxed),
+            "slow" | "narrow" => c.seen.load(Ordering::Relaxed),
             "rebinding" => c.rebound.load(Ordering::Relaxed),
             _ => c.blacked_out.load(Ordering::Relaxed),
         };
@@ -315,6 +334,21 @@ fn fault_matrix() {
                 ..Faults::default()
             },
         ),
+        (
+            "50 kB/s each way, a 200 ms queue",
+            Faults {
+                rate: Some(50_000),
+                ..Faults::default()
+            },
+        ),
+        (
+            "replies lost for 10 s, 0.3 s in (one way)",
+            Faults {
+                blackout: Some((ms(300), Duration::from_secs(10))),
+                blackout_way: Way::ToHost,
+                ..Faults::default()
+            },
+        ),
     ];
     let mut rows = Vec::new();
     let (records, took) = run_n(&sb, "matrix-desk", n);
@@ -336,15 +370,24 @@ fn fault_matrix() {
             took,
         });
     }
-    let relay = TcpRelay::start(agent.addr, Some(ms(500)));
-    agent.add_via(&sb, "tcp-silent", relay.addr(), "tcp");
-    let (records, took) = run_n(&sb, "tcp-silent", n);
-    rows.push(Row {
-        fault: "TCP tunnel: the far end silent (no FIN) 0.5 s in",
-        n,
-        records,
-        took,
-    });
+    for (fault, what) in [
+        (
+            "TCP tunnel: the far end silent (no FIN) 0.5 s in",
+            TcpFault::Silence,
+        ),
+        ("TCP tunnel: reset 0.5 s in", TcpFault::Reset),
+    ] {
+        let relay = TcpRelay::start(agent.addr, Some((ms(500), what)));
+        let name = format!("tcp-{what:?}");
+        agent.add_via(&sb, &name, relay.addr(), "tcp");
+        let (records, took) = run_n(&sb, &name, n);
+        rows.push(Row {
+            fault,
+            n,
+            records,
+            took,
+        });
+    }
 
     let clean = rows[0].walls();
     let clean_p50 = clean[clean.len() / 2];
@@ -482,7 +525,7 @@ fn fault_matrix_connections() {
 }
 
 #[test]
-fn a_task_finishes_through_a_tcp_tunnel_whose_far_end_goes_silent() {
+fn a_task_finishes_through_a_tcp_tunnel_whose_far_end_goes_silent_or_resets() {
     let sb = Sandbox::new();
     let _desktop = sb.desktop("tunnel-desk", "1024x768", &[]);
     let agent = Agent::of(&sb, "tunnel-desk");
@@ -493,26 +536,29 @@ fn a_task_finishes_through_a_tcp_tunnel_whose_far_end_goes_silent() {
     assert_eq!(clean[0]["termination"], "success", "{clean:?}");
     // 0.5 s into the run the forward's far end vanishes without a FIN: the connection stays
     // open and carries nothing. The host gives it up after SILENT_PEER and dials again.
-    let relay = TcpRelay::start(agent.addr, Some(Duration::from_millis(500)));
-    agent.add_via(&sb, "silent", relay.addr(), "tcp");
-    let (records, took) = run(&sb, "silent");
-    println!(
-        "tunnel gone silent: {:.1} s (clean {:.1} s); {} connections, {} silenced",
-        took.as_secs_f64(),
-        clean_took.as_secs_f64(),
-        relay.accepted.load(Ordering::Relaxed),
-        relay.silenced.load(Ordering::Relaxed),
-    );
-    assert_eq!(records.len(), 1, "{records:?}");
-    assert_eq!(records[0]["termination"], "success", "{records:?}");
-    assert!(
-        relay.silenced.load(Ordering::Relaxed) >= 1,
-        "the fault never struck"
-    );
-    assert!(
-        relay.accepted.load(Ordering::Relaxed) > relay.silenced.load(Ordering::Relaxed),
-        "the host dialled again"
-    );
+    // Or the forward is reset: the host's tunnel sees it at once and dials again.
+    for (name, fault) in [("silent", TcpFault::Silence), ("reset", TcpFault::Reset)] {
+        let relay = TcpRelay::start(agent.addr, Some((Duration::from_millis(500), fault)));
+        agent.add_via(&sb, name, relay.addr(), "tcp");
+        let (records, took) = run(&sb, name);
+        println!(
+            "tunnel {name}: {:.1} s (clean {:.1} s); {} connections, {} struck",
+            took.as_secs_f64(),
+            clean_took.as_secs_f64(),
+            relay.accepted.load(Ordering::Relaxed),
+            relay.silenced.load(Ordering::Relaxed),
+        );
+        assert_eq!(records.len(), 1, "{name}: {records:?}");
+        assert_eq!(records[0]["termination"], "success", "{name}: {records:?}");
+        assert!(
+            relay.silenced.load(Ordering::Relaxed) >= 1,
+            "{name}: the fault never struck"
+        );
+        assert!(
+            relay.accepted.load(Ordering::Relaxed) > relay.silenced.load(Ordering::Relaxed),
+            "{name}: the host dialled again"
+        );
+    }
 }
 
 #[test]
