@@ -280,7 +280,7 @@ case "${1:-}" in
     sway_bench "$P" "${@:2}"
     log "the graph evaluator's host CPU per step"
     cargo bench -p pincer --bench evaluator
-    log "the fault matrix: a bundled task through a relay of loss, delay, a blackout, a NAT rebinding and a silent TCP tunnel (PINCER_FAULT_REPEATS task runs per fault, default 10)"
+    log "the fault matrix: a bundled task, then the whole suite, through relays of loss, delay, rate, blackouts, a NAT rebinding and TCP faults; fresh connections (PINCER_FAULT_REPEATS task runs per fault, default 10)"
     cargo test -q --release -p pincer-tests --test faults -- --ignored --nocapture fault_matrix
     log "a VM of debian-12-minimal: up, reset, every call (builds the image first if needed)"
     "$P" image build debian-12-minimal

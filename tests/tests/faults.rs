@@ -191,6 +191,14 @@ fn tasks_finish_and_score_through_loss_delay_reordering_a_blackout_and_a_nat_reb
     }
 }
 
+/// Which task run a record is of.
+fn task_run(r: &Value) -> (String, u64) {
+    (
+        r["task"].as_str().unwrap().to_owned(),
+        r["repeat"].as_u64().unwrap(),
+    )
+}
+
 /// A row of the fault matrix: what became of `n` task runs under one fault.
 struct Row {
     fault: &'static str,
@@ -202,20 +210,17 @@ struct Row {
 impl Row {
     /// The final record of each task run (a task run that lost its environment is run
     /// once more: the later record counts).
-    fn finals(&self) -> std::collections::BTreeMap<u64, &Value> {
-        self.records
-            .iter()
-            .map(|r| (r["repeat"].as_u64().unwrap(), r))
-            .collect()
+    fn finals(&self) -> std::collections::BTreeMap<(String, u64), &Value> {
+        self.records.iter().map(|r| (task_run(r), r)).collect()
     }
 
     /// Task runs recorded more than once other than as an environment error and its
     /// second try.
     fn twice(&self) -> usize {
-        let mut per = std::collections::BTreeMap::<u64, usize>::new();
+        let mut per = std::collections::BTreeMap::<(String, u64), usize>::new();
         for r in &self.records {
             if r["termination"] != "environment-error" {
-                *per.entry(r["repeat"].as_u64().unwrap()).or_default() += 1;
+                *per.entry(task_run(r)).or_default() += 1;
             }
         }
         per.values().filter(|&&c| c > 1).count()
@@ -392,6 +397,110 @@ fn fault_matrix() {
     let clean = rows[0].walls();
     let clean_p50 = clean[clean.len() / 2];
     println!("\n{TASK} with the oracle, {n} task runs per fault, one `pincer run` each:\n");
+    println!(
+        "| fault | succeeded | lost | recorded twice | failures blamed on the agent | environment errors (run again) | task run p50 (cost) | slowest task run | whole run |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for row in &rows {
+        row.print(clean_p50);
+    }
+    for row in &rows {
+        assert_eq!(
+            row.finals().len() as u32,
+            row.n,
+            "{}: a task run was lost",
+            row.fault
+        );
+        assert_eq!(row.twice(), 0, "{}: recorded twice", row.fault);
+        assert_eq!(row.blamed(), 0, "{}: {:?}", row.fault, row.records);
+    }
+}
+
+/// The whole bundled suite (16 tasks, the cross-environment ones on two desktops) under
+/// each fault, both desktops behind a relay of their own. Part of `./run.sh bench`.
+#[test]
+#[ignore = "the fault matrix of ./run.sh bench (minutes)"]
+fn fault_matrix_suite() {
+    let sb = Sandbox::new();
+    let _one = sb.desktop("suite-one", "1280x800", &[]);
+    let _two = sb.desktop("suite-two", "1280x800", &[]);
+    let agents = [Agent::of(&sb, "suite-one"), Agent::of(&sb, "suite-two")];
+    let ms = Duration::from_millis;
+    let faults: [(&str, Option<Faults>); 4] = [
+        ("none (loopback)", None),
+        (
+            "5 % lost each way, 1 % twice, 2–12 ms",
+            Some(Faults {
+                loss: 0.05,
+                duplicate: 0.01,
+                delay: ms(2),
+                jitter: ms(10),
+                seed: 17,
+                ..Faults::default()
+            }),
+        ),
+        (
+            "5 % lost + 20–60 ms (40 ± 20 ms, reordered)",
+            Some(Faults {
+                loss: 0.05,
+                delay: ms(20),
+                jitter: ms(40),
+                seed: 19,
+                ..Faults::default()
+            }),
+        ),
+        (
+            "a 10 s blackout 0.3 s in",
+            Some(Faults {
+                blackout: Some((ms(300), Duration::from_secs(10))),
+                ..Faults::default()
+            }),
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (i, (fault, faults)) in faults.into_iter().enumerate() {
+        let mut relays = Vec::new();
+        let mut names = Vec::new();
+        for (k, agent) in agents.iter().enumerate() {
+            let name = match &faults {
+                None => ["suite-one", "suite-two"][k].to_owned(),
+                Some(f) => {
+                    let relay = UdpRelay::start(agent.addr, f.clone());
+                    let name = format!("suite{i}-{k}");
+                    agent.add_via(&sb, &name, relay.addr(), "udp");
+                    relays.push(relay);
+                    name
+                }
+            };
+            names.push(name);
+        }
+        let out = sb.path().join(format!("suite-run-{i}"));
+        let t = Instant::now();
+        sb.pincer_ok(&[
+            "run",
+            "--tasks",
+            "demo",
+            "--set",
+            &format!("desktop={},desktop2={}", names[0], names[1]),
+            "--agent",
+            "oracle",
+            "--no-report",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let records = results(&out);
+        rows.push(Row {
+            fault,
+            n: 16,
+            records,
+            took: t.elapsed(),
+        });
+    }
+    let clean = rows[0].walls();
+    let clean_p50 = clean[clean.len() / 2];
+    println!(
+        "\nthe bundled suite (16 tasks) with the oracle, once per fault, both desktops behind it:\n"
+    );
     println!(
         "| fault | succeeded | lost | recorded twice | failures blamed on the agent | environment errors (run again) | task run p50 (cost) | slowest task run | whole run |"
     );
