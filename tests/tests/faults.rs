@@ -191,6 +191,63 @@ fn tasks_finish_and_score_through_loss_delay_reordering_a_blackout_and_a_nat_reb
     }
 }
 
+#[test]
+fn a_cross_environment_task_finishes_with_both_desktops_behind_loss_and_one_blacked_out() {
+    let sb = Sandbox::new();
+    let _one = sb.desktop("cross-one", "1024x768", &[]);
+    let _two = sb.desktop("cross-two", "1024x768", &[]);
+    let lossy = Faults {
+        loss: 0.05,
+        delay: Duration::from_millis(2),
+        jitter: Duration::from_millis(10),
+        seed: 23,
+        ..Faults::default()
+    };
+    // The first desktop loses 5 %; the second also goes dark for 3 s, 0.5 s into the run.
+    let relays = [
+        UdpRelay::start(Agent::of(&sb, "cross-one").addr, lossy.clone()),
+        UdpRelay::start(
+            Agent::of(&sb, "cross-two").addr,
+            Faults {
+                blackout: Some((Duration::from_millis(500), Duration::from_secs(3))),
+                ..lossy
+            },
+        ),
+    ];
+    Agent::of(&sb, "cross-one").add_via(&sb, "far-one", relays[0].addr(), "udp");
+    Agent::of(&sb, "cross-two").add_via(&sb, "far-two", relays[1].addr(), "udp");
+    let out = sb.path().join("run");
+    let t = Instant::now();
+    sb.pincer_ok(&[
+        "run",
+        "--tasks",
+        "demo",
+        "--task",
+        "cross-copy-access-code",
+        "--set",
+        "desktop=far-one,desktop2=far-two",
+        "--agent",
+        "oracle",
+        "--no-report",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let records = results(&out);
+    println!(
+        "cross-copy-access-code across two faulty links: {:.1} s; {} + {} datagrams lost, {} blacked out",
+        t.elapsed().as_secs_f64(),
+        relays[0].counts().lost.load(Ordering::Relaxed),
+        relays[1].counts().lost.load(Ordering::Relaxed),
+        relays[1].counts().blacked_out.load(Ordering::Relaxed),
+    );
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["termination"], "success", "{records:?}");
+    assert!(
+        relays[1].counts().blacked_out.load(Ordering::Relaxed) > 0,
+        "no blackout"
+    );
+}
+
 /// Which task run a record is of.
 fn task_run(r: &Value) -> (String, u64) {
     (
