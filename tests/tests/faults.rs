@@ -1,15 +1,19 @@
 //! Task runs through a bad network: a user-space relay (`pincer_tests::relay`, as this
 //! machine's kernel has no netem) between `pincer run` and a real desktop's agent on
-//! loopback, dropping, delaying, reordering and duplicating QUIC's datagrams, or blacking
-//! the link out in the middle of a task. Every run must finish, with its one record, scored
-//! as the agent did (the oracle passes), never as an infrastructure failure; so must a run
-//! whose datagrams start coming from another port mid-task (a NAT rebinding). And a task
-//! whose agent is SIGKILLed and restarted mid-task is never scored as the agent's failure:
-//! it rides the restart out, or is recorded as an environment error and run once more. Nor
-//! is a run whose TCP tunnel's far end vanishes without a FIN mid-task. A run whose run
-//! directory's disk fills up stops, saying so and how to go on, and `--resume` finishes it
-//! with every task run recorded once. `./run.sh
-//! bench`'s longer matrix is still to come; the figures printed here are its first rows.
+//! loopback, dropping, delaying, reordering, duplicating and rate-limiting QUIC's
+//! datagrams, or blacking the link out (both ways or one) in the middle of a task. Every
+//! run must finish, with its one record, scored as the agent did (the oracle passes),
+//! never as an infrastructure failure; so must a run whose datagrams start coming from
+//! another port mid-task (a NAT rebinding), one whose TCP tunnel goes silent without a FIN
+//! or is reset, and a cross-environment task with both desktops behind faulty links. A
+//! task whose agent is SIGKILLed and restarted mid-task is never scored as the agent's
+//! failure: it rides the restart out, or is recorded as an environment error and run once
+//! more. A host run SIGKILLed mid-task resumes with every task run recorded once. A run
+//! whose run directory's disk fills up (its records or a trajectory) stops, saying so and
+//! how to go on, and `--resume` finishes it with every task run recorded once.
+//!
+//! The `fault_matrix*` tests (ignored here) are `./run.sh bench`'s longer matrix: many
+//! task runs per fault, the whole suite, fresh connections, each printed as a table.
 
 use pincer_tests::relay::{Faults, LocalAddress, TcpFault, TcpRelay, UdpRelay, Way};
 use pincer_tests::{Sandbox, results};
