@@ -342,15 +342,46 @@ impl Row {
     }
 }
 
+/// Task runs per fault in the bench matrix: `PINCER_FAULT_REPEATS`, default 10.
+fn repeats() -> u32 {
+    std::env::var("PINCER_FAULT_REPEATS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10)
+}
+
+/// Prints a matrix's table under `title` (costs against its first row, the clean one),
+/// then asserts what every row must hold: no task run lost, none recorded twice, none
+/// blamed on the agent.
+fn report(title: &str, rows: &[Row]) {
+    let clean = rows[0].walls();
+    let clean_p50 = clean[clean.len() / 2];
+    println!("\n{title}:\n");
+    println!(
+        "| fault | succeeded | lost | recorded twice | failures blamed on the agent | environment errors (run again) | task run p50 (cost) | slowest task run | whole run |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for row in rows {
+        row.print(clean_p50);
+    }
+    for row in rows {
+        assert_eq!(
+            row.finals().len() as u32,
+            row.n,
+            "{}: a task run was lost",
+            row.fault
+        );
+        assert_eq!(row.twice(), 0, "{}: recorded twice", row.fault);
+        assert_eq!(row.blamed(), 0, "{}: {:?}", row.fault, row.records);
+    }
+}
+
 /// The longer matrix of `./run.sh bench`: every fault, `PINCER_FAULT_REPEATS` (default 10)
 /// task runs each, in one table. Not in `./run.sh test`: it takes minutes.
 #[test]
 #[ignore = "the fault matrix of ./run.sh bench (minutes)"]
 fn fault_matrix() {
-    let n: u32 = std::env::var("PINCER_FAULT_REPEATS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
+    let n = repeats();
     let sb = Sandbox::new();
     let _desktop = sb.desktop("matrix-desk", "1024x768", &[]);
     let agent = Agent::of(&sb, "matrix-desk");
@@ -455,26 +486,10 @@ fn fault_matrix() {
         });
     }
 
-    let clean = rows[0].walls();
-    let clean_p50 = clean[clean.len() / 2];
-    println!("\n{TASK} with the oracle, {n} task runs per fault, one `pincer run` each:\n");
-    println!(
-        "| fault | succeeded | lost | recorded twice | failures blamed on the agent | environment errors (run again) | task run p50 (cost) | slowest task run | whole run |"
+    report(
+        &format!("{TASK} with the oracle, {n} task runs per fault, one `pincer run` each"),
+        &rows,
     );
-    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|");
-    for row in &rows {
-        row.print(clean_p50);
-    }
-    for row in &rows {
-        assert_eq!(
-            row.finals().len() as u32,
-            row.n,
-            "{}: a task run was lost",
-            row.fault
-        );
-        assert_eq!(row.twice(), 0, "{}: recorded twice", row.fault);
-        assert_eq!(row.blamed(), 0, "{}: {:?}", row.fault, row.records);
-    }
 }
 
 /// The whole bundled suite (16 tasks, the cross-environment ones on two desktops) under
@@ -557,28 +572,10 @@ fn fault_matrix_suite() {
             took: t.elapsed(),
         });
     }
-    let clean = rows[0].walls();
-    let clean_p50 = clean[clean.len() / 2];
-    println!(
-        "\nthe bundled suite (16 tasks) with the oracle, once per fault, both desktops behind it:\n"
+    report(
+        "the bundled suite (16 tasks) with the oracle, once per fault, both desktops behind it",
+        &rows,
     );
-    println!(
-        "| fault | succeeded | lost | recorded twice | failures blamed on the agent | environment errors (run again) | task run p50 (cost) | slowest task run | whole run |"
-    );
-    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|");
-    for row in &rows {
-        row.print(clean_p50);
-    }
-    for row in &rows {
-        assert_eq!(
-            row.finals().len() as u32,
-            row.n,
-            "{}: a task run was lost",
-            row.fault
-        );
-        assert_eq!(row.twice(), 0, "{}: recorded twice", row.fault);
-        assert_eq!(row.blamed(), 0, "{}: {:?}", row.fault, row.records);
-    }
 }
 
 /// Fresh connections (a new `pincer env info` process each: QUIC's handshake, then
@@ -587,11 +584,7 @@ fn fault_matrix_suite() {
 #[test]
 #[ignore = "the fault matrix of ./run.sh bench (minutes)"]
 fn fault_matrix_connections() {
-    let n: u32 = std::env::var("PINCER_FAULT_REPEATS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10)
-        * 3;
+    let n = repeats() * 3;
     let sb = Sandbox::new();
     let _desktop = sb.desktop("conn-desk", "1024x768", &[]);
     let agent = Agent::of(&sb, "conn-desk");
